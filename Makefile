@@ -1,0 +1,59 @@
+# capplan — `make run` serves the app, `make test` runs everything CI runs. Both set themselves up.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+CONSTRAINTS := constraints.txt
+# torch for CPU comes from a local wheel directory when there is one; never pull CUDA wheels from PyPI.
+TORCH_WHEELS ?= /opt/wheels
+PIP_TORCH := $(if $(wildcard $(TORCH_WHEELS)/torch-*.whl),--find-links $(TORCH_WHEELS),)
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run test lint test-fast bench install-app install-dev lock clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(VENV)/.app-installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	$(BIN)/pip install -q -c $(CONSTRAINTS) -e .
+	touch $@
+
+$(VENV)/.dev-installed: $(BIN)/python pyproject.toml $(CONSTRAINTS)
+	@if [ -z "$(PIP_TORCH)" ]; then echo "note: no CPU torch wheel in $(TORCH_WHEELS); installing torch==2.13.0 from the index"; fi
+	$(BIN)/pip install -q -c $(CONSTRAINTS) $(PIP_TORCH) -e '.[dev,bench]'
+	touch $(VENV)/.app-installed $@
+
+install-app: $(VENV)/.app-installed
+install-dev: $(VENV)/.dev-installed
+
+## run: set up .venv, migrate the SQLite database under var/, serve on http://$(HOST):$(PORT)
+run: install-app
+	mkdir -p var
+	$(BIN)/capplan serve --host $(HOST) --port $(PORT)
+
+## test: lint, import contracts, the whole pytest suite (PostgreSQL and browser tests run where available)
+test: install-dev lint
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -q $(PYTEST_ARGS)
+
+lint: install-dev
+	$(BIN)/ruff check app tests alembic
+	$(BIN)/ruff format --check app tests alembic
+	$(BIN)/lint-imports
+
+test-fast: install-dev
+	$(BIN)/python -m pytest -q -m "not e2e and not postgres" -x
+
+## bench: print performance figures (estimates/s, plans/s); behaviour is tested, speed is measured here
+bench: install-dev
+	$(BIN)/python -m app.benchmarks
+
+## lock: regenerate constraints.txt from a fresh resolve of pyproject.toml (run after changing dependencies)
+lock:
+	rm -rf /tmp/capplan-lock && $(PYTHON) -m venv /tmp/capplan-lock
+	/tmp/capplan-lock/bin/pip install -q $(PIP_TORCH) -e '.[dev,bench]'
+	/tmp/capplan-lock/bin/pip freeze --exclude-editable | grep -v '^capplan' > $(CONSTRAINTS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache test-results

@@ -1,0 +1,113 @@
+"""The whole catalog: every data/*.toml file loaded, validated and cross-checked, in one frozen object.
+
+Loading fails fast with a :class:`CatalogError` naming the file, the key and the reason.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from app.domain.architecture import Architecture, load_architectures
+from app.domain.catalog_io import CatalogError, load_sources
+from app.domain.cost_catalog import CostCatalog, load_cost_catalog
+from app.domain.hardware import HardwareCatalog, load_hardware
+from app.domain.provenance import CatalogEntry, Source
+from app.domain.published import PublishedRun, check_run_architectures, load_published_runs
+
+__all__ = ["Catalog", "CatalogError", "CATALOG_KINDS", "load_catalog", "entry_record", "UnknownSlugError"]
+
+
+class UnknownSlugError(KeyError):
+    """A slug that is not in the catalog; carries the known slugs for the error message."""
+
+    def __init__(self, kind: str, slug: str, known: list[str]) -> None:
+        self.kind, self.slug, self.known = kind, slug, known
+        super().__init__(f"unknown {kind} {slug!r}; known: {', '.join(known)}")
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    sources: dict[str, Source]
+    hardware: HardwareCatalog
+    cost: CostCatalog
+    architectures: tuple[Architecture, ...]
+    published_runs: tuple[PublishedRun, ...]
+    data_dir: Path
+
+    def entries(self, kind: str) -> tuple[CatalogEntry, ...]:
+        """Entries of one listable kind (see CATALOG_KINDS)."""
+        try:
+            getter = CATALOG_KINDS[kind]
+        except KeyError:
+            raise UnknownSlugError("catalog kind", kind, list(CATALOG_KINDS)) from None
+        return getter(self)
+
+    def entry(self, kind: str, slug: str) -> CatalogEntry:
+        entries = self.entries(kind)
+        for entry in entries:
+            if entry.slug == slug:
+                return entry
+        raise UnknownSlugError(kind.rstrip("s"), slug, [e.slug for e in entries])
+
+    def architecture(self, slug: str) -> Architecture:
+        return self.entry("architectures", slug)  # type: ignore[return-value]
+
+    def counts(self) -> dict[str, int]:
+        return {kind: len(self.entries(kind)) for kind in CATALOG_KINDS}
+
+
+CATALOG_KINDS: dict[str, Callable[[Catalog], tuple[CatalogEntry, ...]]] = {
+    "accelerators": lambda c: c.hardware.accelerators,
+    "nodes": lambda c: c.hardware.nodes,
+    "fabrics": lambda c: c.hardware.fabrics,
+    "switches": lambda c: c.hardware.switches,
+    "topologies": lambda c: c.hardware.topologies,
+    "prices": lambda c: c.cost.instance_prices,
+    "architectures": lambda c: c.architectures,
+}
+
+
+def load_catalog(data_dir: Path) -> Catalog:
+    data_dir = Path(data_dir)
+    if not data_dir.is_dir():
+        raise CatalogError(data_dir, "-", "catalog directory not found")
+    sources = load_sources(data_dir)
+    hardware = load_hardware(data_dir, sources)
+    cost = load_cost_catalog(data_dir, sources, {n.slug for n in hardware.nodes})
+    architectures = load_architectures(data_dir, sources)
+    published = load_published_runs(data_dir, sources)
+    check_run_architectures(published, architectures)
+    return Catalog(
+        sources=sources,
+        hardware=hardware,
+        cost=cost,
+        architectures=architectures,
+        published_runs=published,
+        data_dir=data_dir,
+    )
+
+
+def entry_record(entry: CatalogEntry, sources: dict[str, Source]) -> dict[str, Any]:
+    """An entry as plain data, with each figure's provenance resolved (source title/url, as_of, confidence)."""
+    record = entry.model_dump(mode="json", exclude={"provenance"})
+    figures: dict[str, Any] = {}
+    for name in entry.figure_names():
+        prov = entry.figure_provenance(name)
+        src = sources.get(prov.source)
+        figures[name] = {
+            "value": record.get(name),
+            "source": prov.source,
+            "source_title": src.title if src else None,
+            "source_url": src.url if src else None,
+            "as_of": prov.as_of,
+            "confidence": prov.confidence.value,
+            "note": prov.note,
+        }
+    record["figures"] = figures
+    return record

@@ -1,0 +1,143 @@
+"""create_app(settings) → FastAPI. Nothing is built at import time; `capplan serve` uses the factory."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.gzip import GZipMiddleware
+from fastapi.responses import JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from prometheus_fastapi_instrumentator import Instrumentator
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from app.api import catalog as api_catalog
+from app.api import health
+from app.db.engine import build_engine, session_factory
+from app.domain.catalog import UnknownSlugError, load_catalog
+from app.metrics import build_metrics
+from app.settings import REPO_ROOT, Settings
+from app.web import routes as web_routes
+from app.web.htmx import render
+from app.web.templating import build_templates
+
+API_PREFIX = "/api/v1"
+log = logging.getLogger("capplan")
+
+SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; frame-ancestors 'none'; base-uri 'self'; form-action 'self'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "X-Frame-Options": "DENY",
+}
+
+
+def _wants_json(request: Request) -> bool:
+    return request.url.path.startswith(API_PREFIX) or request.url.path in ("/healthz",)
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(UnknownSlugError)
+    async def unknown_slug(request: Request, exc: UnknownSlugError) -> Response:
+        if _wants_json(request):
+            return JSONResponse({"detail": str(exc), "known": exc.known}, status_code=404)
+        return render(
+            request,
+            "pages/error.html",
+            {"status_code": 404, "message": str(exc).split(";")[0], "known": exc.known},
+            block="content",
+            status_code=404,
+        )
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        if _wants_json(request):
+            return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+        return render(
+            request,
+            "pages/error.html",
+            {"status_code": exc.status_code, "message": str(exc.detail), "known": None},
+            block="content",
+            status_code=exc.status_code,
+        )
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> Response:
+        errors = [
+            {"loc": list(e.get("loc", ())), "msg": e.get("msg", ""), "type": e.get("type", "")}
+            for e in exc.errors()
+        ]
+        if _wants_json(request):
+            return JSONResponse({"detail": errors}, status_code=422)
+        message = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'][1:]) or 'input'}: {e['msg']}" for e in errors
+        )
+        return render(
+            request,
+            "pages/error.html",
+            {"status_code": 422, "message": message, "known": None},
+            block="content",
+            status_code=422,
+        )
+
+
+@asynccontextmanager
+async def _lifespan(app: FastAPI) -> AsyncIterator[None]:
+    yield
+    app.state.engine.dispose()
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    settings = settings or Settings()
+    logging.basicConfig(level=settings.log_level)
+    catalog = load_catalog(settings.data_dir)  # fails fast: file, key, reason
+    engine = build_engine(settings.database_url)
+    metrics = build_metrics()
+    for kind, n in catalog.counts().items():
+        metrics.catalog_entries.labels(kind=kind).set(n)
+
+    app = FastAPI(
+        title="capplan",
+        version="0.1.0",
+        summary="Capacity and cost planning for LLM training clusters",
+        openapi_url=f"{API_PREFIX}/openapi.json",
+        docs_url=None,  # Swagger UI loads from a CDN; capplan is offline by design (see /api page)
+        redoc_url=None,
+        lifespan=_lifespan,
+    )
+    app.state.settings = settings
+    app.state.catalog = catalog
+    app.state.engine = engine
+    app.state.session_factory = session_factory(engine)
+    app.state.metrics = metrics
+    app.state.templates = build_templates()
+
+    @app.middleware("http")
+    async def security_headers(request: Request, call_next):
+        response = await call_next(request)
+        for key, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(key, value)
+        return response
+
+    app.add_middleware(GZipMiddleware, minimum_size=1024)
+    _install_error_handlers(app)
+    app.include_router(health.router)
+    app.include_router(api_catalog.router, prefix=API_PREFIX)
+    app.include_router(web_routes.router)
+    app.mount("/static", StaticFiles(directory=str(REPO_ROOT / "static")), name="static")
+
+    Instrumentator(
+        registry=metrics.registry,
+        should_ignore_untemplated=True,
+        excluded_handlers=["/metrics", "/static.*"],
+    ).instrument(app, latency_lowr_buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)).expose(
+        app, include_in_schema=False
+    )
+
+    return app

@@ -1,0 +1,34 @@
+"""The one Settings object. Every field can be set from the environment with the CAPPLAN_ prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="CAPPLAN_", env_file=".env", extra="ignore")
+
+    database_url: str = Field(
+        default=f"sqlite:///{REPO_ROOT / 'var' / 'capplan.db'}",
+        description="SQLAlchemy URL; SQLite file by default, postgresql+psycopg://… for PostgreSQL.",
+    )
+    data_dir: Path = Field(
+        default=REPO_ROOT / "data", description="Directory holding the catalog TOML files."
+    )
+    api_token: SecretStr | None = Field(
+        default=None, description="Bearer token required by write endpoints; writes are refused when unset."
+    )
+    log_level: str = Field(default="INFO", description="Python logging level name.")
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        upper = value.upper()
+        if upper not in {"CRITICAL", "ERROR", "WARNING", "INFO", "DEBUG"}:
+            raise ValueError(f"unknown log level {value!r}")
+        return upper

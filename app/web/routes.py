@@ -1,0 +1,110 @@
+"""HTML pages (hidden from OpenAPI). Each pushed URL renders a full page; htmx asks for one block."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse
+
+from app.deps import get_catalog
+from app.domain.catalog import CATALOG_KINDS, Catalog, UnknownSlugError, entry_record
+from app.web.htmx import render
+
+router = APIRouter(include_in_schema=False)
+
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+
+KIND_TITLES = {
+    "accelerators": "Accelerators",
+    "nodes": "Nodes and instances",
+    "fabrics": "Fabrics",
+    "switches": "Switches",
+    "topologies": "Topologies",
+    "prices": "AWS prices",
+    "architectures": "Model architectures",
+}
+CONFIDENCES = ("any", "high", "medium", "low")
+
+
+def _scalar_columns(records: list[dict]) -> list[str]:
+    """Figure columns whose values are scalars in at least one entry (lists/tables go to the detail)."""
+    columns: list[str] = []
+    for record in records:
+        for name, fig in record["figures"].items():
+            if name not in columns and not isinstance(fig["value"], dict | list):
+                columns.append(name)
+    return columns
+
+
+@router.get("/", response_class=HTMLResponse)
+def home(request: Request, catalog: CatalogDep) -> HTMLResponse:
+    return render(request, "pages/home.html", {"counts": catalog.counts(), "titles": KIND_TITLES})
+
+
+@router.get("/catalog", response_class=HTMLResponse)
+def catalog_index(request: Request, catalog: CatalogDep) -> HTMLResponse:
+    return render(request, "pages/home.html", {"counts": catalog.counts(), "titles": KIND_TITLES})
+
+
+@router.get("/catalog/{kind}", response_class=HTMLResponse)
+def catalog_page(
+    request: Request,
+    kind: str,
+    catalog: CatalogDep,
+    q: Annotated[str, Query(max_length=100)] = "",
+    confidence: Annotated[str, Query(max_length=10)] = "any",
+) -> HTMLResponse:
+    if kind not in CATALOG_KINDS:
+        raise UnknownSlugError("catalog kind", kind, list(CATALOG_KINDS))
+    if confidence not in CONFIDENCES:
+        confidence = "any"
+    records = [entry_record(e, catalog.sources) for e in catalog.entries(kind)]
+    needle = q.strip().lower()
+    if needle:
+        records = [r for r in records if needle in r["slug"].lower() or needle in r["name"].lower()]
+    if confidence != "any":
+        records = [r for r in records if any(f["confidence"] == confidence for f in r["figures"].values())]
+    context = {
+        "kind": kind,
+        "title": KIND_TITLES[kind],
+        "titles": KIND_TITLES,
+        "records": records,
+        "columns": _scalar_columns(records),
+        "q": q,
+        "confidence": confidence,
+        "confidences": CONFIDENCES,
+        "total": len(catalog.entries(kind)),
+    }
+    return render(request, "pages/catalog.html", context, block="results")
+
+
+@router.get("/catalog/{kind}/{slug}", response_class=HTMLResponse)
+def catalog_entry_page(request: Request, kind: str, slug: str, catalog: CatalogDep) -> HTMLResponse:
+    if kind not in CATALOG_KINDS:
+        raise UnknownSlugError("catalog kind", kind, list(CATALOG_KINDS))
+    record = entry_record(catalog.entry(kind, slug), catalog.sources)
+    return render(
+        request,
+        "pages/catalog_entry.html",
+        {"kind": kind, "title": KIND_TITLES[kind], "titles": KIND_TITLES, "record": record},
+    )
+
+
+@router.get("/api", response_class=HTMLResponse)
+def api_page(request: Request) -> HTMLResponse:
+    """The JSON API's operations, read from the app's own OpenAPI document (no CDN-hosted Swagger UI)."""
+    schema = request.app.openapi()
+    operations = [
+        {"method": method.upper(), "path": path, "summary": op.get("summary", ""), "tags": op.get("tags", [])}
+        for path, item in schema["paths"].items()
+        for method, op in item.items()
+    ]
+    return render(
+        request, "pages/api.html", {"operations": operations, "openapi_url": request.app.openapi_url}
+    )
+
+
+@router.get("/favicon.ico")
+def favicon() -> RedirectResponse:
+    return RedirectResponse("/static/favicon.svg", status_code=301)

@@ -1,0 +1,55 @@
+"""The Jinja environment (autoescape, strict undefined) and the unit/money filters templates use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jinja2 import StrictUndefined
+from jinja2_fragments.fastapi import Jinja2Blocks
+
+from app.settings import REPO_ROOT
+
+GIB = 1024**3
+
+
+def fmt_number(value: Any, digits: int = 3) -> str:
+    """Compact human formatting: thousands separators for big numbers, `digits` significant digits."""
+    if value is None:
+        return "—"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, int):
+        return f"{value:,}"
+    if isinstance(value, float):
+        if value == 0:
+            return "0"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.{digits}g}"
+    if isinstance(value, list | tuple):
+        return ", ".join(fmt_number(v, digits) for v in value)
+    if isinstance(value, dict):
+        return "; ".join(f"{k}: {fmt_number(v, digits)}" for k, v in value.items())
+    return str(value)
+
+
+def fmt_gib(value_bytes: float | None) -> str:
+    return "—" if value_bytes is None else f"{value_bytes / GIB:,.1f} GiB"
+
+
+def fmt_usd(value: float | None) -> str:
+    if value is None:
+        return "—"
+    return f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"
+
+
+def build_templates() -> Jinja2Blocks:
+    templates = Jinja2Blocks(directory=str(REPO_ROOT / "templates"))
+    env = templates.env
+    env.undefined = StrictUndefined
+    env.trim_blocks = True
+    env.lstrip_blocks = True
+    env.filters["num"] = fmt_number
+    env.filters["gib"] = fmt_gib
+    env.filters["usd"] = fmt_usd
+    return templates

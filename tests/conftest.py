@@ -1,0 +1,82 @@
+"""Shared fixtures: settings on a temporary SQLite file, an app and a client per test, backends for DB tests."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import create_engine, text
+from sqlalchemy.exc import OperationalError
+
+from app.db.migrate import upgrade
+from app.settings import REPO_ROOT, Settings
+
+DATA_DIR = REPO_ROOT / "data"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+
+
+def postgres_url() -> str | None:
+    """The PostgreSQL test URL; in CI it must be set and reachable (tests fail rather than skip)."""
+    url = os.environ.get("CAPPLAN_TEST_POSTGRES_URL")
+    if not url:
+        if IN_CI:
+            pytest.fail("CI=true but CAPPLAN_TEST_POSTGRES_URL is not set (.ci/run sets it)")
+        pytest.skip("PostgreSQL tests need CAPPLAN_TEST_POSTGRES_URL (set by .ci/run)")
+    try:
+        engine = create_engine(url)
+        with engine.connect() as conn:
+            conn.execute(text("select 1"))
+        engine.dispose()
+    except OperationalError as exc:
+        pytest.fail(f"CAPPLAN_TEST_POSTGRES_URL is set but the server is unreachable: {exc}")
+    return url
+
+
+def reset_postgres(url: str) -> None:
+    engine = create_engine(url)
+    with engine.begin() as conn:
+        conn.execute(text("DROP SCHEMA public CASCADE"))
+        conn.execute(text("CREATE SCHEMA public"))
+    engine.dispose()
+
+
+@pytest.fixture
+def sqlite_url(tmp_path: Path) -> str:
+    return f"sqlite:///{tmp_path / 'test.db'}"
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Each DB test runs on SQLite and on PostgreSQL (fresh schema)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'test.db'}"
+    url = postgres_url()
+    assert url is not None
+    reset_postgres(url)
+    return url
+
+
+@pytest.fixture
+def settings(sqlite_url: str) -> Settings:
+    return Settings(database_url=sqlite_url, data_dir=DATA_DIR, api_token="test-token", log_level="WARNING")
+
+
+@pytest.fixture
+def client(settings: Settings) -> Iterator[TestClient]:
+    from app.main import create_app
+
+    upgrade(settings.database_url)
+    with TestClient(create_app(settings)) as test_client:
+        yield test_client
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """PostgreSQL tests share one database: keep them on one xdist worker (make test uses --dist loadgroup)."""
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("database_url") == "postgres":
+            item.add_marker(pytest.mark.postgres)
+            item.add_marker(pytest.mark.xdist_group("postgres"))

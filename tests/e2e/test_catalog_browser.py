@@ -1,0 +1,46 @@
+"""In a real browser: the catalog filter updates in place through htmx, the URL follows, no console errors."""
+
+from __future__ import annotations
+
+from playwright.sync_api import Page, expect
+
+
+def test_catalog_filter_updates_in_place(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir
+) -> None:
+    page.goto(f"{live_url}/catalog/accelerators")
+    expect(page.locator("#catalog-results")).to_contain_text("h100-sxm")
+    page.screenshot(path=str(screenshot_dir / "catalog-accelerators.png"), full_page=True)
+    page.evaluate("window.__marker = 'same-page'")  # survives only if the page is not reloaded
+    with page.expect_response(lambda r: "/catalog/accelerators?" in r.url) as info:
+        page.fill("#q", "h200")
+    assert info.value.status == 200
+    expect(page.locator("#catalog-results")).not_to_contain_text("h100-sxm")
+    expect(page.locator("#catalog-results")).to_contain_text("h200-sxm")
+    assert page.evaluate("window.__marker") == "same-page"
+    expect(page).to_have_url(f"{live_url}/catalog/accelerators?q=h200&confidence=any")
+    page.screenshot(path=str(screenshot_dir / "catalog-filtered.png"), full_page=True)
+    assert console_errors == []
+
+
+def test_catalog_works_without_javascript(browser, live_url: str, screenshot_dir) -> None:
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    page.goto(f"{live_url}/catalog/nodes")
+    page.fill("#q", "p5")
+    page.click("button[type=submit]")
+    expect(page.locator("#catalog-results")).to_contain_text("p5.48xlarge")
+    expect(page.locator("#catalog-results")).not_to_contain_text("dgx-a100")
+    assert "q=p5" in page.url
+    page.screenshot(path=str(screenshot_dir / "catalog-nojs.png"), full_page=True)
+    context.close()
+
+
+def test_entry_page_and_back(page: Page, live_url: str, console_errors: list[str], screenshot_dir) -> None:
+    page.goto(f"{live_url}/catalog/prices")
+    page.click("text=p5.48xlarge")
+    expect(page.locator("h1")).to_contain_text("p5.48xlarge")
+    page.screenshot(path=str(screenshot_dir / "price-entry.png"), full_page=True)
+    page.go_back()
+    expect(page.locator("#catalog-results")).to_contain_text("p5.48xlarge")
+    assert console_errors == []

@@ -1,0 +1,99 @@
+"""Catalog pages: full page vs htmx fragment, Vary, filtering without JS, errors, security headers."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+PARTIAL = {"HX-Request": "true", "HX-Request-Type": "partial"}
+
+
+def test_home_lists_catalog_kinds(client: TestClient) -> None:
+    html = client.get("/").text
+    assert "<nav" in html and "/catalog/accelerators" in html
+
+
+def test_full_page_has_layout_and_vendored_scripts(client: TestClient) -> None:
+    response = client.get("/catalog/accelerators")
+    assert response.status_code == 200
+    html = response.text
+    assert "<html" in html and 'id="catalog-results"' in html
+    assert "/static/vendor/htmx.org@4.0.1/htmx.min.js" in html
+    assert "/static/vendor/echarts@6.1.0/echarts.min.js" in html
+    assert "h100-sxm" in html
+    assert "HX-Request-Type" in response.headers["vary"]
+
+
+def test_partial_is_only_the_results_block(client: TestClient) -> None:
+    response = client.get("/catalog/accelerators", params={"q": "h200"}, headers=PARTIAL)
+    html = response.text
+    assert "<html" not in html and "<nav" not in html
+    assert html.lstrip().startswith('<section id="catalog-results"')
+    assert "h200-sxm" in html and "h100-sxm" not in html
+    assert "HX-Request-Type" in response.headers["vary"]
+
+
+def test_boosted_or_history_request_gets_the_full_page(client: TestClient) -> None:
+    html = client.get("/catalog/nodes", headers={"HX-Request": "true", "HX-Request-Type": "full"}).text
+    assert "<html" in html
+
+
+def test_filter_works_as_plain_form_get(client: TestClient) -> None:
+    html = client.get("/catalog/nodes?q=p5&confidence=any").text
+    assert "p5.48xlarge" in html and "dgx-a100" not in html
+    assert 'value="p5"' in html  # the typed filter is kept
+
+
+def test_figure_cells_carry_provenance_tooltips(client: TestClient) -> None:
+    html = client.get("/catalog/accelerators").text
+    assert 'title="source: ' in html and "as of" in html
+
+
+def test_entry_page_shows_every_source(client: TestClient) -> None:
+    html = client.get("/catalog/accelerators/h100-sxm").text
+    assert "bf16 dense tflops" in html and "confidence" in html
+
+
+def test_unknown_entry_is_a_404_page_listing_known(client: TestClient) -> None:
+    response = client.get("/catalog/accelerators/h900")
+    assert response.status_code == 404
+    assert "h100-sxm" in response.text and "<html" in response.text
+
+
+def test_unknown_kind_is_404(client: TestClient) -> None:
+    response = client.get("/catalog/gizmos")
+    assert response.status_code == 404
+    assert "accelerators" in response.text
+
+
+def test_security_headers(client: TestClient) -> None:
+    headers = client.get("/catalog/accelerators").headers
+    csp = headers["content-security-policy"]
+    assert "script-src 'self'" in csp and "unsafe-inline" not in csp and "frame-ancestors 'none'" in csp
+    assert headers["x-content-type-options"] == "nosniff"
+    assert headers["referrer-policy"] == "same-origin"
+
+
+def test_pages_have_no_inline_scripts(client: TestClient) -> None:
+    import re
+
+    for url in ["/", "/catalog/accelerators", "/catalog/prices", "/api"]:
+        html = client.get(url).text
+        for tag in re.findall(r"<script[^>]*>", html):
+            assert "src=" in tag or 'type="application/json"' in tag, (url, tag)
+
+
+def test_filter_input_is_escaped(client: TestClient) -> None:
+    html = client.get("/catalog/accelerators", params={"q": "<script>alert(1)</script>"}).text
+    assert "<script>alert(1)</script>" not in html
+    assert "&lt;script&gt;" in html
+
+
+def test_static_assets_are_served_gzipped(client: TestClient) -> None:
+    response = client.get("/static/vendor/htmx.org@4.0.1/htmx.min.js", headers={"Accept-Encoding": "gzip"})
+    assert response.status_code == 200
+    assert response.headers.get("content-encoding") == "gzip"
+
+
+def test_api_page_lists_operations(client: TestClient) -> None:
+    html = client.get("/api").text
+    assert "/api/v1/catalog/{kind}" in html
