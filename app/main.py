@@ -15,10 +15,12 @@ from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import catalog as api_catalog
+from app.api import estimate as api_estimate
 from app.api import health
 from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
 from app.metrics import build_metrics
+from app.services import InputError
 from app.settings import REPO_ROOT, Settings
 from app.web import routes as web_routes
 from app.web.htmx import render
@@ -53,6 +55,18 @@ def _install_error_handlers(app: FastAPI) -> None:
             {"status_code": 404, "message": str(exc).split(";")[0], "known": exc.known},
             block="content",
             status_code=404,
+        )
+
+    @app.exception_handler(InputError)
+    async def input_error(request: Request, exc: InputError) -> Response:
+        if _wants_json(request):
+            return JSONResponse({"detail": exc.errors}, status_code=422)
+        return render(
+            request,
+            "pages/error.html",
+            {"status_code": 422, "message": str(exc), "known": None},
+            block="content",
+            status_code=422,
         )
 
     @app.exception_handler(StarletteHTTPException)
@@ -129,6 +143,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     _install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(api_catalog.router, prefix=API_PREFIX)
+    app.include_router(api_estimate.router, prefix=API_PREFIX)
     app.include_router(web_routes.router)
     app.mount("/static", StaticFiles(directory=str(REPO_ROOT / "static")), name="static")
 

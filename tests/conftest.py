@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine, text
+from sqlalchemy import create_engine, make_url, text
 from sqlalchemy.exc import OperationalError
 
 from app.db.migrate import upgrade
@@ -35,6 +35,21 @@ def postgres_url() -> str | None:
     return url
 
 
+def worker_postgres_url(url: str, worker_id: str) -> str:
+    """One database per xdist worker (capplan_test_gw0, …), created on first use, so workers never collide."""
+    if worker_id in ("master", ""):
+        return url
+    base = make_url(url)
+    name = f"{base.database}_{worker_id}"
+    admin = create_engine(base, isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        exists = conn.execute(text("SELECT 1 FROM pg_database WHERE datname = :n"), {"n": name}).scalar()
+        if not exists:
+            conn.execute(text(f'CREATE DATABASE "{name}"'))
+    admin.dispose()
+    return base.set(database=name).render_as_string(hide_password=False)
+
+
 def reset_postgres(url: str) -> None:
     engine = create_engine(url)
     with engine.begin() as conn:
@@ -48,13 +63,14 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'test.db'}"
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path, worker_id: str) -> str:
     """Each DB test runs on SQLite and on PostgreSQL (fresh schema)."""
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'test.db'}"
     url = postgres_url()
     assert url is not None
+    url = worker_postgres_url(url, worker_id)
     reset_postgres(url)
     return url
 
@@ -71,12 +87,3 @@ def client(settings: Settings) -> Iterator[TestClient]:
     upgrade(settings.database_url)
     with TestClient(create_app(settings)) as test_client:
         yield test_client
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """PostgreSQL tests share one database: keep them on one xdist worker (make test uses --dist loadgroup)."""
-    for item in items:
-        callspec = getattr(item, "callspec", None)
-        if callspec is not None and callspec.params.get("database_url") == "postgres":
-            item.add_marker(pytest.mark.postgres)
-            item.add_marker(pytest.mark.xdist_group("postgres"))

@@ -13,6 +13,7 @@ from typing import Any
 from app.domain.architecture import Architecture, load_architectures
 from app.domain.catalog_io import CatalogError, load_sources
 from app.domain.cost_catalog import CostCatalog, load_cost_catalog
+from app.domain.efficiency import EfficiencyCatalog, load_efficiency
 from app.domain.hardware import HardwareCatalog, load_hardware
 from app.domain.provenance import CatalogEntry, Source
 from app.domain.published import PublishedRun, check_run_architectures, load_published_runs
@@ -38,6 +39,7 @@ class Catalog:
     cost: CostCatalog
     architectures: tuple[Architecture, ...]
     published_runs: tuple[PublishedRun, ...]
+    efficiency: EfficiencyCatalog
     data_dir: Path
 
     def entries(self, kind: str) -> tuple[CatalogEntry, ...]:
@@ -83,12 +85,14 @@ def load_catalog(data_dir: Path) -> Catalog:
     architectures = load_architectures(data_dir, sources)
     published = load_published_runs(data_dir, sources)
     check_run_architectures(published, architectures)
+    efficiency = load_efficiency(data_dir, sources, {a.slug for a in hardware.accelerators})
     return Catalog(
         sources=sources,
         hardware=hardware,
         cost=cost,
         architectures=architectures,
         published_runs=published,
+        efficiency=efficiency,
         data_dir=data_dir,
     )
 

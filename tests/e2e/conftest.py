@@ -21,6 +21,7 @@ def _chromium() -> str | None:
     return os.environ.get("CHROMIUM_PATH") or shutil.which("chromium") or shutil.which("chromium-browser")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
     for item in items:
         if "tests/e2e/" in str(item.fspath):

@@ -1,0 +1,57 @@
+"""`make bench`: performance figures, printed (behaviour is tested elsewhere; speed is measured here)."""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+from app.domain.catalog import load_catalog
+from app.domain.estimate import build_cluster, estimate
+from app.domain.plan import Framework, Plan, Recompute, Sharding
+from app.settings import Settings
+
+
+def _rate(fn, seconds: float = 2.0) -> tuple[float, float]:
+    """(calls per second, median µs per call) over about ``seconds``."""
+    samples = []
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        t0 = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - t0)
+    return len(samples) / sum(samples), statistics.median(samples) * 1e6
+
+
+def main() -> None:
+    catalog = load_catalog(Settings().data_dir)
+    cases = {
+        "llama3.1-8b, 8×H100, FSDP2": ("llama3.1-8b", "h100-sxm", 8, Plan(dp=8, micro_batch=2, global_batch=16, seq_len=8192)),
+        "gpt3-175b, 768×A100, TP8 PP8 DP12": (
+            "gpt3-175b", "a100-80gb", 768,
+            Plan(tp=8, pp=8, dp=12, global_batch=1536, seq_len=2048, recompute=Recompute.full,
+                 framework=Framework.megatron, sharding=Sharding.ddp),
+        ),
+        "llama3.1-405b, 16384×H100, TP8 PP16 DP128": (
+            "llama3.1-405b", "h100-sxm", 16384,
+            Plan(tp=8, pp=16, dp=128, global_batch=2048, seq_len=8192, recompute=Recompute.full,
+                 framework=Framework.megatron, sharding=Sharding.megatron_distopt, sequence_parallel=True),
+        ),
+        "deepseek-v3, 2048×H800-class, EP64": (
+            "deepseek-v3", "h100-sxm", 2048,
+            Plan(tp=1, pp=16, dp=128, ep=64, global_batch=4096, seq_len=4096, recompute=Recompute.full,
+                 framework=Framework.megatron, sharding=Sharding.megatron_distopt),
+        ),
+    }  # fmt: skip
+    print(f"capplan benchmarks ({time.strftime('%Y-%m-%d')})")
+    print(f"{'case':46s} {'estimates/s':>12s} {'median µs':>10s}")
+    for name, (model, gpu, gpus, plan) in cases.items():
+        arch = catalog.architecture(model)
+        cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=gpu, gpus=gpus)
+        rate, median_us = _rate(
+            lambda a=arch, c=cluster, p=plan: estimate(a, c, p, allow_tp_across_nodes=True)
+        )
+        print(f"{name:46s} {rate:12,.0f} {median_us:10.0f}")
+
+
+if __name__ == "__main__":
+    main()

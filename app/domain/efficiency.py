@@ -1,0 +1,83 @@
+"""Efficiency and runtime-memory defaults of the estimator (data/efficiency.toml), per accelerator.
+
+These are the only tuning constants of the step-time and memory model. They are the same for every run on
+a given accelerator; calibration from benchmark runs replaces them per cluster (with provenance).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field
+
+from app.domain.catalog_io import CatalogError, check_sources, parse_entries, parse_table, read_toml
+from app.domain.provenance import CatalogEntry, Frozen, Source
+
+EFFICIENCY_FILE = "efficiency.toml"
+
+Fraction = Field(gt=0, le=1)
+
+
+class AcceleratorEfficiency(CatalogEntry):
+    """Fractions of the catalog peaks one accelerator reaches in practice; slug == accelerator slug."""
+
+    gemm_efficiency: float = Fraction
+    gemm_overhead_us: float = Field(ge=0, le=1000)
+    attention_efficiency: float = Fraction
+    hbm_efficiency: float = Fraction
+    scale_up_efficiency: float = Fraction
+
+
+class NetworkEfficiency(CatalogEntry):
+    """Collective bus-bandwidth efficiency and per-hop latency for one fabric kind (slug == fabric kind)."""
+
+    efficiency: float = Fraction
+    hop_latency_us: float = Field(ge=0, le=10_000)
+
+
+class RuntimeMemory(CatalogEntry):
+    """Memory outside tensors: CUDA context, NCCL buffers per communicator, workspaces, fragmentation."""
+
+    cuda_context_bytes: int = Field(ge=0)
+    nccl_bytes_per_communicator: int = Field(ge=0)
+    nccl_bytes_per_communicator_scale_out: int = Field(ge=0)
+    workspace_bytes: int = Field(ge=0)
+    fragmentation_fraction: float = Field(ge=0, le=1)
+
+
+class EfficiencyCatalog(Frozen):
+    accelerators: tuple[AcceleratorEfficiency, ...]
+    networks: tuple[NetworkEfficiency, ...]
+    runtime: RuntimeMemory
+
+    def for_accelerator(self, slug: str) -> AcceleratorEfficiency:
+        for entry in self.accelerators:
+            if entry.slug == slug:
+                return entry
+        raise KeyError(f"no efficiency defaults for accelerator {slug!r}; add them to data/{EFFICIENCY_FILE}")
+
+    def for_network(self, kind: str) -> NetworkEfficiency:
+        for entry in self.networks:
+            if entry.slug == kind:
+                return entry
+        raise KeyError(f"no efficiency defaults for fabric kind {kind!r}; add them to data/{EFFICIENCY_FILE}")
+
+
+def load_efficiency(
+    data_dir: Path, sources: dict[str, Source], accelerator_slugs: set[str]
+) -> EfficiencyCatalog:
+    path = Path(data_dir) / EFFICIENCY_FILE
+    read_toml(path)
+    accelerators = parse_entries(path, "efficiency", AcceleratorEfficiency)
+    networks = parse_entries(path, "network_efficiency", NetworkEfficiency)
+    runtime = parse_table(path, "runtime", RuntimeMemory)
+    check_sources(path, "efficiency", accelerators, sources)
+    check_sources(path, "network_efficiency", networks, sources)
+    check_sources(path, "runtime", (runtime,), sources)
+    missing = sorted(accelerator_slugs - {e.slug for e in accelerators})
+    if missing:
+        raise CatalogError(path, "efficiency", f"no defaults for accelerators {', '.join(missing)}")
+    unknown = sorted({e.slug for e in accelerators} - accelerator_slugs)
+    if unknown:
+        raise CatalogError(path, "efficiency", f"unknown accelerators {', '.join(unknown)}")
+    return EfficiencyCatalog(accelerators=accelerators, networks=networks, runtime=runtime)

@@ -1,0 +1,178 @@
+"""Predicted vs published throughput for every run in data/published_runs.toml (`capplan validate`).
+
+Each source reports throughput in its own convention (Megatron's recompute-inclusive 96·B·s·l·h² "HFU",
+Korthikanti's 72-form MFU, MPT's (6N + 12·l·h·s) MFU, or plain tokens/s). The comparison converts the
+published figure into the iteration time it implies under that convention, and compares it with the
+estimator's step time: ``error = predicted throughput / published throughput − 1``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from app.domain.catalog import Catalog
+from app.domain.estimate import InvalidPlan, build_cluster, estimate
+from app.domain.plan import Framework, Plan, Precision, Recompute, Sharding
+from app.domain.provenance import Frozen
+from app.domain.published import (
+    FlopsAccounting,
+    PublishedRun,
+    accounting_flops_per_iteration,
+    architecture_for_run,
+)
+
+# The cluster each published run ran on, where the run does not say: the reference server of its GPU.
+DEFAULT_NODE = {
+    "a100-80gb": "dgx-a100-80gb",
+    "a100-40gb": "dgx-a100",
+    "h100-sxm": "dgx-h100",
+    "h200-sxm": "hgx-h200",
+}
+FRAMEWORK = {
+    "megatron-lm": Framework.megatron,
+    "megatron-deepspeed": Framework.deepspeed,
+    "torchtitan": Framework.fsdp2,
+    "composer": Framework.fsdp2,
+}
+
+
+class ValidationRow(Frozen):
+    run: str
+    model: str
+    accelerator: str | None
+    gpus: int
+    plan: str
+    accounting: str
+    metric: str
+    published: float | None
+    predicted: float | None
+    error: float | None
+    predicted_mfu: float | None
+    assumptions: tuple[str, ...] = ()
+    skipped: str | None = None
+
+
+class ValidationReport(Frozen):
+    rows: tuple[ValidationRow, ...]
+    compared: int
+    median_abs_error: float | None
+    max_abs_error: float | None
+    worst_run: str | None
+
+
+def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
+    """The capplan plan for a published run, with the choices made where the source is silent."""
+    notes: list[str] = []
+    framework = FRAMEWORK.get(str(run.framework), Framework.megatron)
+    tp, pp, cp = run.tp or 1, run.pp or 1, run.cp or 1
+    dp = run.dp or run.n_gpus // (tp * pp * cp)
+    micro = run.micro_batch
+    if micro is None:
+        micro = 1 if pp > 1 else max(1, (run.global_batch or dp) // dp)
+        notes.append(f"micro-batch not published: assumed {micro}")
+    elif run.global_batch and (run.global_batch % (micro * dp)):
+        micro = max(1, run.global_batch // dp)
+        notes.append(f"published micro-batch is the local batch; used {micro}")
+    if pp > 1 and run.global_batch and micro * dp == run.global_batch:
+        micro = 1
+        notes.append(
+            "one micro-batch per step with pipeline parallelism is the local batch: used micro-batch 1"
+        )
+    sharding = Sharding(str(run.sharding))
+    if framework is Framework.megatron and sharding not in (Sharding.ddp, Sharding.megatron_distopt):
+        sharding = Sharding.ddp
+    if framework is Framework.deepspeed and sharding not in (
+        Sharding.ddp,
+        Sharding.zero1,
+        Sharding.zero2,
+        Sharding.zero3,
+    ):
+        sharding = Sharding.zero1
+    flash = framework is Framework.fsdp2 or "flash-attention" in run.optimizations
+    # Composer (MPT) trains with FlashAttention, fused LayerNorm and fused cross-entropy kernels; torchtitan
+    # is eager unless the run used torch.compile; Megatron and DeepSpeed use their fused kernels.
+    fused = None
+    if str(run.framework) == "composer" or "torch.compile" in run.optimizations:
+        fused = True
+    precision = (
+        Precision(str(run.precision))
+        if str(run.precision) in Precision._value2member_map_
+        else Precision.bf16
+    )
+    plan = Plan(
+        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, sharding=sharding, micro_batch=micro,
+        global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=Recompute(str(run.recompute)),
+        sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
+        fused_kernels=fused,
+    )  # fmt: skip
+    return plan, notes
+
+
+def _published_iteration_s(run: PublishedRun, peak_tflops: float) -> tuple[str, float | None, float | None]:
+    """(metric name, published value, iteration seconds it implies under the run's own accounting)."""
+    acc = FlopsAccounting(run.flops_accounting)
+    if acc is FlopsAccounting.none_reported or (run.mfu is None and run.tflops_per_gpu_reported is None):
+        if run.tokens_per_sec_per_gpu and run.global_batch:
+            t = run.global_batch * run.seq_len / (run.tokens_per_sec_per_gpu * run.n_gpus)
+            return "tokens/s/GPU", run.tokens_per_sec_per_gpu, t
+        return "—", None, None
+    flops = accounting_flops_per_iteration(run)
+    if flops is None:
+        return "—", None, None
+    if acc is FlopsAccounting.megatron_96_hfu and run.tflops_per_gpu_reported:
+        return (
+            "TFLOP/s/GPU (96-form)",
+            run.tflops_per_gpu_reported,
+            flops / (run.tflops_per_gpu_reported * 1e12 * run.n_gpus),
+        )
+    peak = (run.gpu_peak_tflops_16bit or peak_tflops) * 1e12
+    if run.mfu:
+        return f"MFU ({acc.value})", run.mfu, flops / (run.mfu * peak * run.n_gpus)
+    return "—", None, None
+
+
+def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
+    base = dict(run=run.slug, model=run.model, accelerator=run.accelerator, gpus=run.n_gpus,
+                accounting=str(run.flops_accounting))  # fmt: skip
+    if run.excluded_from_validation:
+        return ValidationRow(**base, plan="", metric="—", published=None, predicted=None, error=None,
+                             predicted_mfu=None, skipped=run.excluded_from_validation)  # fmt: skip
+    if run.accelerator is None:
+        return ValidationRow(**base, plan="", metric="—", published=None, predicted=None, error=None,
+                             predicted_mfu=None, skipped=f"GPU {run.gpu_name} is not in the catalog")  # fmt: skip
+    arch = architecture_for_run(run, catalog.architectures)
+    plan, notes = run_plan(run)
+    cluster = build_cluster(
+        catalog.hardware, catalog.efficiency, accelerator=run.accelerator, gpus=run.n_gpus,
+        node=DEFAULT_NODE.get(run.accelerator), power_limit_w=run.gpu_power_limit_w,
+    )  # fmt: skip
+    summary = (f"tp{plan.tp} pp{plan.pp} vpp{plan.vpp} dp{plan.dp} cp{plan.cp} mb{plan.micro_batch} "
+               f"gb{plan.global_batch} s{plan.seq_len} {plan.recompute.value} {plan.sharding.value} {plan.framework.value}")  # fmt: skip
+    try:
+        est = estimate(arch, cluster, plan, allow_tp_across_nodes=True)
+    except InvalidPlan as exc:
+        return ValidationRow(**base, plan=summary, metric="—", published=None, predicted=None, error=None,
+                             predicted_mfu=None, skipped=f"plan invalid: {exc}")  # fmt: skip
+    metric, published, t_pub = _published_iteration_s(run, cluster.accelerator.bf16_dense_tflops)
+    if t_pub is None or published is None:
+        return ValidationRow(**base, plan=summary, metric=metric, published=None, predicted=None, error=None,
+                             predicted_mfu=est.mfu, skipped="no comparable throughput published")  # fmt: skip
+    predicted = published * t_pub / est.step_time_s
+    return ValidationRow(
+        **base, plan=summary, metric=metric, published=published, predicted=predicted,
+        error=predicted / published - 1, predicted_mfu=est.mfu, assumptions=tuple(notes),
+    )  # fmt: skip
+
+
+def validate(catalog: Catalog) -> ValidationReport:
+    rows = tuple(validate_run(run, catalog) for run in catalog.published_runs)
+    errors = [(abs(r.error), r.run) for r in rows if r.error is not None]
+    if not errors:
+        return ValidationReport(
+            rows=rows, compared=0, median_abs_error=None, max_abs_error=None, worst_run=None
+        )
+    worst = max(errors)
+    return ValidationReport(
+        rows=rows, compared=len(errors), median_abs_error=statistics.median(e for e, _ in errors),
+        max_abs_error=worst[0], worst_run=worst[1],
+    )  # fmt: skip

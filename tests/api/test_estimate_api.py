@@ -1,0 +1,94 @@
+"""POST /api/v1/estimate: the documented fields, and 422 with field + reason for every kind of bad input."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+BASE = {
+    "model": "llama3.1-70b", "gpu": "h100-sxm", "gpus": 64, "tp": 8, "pp": 1, "micro_batch": 1,
+    "global_batch": 64, "seq_len": 8192, "sharding": "fsdp-full", "recompute": "full", "framework": "fsdp2",
+}  # fmt: skip
+
+
+def post(client: TestClient, **changes):
+    body = {**BASE, **changes}
+    for k in [k for k, v in changes.items() if v is None]:
+        body.pop(k)
+    return client.post("/api/v1/estimate", json=body)
+
+
+def test_estimate_returns_the_documented_fields(client: TestClient) -> None:
+    response = post(client, tokens=1e12)
+    assert response.status_code == 200, response.text
+    body = response.json()
+    for key in ("fits", "peak_memory_bytes", "memory_by_stage", "step_time_s", "tokens_per_s",
+                "tokens_per_s_per_gpu", "mfu", "hfu", "model_flops_per_token", "assumptions"):  # fmt: skip
+        assert key in body, key
+    stage = body["memory_by_stage"][0]
+    for key in ("params_bytes", "grads_bytes", "optimizer_bytes", "activations_bytes", "total_bytes"):
+        assert isinstance(stage[key], int)
+    assert body["plan"]["dp"] == 8  # derived: 64 / (tp 8 · pp 1 · cp 1)
+    assert 0 < body["mfu"] < 1 and body["time_to_train_days"] > 0
+    assert any(a["source"] == "NV-H100" for a in body["assumptions"])
+
+
+def test_estimate_counts_in_metrics(client: TestClient) -> None:
+    post(client)
+    assert 'capplan_estimates_total{surface="api"} 1.0' in client.get("/metrics").text
+
+
+def test_unknown_model_is_422_naming_the_field(client: TestClient) -> None:
+    response = post(client, model="llama9-1t")
+    assert response.status_code == 422
+    item = response.json()["detail"][0]
+    assert item["loc"] == ["body", "model"] and "llama3.1-70b" in item["msg"]
+
+
+def test_unknown_gpu_is_422(client: TestClient) -> None:
+    item = post(client, gpu="h900").json()["detail"][0]
+    assert item["loc"] == ["body", "gpu"] and "h100-sxm" in item["msg"]
+
+
+def test_invalid_plan_is_422_with_the_fix(client: TestClient) -> None:
+    response = post(client, tp=3)
+    assert response.status_code == 422
+    items = response.json()["detail"]
+    heads = next(i for i in items if i["type"] == "plan.heads-not-divisible")
+    assert heads["loc"] == ["body", "tp"] and "fix:" in heads["msg"]
+
+
+def test_out_of_range_number_is_422(client: TestClient) -> None:
+    response = post(client, gpus=0)
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["loc"] == ["body", "gpus"]
+
+
+def test_unknown_field_is_rejected(client: TestClient) -> None:
+    assert post(client, tensor_parallel=8).status_code == 422
+
+
+def test_hf_config_instead_of_a_preset(client: TestClient) -> None:
+    config = {
+        "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256,
+        "max_position_embeddings": 131072, "tie_word_embeddings": False, "rms_norm_eps": 1e-5,
+    }  # fmt: skip
+    response = post(client, model=None, hf_config=config, gpus=8, tp=1, global_batch=8)
+    assert response.status_code == 200, response.text
+    assert response.json()["parameters_total"] == 8_030_261_248
+
+
+def test_malformed_hf_config_is_422(client: TestClient) -> None:
+    response = post(client, model=None, hf_config={"model_type": "rwkv"}, gpus=8, tp=1, global_batch=8)
+    assert response.status_code == 422
+    item = response.json()["detail"][0]
+    assert item["loc"] == ["body", "hf_config", "model_type"] and "llama" in item["msg"]
+
+
+def test_model_and_hf_config_together_is_422(client: TestClient) -> None:
+    assert post(client, hf_config={"model_type": "llama"}).status_code == 422
+
+
+def test_openapi_documents_estimate(client: TestClient) -> None:
+    op = client.get("/api/v1/openapi.json").json()["paths"]["/api/v1/estimate"]["post"]
+    assert "422" in op["responses"] and "200" in op["responses"]

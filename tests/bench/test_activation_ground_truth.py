@@ -1,0 +1,325 @@
+"""Ground truth for the activation formula: what eager PyTorch autograd saves for app/bench/model.py on CPU.
+
+Every point compares ``saved_activation_bytes`` (saved-tensor hooks, deduplicated by storage, weights and
+buffers excluded) per transformer block with ``layer_activation_bytes(..., framework_style="torch")``; the
+brief allows 5 %, the formula is in fact exact except for LayerNorm statistics, which the CPU kernel keeps
+in the input dtype (bf16) while the formula uses fp32 as on CUDA (−0.1 %). Failure messages show the measured
+and formula numbers side by side, the saved tensors and the formula.
+
+Also: parameter counts of the torch model equal ``parameter_counts`` (tiny archs and every preset on the
+meta device), ``parameter_shapes`` lists the model's parameters exactly, and recompute modes give the same
+gradients as no recompute.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
+
+from app.bench.measure import saved_activation_bytes  # noqa: E402
+from app.bench.model import build_model, layer_scale, lm_loss, scaled_arch  # noqa: E402
+from app.domain.activations import (  # noqa: E402
+    embedding_activation_bytes,
+    head_activation_bytes,
+    layer_activation_bytes,
+)
+from app.domain.architecture import (  # noqa: E402
+    Architecture,
+    architecture_by_slug,
+    load_architectures,
+    parameter_counts,
+    parameter_shapes,
+)
+from app.domain.catalog_io import load_sources  # noqa: E402
+from app.domain.plan import Recompute  # noqa: E402
+
+pytestmark = pytest.mark.torch
+
+DATA = Path(__file__).resolve().parents[2] / "data"
+TOLERANCE = 0.05
+POINTS = [(1, 128), (2, 256), (4, 64)]  # (micro_batch, seq_len)
+MODES = ["none", "selective", "full"]
+
+
+def tiny(**overrides) -> Architecture:
+    fields = dict(
+        slug="tiny-llama",
+        name="tiny llama",
+        source="test",
+        as_of="2025",
+        n_layers=2,
+        hidden_size=256,
+        n_heads=4,
+        n_kv_heads=2,
+        head_dim=64,
+        ffn_hidden_size=688,
+        activation="swiglu",
+        vocab_size=1000,
+        tied_embeddings=False,
+        position="rotary",
+        max_context=512,
+        norm="rmsnorm",
+    )
+    fields.update(overrides)
+    return Architecture(**fields)
+
+
+CONFIGS = {
+    "llama-gqa2": tiny(),
+    "llama-mha": tiny(n_kv_heads=4),
+    "gpt-gelu-layernorm": tiny(
+        activation="gelu",
+        norm="layernorm",
+        norm_bias=True,
+        position="learned",
+        max_position_embeddings=512,
+        n_kv_heads=4,
+        qkv_bias=True,
+        attn_out_bias=True,
+        mlp_bias=True,
+        ffn_hidden_size=1024,
+        tied_embeddings=True,
+    ),
+}
+
+EXTRA_CONFIGS = {
+    "mqa": tiny(n_kv_heads=1),
+    "moe-top2-shared-gated": tiny(
+        n_experts=4,
+        experts_top_k=2,
+        expert_ffn_hidden_size=128,
+        n_shared_experts=1,
+        shared_expert_ffn_hidden_size=256,
+        shared_expert_gate=True,
+    ),
+    "moe-top1-first-dense": tiny(
+        n_layers=3, n_experts=4, experts_top_k=1, expert_ffn_hidden_size=128, first_k_dense_layers=1
+    ),
+    "mla-q-lora-padded-v": tiny(
+        attention="mla",
+        n_kv_heads=4,
+        head_dim=48,
+        q_lora_rank=96,
+        kv_lora_rank=64,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=32,
+    ),
+    "mla-equal-v": tiny(
+        attention="mla",
+        n_kv_heads=4,
+        head_dim=48,
+        kv_lora_rank=64,
+        qk_nope_head_dim=32,
+        qk_rope_head_dim=16,
+        v_head_dim=48,
+    ),
+    "qk-norm-partial-rotary": tiny(qk_norm=True, rotary_fraction=0.5),
+    "neox-parallel-embnorm": tiny(
+        parallel_residual=True, embedding_norm=True, norm="layernorm", activation="gelu"
+    ),
+}
+
+
+def _compare(
+    arch: Architecture,
+    mode: str,
+    dtype,
+    *,
+    flash: bool = True,
+    points=POINTS,
+    tolerance: float = TOLERANCE,
+) -> list[str]:
+    """Run every point; return failure lines (empty = all within tolerance)."""
+    act_bytes = torch.finfo(dtype).bits // 8
+    model = build_model(arch, dtype=dtype, checkpoint=mode, max_seq_len=512)
+    gen = torch.Generator().manual_seed(0)
+    failures: list[str] = []
+    rows: list[str] = []
+    for b, s in points:
+        tokens = torch.randint(0, arch.vocab_size, (b, s), generator=gen)
+        if flash:
+            measured = saved_activation_bytes(model, tokens)
+        else:
+            with sdpa_kernel(SDPBackend.MATH):
+                measured = saved_activation_bytes(model, tokens)
+        for i, kind in enumerate(arch.layer_kinds()):
+            terms = layer_activation_bytes(
+                arch,
+                kind,
+                micro_batch=b,
+                seq_len=s,
+                recompute=Recompute(mode),
+                flash_attention=flash,
+                act_bytes=act_bytes,
+                framework_style="torch",
+            )
+            got, want = measured.per_block[i], terms.saved_bytes
+            err = got / want - 1
+            row = f"b={b} s={s} layer {i} ({kind}): measured {got:>10,} formula {want:>10,} ({err:+.2%})"
+            rows.append(row)
+            if abs(err) > tolerance:
+                failures.append(
+                    f"{arch.slug} {mode} {dtype}: {row}\n  formula: {terms.formula}\n"
+                    f"  saved tensors of block {i}:\n{measured.describe(f'block{i}')}"
+                )
+    if failures:
+        failures.insert(0, "measured vs formula (bytes per layer):\n" + "\n".join(rows))
+    return failures
+
+
+def test_cpu_sdpa_runs_the_fused_flash_kernel_for_bf16():
+    """torch 2.13 on CPU: bf16 causal SDPA with GQA dispatches _scaled_dot_product_flash_attention_for_cpu,
+    which saves q, k (g heads), v (g heads), out and an fp32 logsumexp (b, heads, s)."""
+    q = torch.randn(2, 4, 64, 32, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.randn(2, 2, 64, 32, dtype=torch.bfloat16, requires_grad=True)
+    v = torch.randn(2, 2, 64, 32, dtype=torch.bfloat16, requires_grad=True)
+    saved = []
+
+    def pack(t):
+        saved.append((tuple(t.shape), t.dtype))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    assert type(out.grad_fn).__name__ == "ScaledDotProductFlashAttentionForCpuBackward0"
+    assert sorted(saved, key=str) == sorted(
+        [
+            ((2, 4, 64, 32), torch.bfloat16),
+            ((2, 2, 64, 32), torch.bfloat16),
+            ((2, 2, 64, 32), torch.bfloat16),
+            ((2, 4, 64, 32), torch.bfloat16),
+            ((2, 4, 64), torch.float32),
+        ],
+        key=str,
+    )
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_torch_formula_matches_saved_bytes_bf16(name, mode):
+    failures = _compare(CONFIGS[name], mode, torch.bfloat16)
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", sorted(EXTRA_CONFIGS))
+def test_torch_formula_matches_other_layouts(name):
+    failures: list[str] = []
+    for mode in MODES:
+        failures += _compare(EXTRA_CONFIGS[name], mode, torch.bfloat16, points=[(2, 128)])
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("mode", ["none", "selective"])
+def test_torch_formula_fp32_flash_and_math_kernel(mode):
+    """fp32 keeps every saved tensor in one dtype, so the math kernel (flash_attention=False: s² softmax
+    probabilities, scaled Q and K, K and V expanded to all heads) is checked exactly too."""
+    failures: list[str] = []
+    for name in ("llama-gqa2", "gpt-gelu-layernorm"):
+        failures += _compare(CONFIGS[name], mode, torch.float32, points=[(2, 128), (1, 256)])
+        failures += _compare(CONFIGS[name], mode, torch.float32, flash=False, points=[(2, 128), (1, 256)])
+    assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIGS))
+def test_embedding_and_head_saved_bytes(name):
+    """Outside the blocks: token (and position) ids before; final norm, output-GEMM input, fp32 log-probs
+    (the logits_dtype part of logits_bytes), int64 targets and a 0-d fp32 weight total after."""
+    arch = CONFIGS[name]
+    model = build_model(arch, dtype=torch.bfloat16, max_seq_len=512)
+    for b, s in POINTS:
+        tokens = torch.randint(0, arch.vocab_size, (b, s))
+        measured = saved_activation_bytes(model, tokens)
+        emb = embedding_activation_bytes(arch, micro_batch=b, seq_len=s)
+        head = head_activation_bytes(arch, micro_batch=b, seq_len=s) + b * s * arch.vocab_size * 4 + 4
+        assert measured.before_blocks == pytest.approx(emb, rel=0.01), (measured.before_blocks, emb)
+        assert measured.after_blocks == pytest.approx(head, rel=0.01), (measured.after_blocks, head)
+
+
+def test_recompute_modes_give_the_same_gradients():
+    arch = CONFIGS["llama-gqa2"]
+    tokens = torch.randint(0, arch.vocab_size, (2, 64), generator=torch.Generator().manual_seed(3))
+    grads = {}
+    for mode in MODES:
+        model = build_model(arch, dtype=torch.float32, checkpoint=mode, max_seq_len=128)
+        lm_loss(model(tokens), torch.roll(tokens, -1, dims=1)).backward()
+        grads[mode] = {n: p.grad.clone() for n, p in model.named_parameters()}
+    for mode in ("selective", "full"):
+        for n, g in grads["none"].items():
+            torch.testing.assert_close(grads[mode][n], g, msg=f"{mode}: {n}")
+
+
+def test_moe_and_mla_models_train():
+    for name in ("moe-top2-shared-gated", "mla-q-lora-padded-v"):
+        arch = EXTRA_CONFIGS[name]
+        model = build_model(arch, dtype=torch.float32, max_seq_len=64)
+        opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+        tokens = torch.randint(0, arch.vocab_size, (4, 32), generator=torch.Generator().manual_seed(1))
+        losses = []
+        for _ in range(5):
+            loss = lm_loss(model(tokens), torch.roll(tokens, -1, dims=1))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        assert losses[-1] < losses[0], (name, losses)
+
+
+# -- parameters ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("arch", [*CONFIGS.values(), *EXTRA_CONFIGS.values()], ids=lambda a: a.slug)
+def test_tiny_model_parameter_count_and_shapes(arch):
+    model = build_model(arch, dtype=torch.float32, max_seq_len=64)
+    assert sum(p.numel() for p in model.parameters()) == parameter_counts(arch).total
+    assert [(n, tuple(p.shape)) for n, p in model.named_parameters()] == [
+        (p.name, p.shape) for p in parameter_shapes(arch)
+    ]
+
+
+@pytest.fixture(scope="module")
+def presets():
+    return load_architectures(DATA, load_sources(DATA))
+
+
+def test_llama31_8b_on_meta_has_exactly_the_published_parameters(presets):
+    arch = architecture_by_slug(presets, "llama3.1-8b")
+    model = build_model(arch, dtype=torch.bfloat16, device="meta")
+    n = sum(p.numel() for p in model.parameters())
+    assert n == parameter_counts(arch).total == 8_030_261_248
+    names = {n for n, _ in model.named_parameters()}
+    assert {
+        "tok_embeddings.weight",
+        "layers.0.attention.wq.weight",
+        "layers.31.feed_forward.w3.weight",
+    } <= names
+    assert {"norm.weight", "output.weight"} <= names
+
+
+def test_every_preset_on_meta_matches_parameter_shapes(presets):
+    for arch in presets:
+        model = build_model(arch, device="meta")
+        got = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+        assert got == [(p.name, p.shape) for p in parameter_shapes(arch)], arch.slug
+        assert sum(p.numel() for p in model.parameters()) == parameter_counts(arch).total, arch.slug
+
+
+def test_scaled_arch_records_the_scaling(presets):
+    arch = architecture_by_slug(presets, "mixtral-8x7b")
+    small = scaled_arch(arch, 2)
+    assert small.n_layers == 2 and small.slug == "mixtral-8x7b-l2"
+    assert "Scaled from 32 to 2 layers" in small.notes
+    assert layer_scale(arch, small) == 16
+    assert small.model_dump(exclude={"n_layers", "slug", "name", "notes"}) == arch.model_dump(
+        exclude={"n_layers", "slug", "name", "notes"}
+    )
+    counts, small_counts = parameter_counts(arch), parameter_counts(small)
+    assert counts.layer("moe") == small_counts.layer("moe")
+    assert scaled_arch(arch, 32) is arch
+    with pytest.raises(ValueError):
+        scaled_arch(arch, 0)

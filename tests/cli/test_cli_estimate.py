@@ -1,0 +1,81 @@
+"""`capplan estimate` and `capplan validate`: readable tables, one JSON object, exit code 2 on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from test_cli_catalog import run_cli
+
+ARGS = ["estimate", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--gpus", "768", "--tp", "8", "--pp", "8",
+        "--dp", "12", "--sharding", "ddp", "--framework", "megatron", "--micro-batch", "1",
+        "--global-batch", "1536", "--seq-len", "2048", "--recompute", "full", "--no-flash-attention"]  # fmt: skip
+
+
+def test_estimate_table(monkeypatch, capsys) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--tokens", "3e11")
+    assert code == 0, err
+    assert "FITS" in out and "step time" in out and "MFU" in out and "days" in out
+    assert "optimizer" in out
+
+
+def test_estimate_json(monkeypatch, capsys) -> None:
+    code, out, _ = run_cli(monkeypatch, capsys, *ARGS, "--json")
+    assert code == 0
+    body = json.loads(out)
+    assert body["fits"] is True
+    assert body["memory_by_stage"][0]["params_bytes"] == 2_821_025_280 * 2
+    assert {"step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "model_flops_per_token",
+            "assumptions", "peak_memory_bytes"} <= set(body)  # fmt: skip
+
+
+def test_estimate_from_config_json(monkeypatch, capsys, tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({
+        "model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24,
+        "num_attention_heads": 14, "num_key_value_heads": 2, "vocab_size": 151936,
+        "max_position_embeddings": 32768, "tie_word_embeddings": True,
+    }))  # fmt: skip
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", "--model", str(config), "--gpu", "a10g", "--gpus", "1",
+                             "--global-batch", "8", "--micro-batch", "2", "--seq-len", "2048", "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["parameters_total"] == 494_032_768
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--tp", "3"], "tp"),
+        (["--gpus", "0"], "--gpus"),
+        (["--model", "gpt9"], "gpt3-175b"),
+        (["--gpu", "h900"], "h100-sxm"),
+    ],
+)
+def test_bad_input_exits_2(monkeypatch, capsys, args, needle) -> None:
+    argv = list(ARGS)
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        argv[argv.index(flag) + 1] = value
+    code, _, err = run_cli(monkeypatch, capsys, *argv)
+    assert code == 2
+    assert needle in err and "Traceback" not in err
+
+
+def test_malformed_config_json_exits_2(monkeypatch, capsys, tmp_path: Path) -> None:
+    bad = tmp_path / "config.json"
+    bad.write_text("{not json")
+    code, _, err = run_cli(monkeypatch, capsys, "estimate", "--model", str(bad), "--gpu", "h100-sxm", "--gpus", "8",
+                           "--global-batch", "8", "--seq-len", "128")  # fmt: skip
+    assert code == 2 and "not valid JSON" in err
+
+
+def test_validate_prints_errors_and_summary(monkeypatch, capsys) -> None:
+    code, out, _ = run_cli(monkeypatch, capsys, "validate")
+    assert code == 0
+    assert "median |error|" in out and "narayanan2021-t1-1008b" in out
+
+
+def test_validate_json(monkeypatch, capsys) -> None:
+    code, out, _ = run_cli(monkeypatch, capsys, "validate", "--json")
+    body = json.loads(out)
+    assert body["median_abs_error"] <= 0.10 and body["compared"] >= 25

@@ -1,0 +1,123 @@
+"""The estimator end to end: a hand-worked GPT-3 175B example, published-run accuracy, invariants."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.domain.catalog import load_catalog
+from app.domain.estimate import InvalidPlan, build_cluster, estimate
+from app.domain.plan import Framework, Plan, Recompute, Sharding
+from app.domain.validation import validate
+
+CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
+
+
+def gpt3_on_768_a100(**overrides):
+    arch = CATALOG.architecture("gpt3-175b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="a100-80gb", gpus=768)
+    plan = Plan(
+        tp=8, pp=8, dp=12, micro_batch=1, global_batch=1536, seq_len=2048, recompute=Recompute.full,
+        framework=Framework.megatron, sharding=Sharding.ddp, flash_attention=False,
+    ).model_copy(update=overrides)  # fmt: skip
+    return estimate(arch, cluster, plan)
+
+
+def test_gpt3_175b_tp8_pp8_dp12_first_stage_by_hand() -> None:
+    """GPT-3 175B (96 layers, h = 12288, a = 96, V = 50257 tied, 2048 learned positions), TP=8, PP=8, DP=12
+    on 768 A100 80GB, micro-batch 1, global batch 1536, s = 2048, full recompute, Megatron without the
+    distributed optimizer — the seed article's plan.
+
+    Parameters on a rank of the first stage (12 layers):
+      per layer  (attention 4h²+4h = 604,028,928 + MLP 8h²+5h = 1,208,020,992) / 8 + norms 4h = 49,152
+                 = 226,555,392;  × 12 = 2,718,664,704
+      + token embedding, vocab-parallel: 50257·12288/8 = 77,194,752
+      + learned positions (replicated): 2048·12288 = 25,165,824
+      = 2,821,025,280 parameters
+    Model states, Megatron: bf16 weights 2 B, fp32 main grads 4 B, fp32 master + Adam m, v 12 B = 18 B/param:
+      params 5,642,050,560 B, grads 11,284,101,120 B, optimizer 33,852,303,360 B (47.29 GiB together).
+    Activations (Megatron accounting, dropout, no flash attention, no SP):
+      full recompute keeps each layer's input, 2·s·b·h = 2·2048·12288 = 50,331,648 B; the first stage of a
+      1F1B pipeline holds pp = 8 micro-batches: 12·8·50,331,648 = 4,831,838,208 B
+      + one layer re-materialised in backward, s·b·h·(10 + 24/8 + 5·a·s/(8h)) = 578,813,952 B, and its
+        gradient working set 3·s·b·h·2 = 150,994,944 B
+      + the embedding's token ids (8·s·b) and dropout mask (s·b·h), × 8 in flight = 201,457,664 B
+      = 5,763,104,768 B (5.37 GiB).
+    """
+    est = gpt3_on_768_a100()
+    first = est.memory_by_stage[0]
+    assert first.first and first.layers == 12
+    assert first.params_bytes == 2_821_025_280 * 2
+    assert first.grads_bytes == 2_821_025_280 * 4
+    assert first.optimizer_bytes == 2_821_025_280 * 12
+    assert first.activations_bytes == 5_763_104_768
+    assert first.logits_bytes == 0
+    last = est.memory_by_stage[-1]
+    assert last.last and last.logits_bytes == 2048 * 6283 * 6  # b·s·ceil(V/8)·(2 + 4 B): bf16 + fp32 copy
+    assert est.fits and est.dominant_term == "optimizer"
+    # every stage's total = allocated × (1 + 5 % fragmentation) + CUDA context + NCCL buffers
+    for st in est.memory_by_stage:
+        assert st.total_bytes == pytest.approx(st.allocated_peak_bytes * 1.05 + st.runtime_bytes, abs=2)
+
+
+def test_gpt3_article_plan_throughput_is_in_the_published_range() -> None:
+    """Narayanan et al. 2021 trained a 145.6B GPT on 1536 A100s at 148 TFLOP/s (96-form, recompute
+    included) with the same TP=8, PP=8 split; our HFU for the 175B plan must land in that neighbourhood."""
+    est = gpt3_on_768_a100()
+    assert 0.38 < est.hfu < 0.60
+    assert est.step.bubble_s == pytest.approx(7 * est.step.micro_batch_s)
+    assert est.step.micro_batches == 128
+
+
+def test_distributed_optimizer_divides_only_the_optimizer() -> None:
+    """Megatron distributed optimizer: 6 + 12/dp bytes per parameter."""
+    plain = gpt3_on_768_a100().memory_by_stage[0]
+    dist = gpt3_on_768_a100(sharding=Sharding.megatron_distopt).memory_by_stage[0]
+    assert dist.params_bytes == plain.params_bytes and dist.grads_bytes == plain.grads_bytes
+    assert dist.optimizer_bytes == pytest.approx(plain.optimizer_bytes / 12, abs=1)
+
+
+def test_more_micro_batches_shrink_the_bubble_share() -> None:
+    small = gpt3_on_768_a100(global_batch=96)
+    big = gpt3_on_768_a100(global_batch=1536)
+    assert small.step.bubble_s / small.step_time_s > big.step.bubble_s / big.step_time_s
+    assert small.tokens_per_s_per_gpu < big.tokens_per_s_per_gpu
+
+
+def test_recompute_trades_memory_for_time() -> None:
+    none = gpt3_on_768_a100(recompute=Recompute.none)
+    full = gpt3_on_768_a100(recompute=Recompute.full)
+    assert full.memory_by_stage[0].activations_bytes < none.memory_by_stage[0].activations_bytes / 5
+    assert full.step_time_s > none.step_time_s
+    assert full.hfu > full.mfu and none.hfu == pytest.approx(none.mfu)
+
+
+def test_invalid_plan_raises_with_every_violation() -> None:
+    with pytest.raises(InvalidPlan) as info:
+        gpt3_on_768_a100(dp=10, global_batch=1000)
+    codes = {v.code for v in info.value.violations}
+    assert "gpu-count" in codes
+
+
+def test_time_to_train() -> None:
+    arch = CATALOG.architecture("llama3.1-8b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=64)
+    plan = Plan(dp=64, micro_batch=1, global_batch=512, seq_len=8192, recompute=Recompute.full)
+    est = estimate(arch, cluster, plan, tokens_to_train=1e12)
+    assert est.time_to_train_s == pytest.approx(1e12 / est.tokens_per_s)
+    assert est.time_to_train_days == pytest.approx(est.time_to_train_s / 86400)
+
+
+def test_published_runs_accuracy() -> None:
+    """`capplan validate`: median |throughput error| ≤ 10 %, none worse than 25 %, with one set of
+    efficiency defaults per accelerator (data/efficiency.toml) shared by every run."""
+    report = validate(CATALOG)
+    assert report.compared >= 25
+    assert report.median_abs_error is not None and report.median_abs_error <= 0.10, report.median_abs_error
+    assert report.max_abs_error is not None and report.max_abs_error <= 0.25, (
+        report.worst_run,
+        report.max_abs_error,
+    )
+    skipped = [r for r in report.rows if r.error is None]
+    assert all(r.skipped for r in skipped)

@@ -1,0 +1,81 @@
+"""Collective times (nccl-tests definitions) and FLOP counts, worked by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from app.domain.architecture import parameter_counts
+from app.domain.catalog import load_catalog
+from app.domain.compute import hardware_flops_per_token, model_flops_per_token
+from app.domain.estimate import build_cluster
+from app.domain.network import Collective, collective_time, place_group
+from app.domain.plan import Plan, Recompute
+
+CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
+
+
+def cluster(gpus: int, accelerator: str = "h100-sxm"):
+    return build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator=accelerator, gpus=gpus)
+
+
+def test_all_reduce_inside_a_node_uses_nvlink() -> None:
+    """8 × H100 on NVLink 4: 450 GB/s each way × 0.80 = 360 GB/s bus bandwidth.
+    All-reduce of 1 GB: 2·7/8 · 1e9 / 360e9 = 4.861 ms, plus 2·7 hops × 3 µs = 0.042 ms."""
+    group = place_group("tp", 8, 1, cluster(8))
+    assert not group.scale_out and group.bus_gb_per_s == pytest.approx(360)
+    assert collective_time(Collective.all_reduce, 1e9, group) == pytest.approx(
+        2 * 7 / 8 / 360 + 14 * 3e-6, rel=1e-9
+    )
+
+
+def test_group_across_nodes_is_limited_by_the_nic() -> None:
+    """dgx-h100: 8 × 400 Gb/s NDR per node = 50 GB/s per GPU; × 0.85 IB efficiency = 42.5 GB/s."""
+    group = place_group("dp", 16, 8, cluster(128))  # stride 8: one rank per node
+    assert group.scale_out and group.nodes == 16
+    assert group.bus_gb_per_s == pytest.approx(42.5)
+    t = collective_time(Collective.reduce_scatter, 1e9, group)
+    assert t == pytest.approx(15 / 16 * 1e9 / 42.5e9 + 4 * 8e-6, rel=1e-9)  # log2(16) = 4 tree levels
+
+
+def test_group_of_one_costs_nothing() -> None:
+    assert collective_time(Collective.all_reduce, 1e9, place_group("dp", 1, 1, cluster(8))) == 0
+
+
+def test_gpt3_model_flops_match_megatron_72_form_without_attention_halving() -> None:
+    """GPT-3 175B, s = 2048: Megatron's 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) per sequence counts non-causal
+    attention and 4h MLPs; per token that is 72·l·h²·(1 + s/6h + V/12lh) = 1.0698e12 FLOPs. Our causal count
+    halves the s/(6h) attention term: 72·l·h²·(1 + s/(12h) + V/12lh) + biases ≈ 1.0617e12."""
+    arch = CATALOG.architecture("gpt3-175b")
+    counts = parameter_counts(arch)
+    f = model_flops_per_token(arch, 2048, counts.matmul_weights_active)
+    n_layers, h, s, v = 96, 12288, 2048, arch.vocab_size
+    megatron_causal = 72 * n_layers * h * h * (1 + s / (12 * h) + v / (12 * n_layers * h))
+    assert f.total == pytest.approx(megatron_causal, rel=2e-3)  # biases are the difference
+    non_causal = model_flops_per_token(arch, 2048, counts.matmul_weights_active, causal=False)
+    assert non_causal.total == pytest.approx(
+        72 * n_layers * h * h * (1 + s / (6 * h) + v / (12 * n_layers * h)), rel=2e-3
+    )
+
+
+def test_full_recompute_adds_one_forward() -> None:
+    """Full recompute: hardware FLOPs ≈ 8/6 of model FLOPs for the layers (the output head is not recomputed)."""
+    arch = CATALOG.architecture("llama3.1-8b")
+    counts = parameter_counts(arch)
+    f = model_flops_per_token(arch, 8192, counts.matmul_weights_active)
+    head = arch.vocab_size * arch.hidden_size
+    full = hardware_flops_per_token(f, arch, Plan(recompute=Recompute.full), head)
+    assert full == pytest.approx(f.total + (f.matmul - 6 * head) / 3 + f.attention / 3)
+    assert hardware_flops_per_token(f, arch, Plan(recompute=Recompute.none), head) == f.total
+    sel = hardware_flops_per_token(f, arch, Plan(recompute=Recompute.selective), head)
+    assert f.total < sel < full
+
+
+def test_power_cap_derates_compute_but_not_the_mfu_denominator() -> None:
+    capped = build_cluster(
+        CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8, power_limit_w=500
+    )
+    assert capped.clock_scale == pytest.approx((500 / 700) ** (1 / 3))
+    assert capped.peak_flops == cluster(8).peak_flops
+    assert capped.peak_flops_for("bf16") < cluster(8).peak_flops_for("bf16")
