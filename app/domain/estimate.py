@@ -11,6 +11,7 @@ from typing import Any
 from pydantic import Field
 
 from app.domain.architecture import Architecture, parameter_counts
+from app.domain.assemble import evaluate_plan
 from app.domain.cluster import Cluster
 from app.domain.compute import hardware_flops_per_token, model_flops_per_token
 from app.domain.efficiency import EfficiencyCatalog
@@ -19,14 +20,12 @@ from app.domain.memory import (
     StageMemory,
     host_bytes_per_node,
     layer_terms,
-    local_params,
-    memory_by_stage,
     state_bytes_per_param,
 )
-from app.domain.pipeline import inflight_microbatches, rank_layers
+from app.domain.pipeline import inflight_microbatches
 from app.domain.plan import Plan, Violation, plan_violations
 from app.domain.provenance import CatalogEntry, Frozen
-from app.domain.step import StepTime, step_time
+from app.domain.step import StepTime
 
 SECONDS_PER_DAY = 86_400
 
@@ -202,12 +201,9 @@ def estimate(
     if violations:
         raise InvalidPlan(violations)
     counts = parameter_counts(arch)
-    ranks = rank_layers(arch, plan.pp, plan.vpp)
-    locals_ = tuple(local_params(arch, counts, r, plan) for r in ranks)
-    stages = memory_by_stage(arch, cluster, plan, counts, ranks, locals_)
+    stages, step = evaluate_plan(arch, cluster, plan, counts)
     peak = max(stages, key=lambda st: st.total_bytes)
     host, nvme = host_bytes_per_node(stages, plan, cluster.gpus_per_node)
-    step = step_time(arch, counts, cluster, plan, ranks, locals_)
     tokens_per_step = plan.global_batch * plan.seq_len
     tps = tokens_per_step / step.step_s
     flops = model_flops_per_token(arch, plan.seq_len, counts.matmul_weights_active)

@@ -13,11 +13,11 @@ inside the node and per tree level across nodes.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from enum import StrEnum
 
 from app.domain.cluster import Cluster
+from app.domain.xp import SCALAR
 
 
 class Collective(StrEnum):
@@ -41,37 +41,62 @@ class Group:
     scale_out: bool
 
 
+def group_shape(xp, size, stride, domain):
+    """(ranks per NVLink domain, nodes spanned) of a group of ``size`` ranks spaced ``stride`` apart."""
+    per_domain = xp.where(stride <= domain, xp.maximum(1, xp.minimum(size, domain // stride)), 1)
+    return per_domain, xp.ceil(size / per_domain)
+
+
+def group_link(xp, nodes, scale_up_gb_per_s, scale_out_gb_per_s, hop_up_s, hop_out_s):
+    """(bus GB/s, hop latency s): NVLink inside one domain, else the slower of NVLink and the NIC share."""
+    multi = nodes > 1
+    bw = xp.where(multi, xp.minimum(scale_up_gb_per_s, scale_out_gb_per_s), scale_up_gb_per_s)
+    return bw, xp.where(multi, hop_out_s, hop_up_s)
+
+
+def collective_seconds(xp, kind: Collective, size_bytes, n, per_domain, nodes, bus_gb_per_s, hop_s):
+    """nccl-tests time of one collective; 0 for a group of one or an empty buffer."""
+    steps_in = xp.maximum(0, per_domain - 1)
+    levels = xp.where(nodes > 1, xp.ceil(xp.log2(xp.maximum(nodes, 1))), 0)
+    nn = xp.maximum(n, 1)
+    frac = (nn - 1) / nn
+    bw = bus_gb_per_s * 1e9
+    if kind is Collective.all_reduce:
+        t = 2 * frac * size_bytes / bw + 2 * (steps_in + levels) * hop_s
+    elif kind is Collective.p2p:
+        t = size_bytes / bw + hop_s
+    else:  # reduce-scatter, all-gather, all-to-all
+        t = frac * size_bytes / bw + (steps_in + levels) * hop_s
+    return xp.where((n <= 1) | (size_bytes <= 0), 0.0, t)
+
+
+def link_speeds(cluster: Cluster) -> tuple[float, float, float, float]:
+    """(scale-up bus GB/s, scale-out bus GB/s per GPU, scale-up hop s, scale-out hop s) of a cluster."""
+    return (
+        cluster.scale_up_gb_per_s * cluster.efficiency.scale_up_efficiency,
+        cluster.scale_out_gb_per_s * cluster.scale_out_network.efficiency / cluster.oversubscription,
+        cluster.scale_up_network.hop_latency_us * 1e-6,
+        cluster.scale_out_network.hop_latency_us * 1e-6,
+    )
+
+
 def place_group(name: str, size: int, stride: int, cluster: Cluster) -> Group:
     """Group of ``size`` ranks spaced ``stride`` apart in the global rank order."""
-    domain = cluster.nvlink_domain
-    per_domain = max(1, min(size, domain // stride)) if stride <= domain else 1
-    nodes = math.ceil(size / per_domain)
-    scale_up = cluster.scale_up_gb_per_s * cluster.efficiency.scale_up_efficiency
-    if nodes == 1:
-        return Group(
-            name=name, size=size, ranks_per_domain=per_domain, nodes=1, bus_gb_per_s=scale_up,
-            hop_latency_s=cluster.scale_up_network.hop_latency_us * 1e-6, scale_out=False,
-        )  # fmt: skip
-    scale_out = cluster.scale_out_gb_per_s * cluster.scale_out_network.efficiency / cluster.oversubscription
+    up, out, hop_up, hop_out = link_speeds(cluster)
+    per_domain, nodes = group_shape(SCALAR, size, stride, cluster.nvlink_domain)
+    bw, hop = group_link(SCALAR, nodes, up, out, hop_up, hop_out)
     return Group(
-        name=name, size=size, ranks_per_domain=per_domain, nodes=nodes, bus_gb_per_s=min(scale_up, scale_out),
-        hop_latency_s=cluster.scale_out_network.hop_latency_us * 1e-6, scale_out=True,
+        name=name, size=size, ranks_per_domain=per_domain, nodes=nodes, bus_gb_per_s=bw, hop_latency_s=hop,
+        scale_out=nodes > 1,
     )  # fmt: skip
 
 
 def collective_time(kind: Collective, size_bytes: float, group: Group) -> float:
     """Seconds for one collective of ``size_bytes`` on ``group`` (0 for a group of one)."""
-    n = group.size
-    if n <= 1 or size_bytes <= 0:
-        return 0.0
-    bw = group.bus_gb_per_s * 1e9
-    steps_in = max(0, group.ranks_per_domain - 1)
-    levels = math.ceil(math.log2(group.nodes)) if group.nodes > 1 else 0
-    if kind is Collective.all_reduce:
-        return 2 * (n - 1) / n * size_bytes / bw + 2 * (steps_in + levels) * group.hop_latency_s
-    if kind in (Collective.reduce_scatter, Collective.all_gather, Collective.all_to_all):
-        return (n - 1) / n * size_bytes / bw + (steps_in + levels) * group.hop_latency_s
-    return size_bytes / bw + group.hop_latency_s
+    return collective_seconds(
+        SCALAR, kind, size_bytes, group.size, group.ranks_per_domain, group.nodes, group.bus_gb_per_s,
+        group.hop_latency_s,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)

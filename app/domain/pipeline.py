@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.domain.architecture import Architecture, LayerKind
+from app.domain.xp import SCALAR
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,17 +64,14 @@ def rank_layers(arch: Architecture, pp: int, vpp: int) -> tuple[RankLayers, ...]
     return tuple(out)
 
 
-def inflight_microbatches(rank: int, pp: int, vpp: int, micro_batches: int) -> float:
+def inflight_microbatches(rank, pp, vpp, micro_batches, xp=SCALAR):
     """Micro-batches whose activations rank ``rank`` holds at its peak, in units of *all its layers*.
 
     1F1B: rank r has ``pp − r`` micro-batches in flight (the first stage ``pp``), capped by the number of
     micro-batches. Interleaved 1F1B (Megatron): the warm-up holds ``2·(pp − r − 1) + (vpp − 1)·pp + 1``
     chunk-micro-batches, each 1/vpp of the rank's layers; for rank 0 that equals Megatron's
-    ``pp · (1 + (pp − 1)/(pp · vpp))``.
+    ``pp · (1 + (pp − 1)/(pp · vpp))``. Works on numbers and on numpy arrays (``xp``).
     """
-    if pp == 1:
-        return 1.0
-    if vpp == 1:
-        return float(min(micro_batches, pp - rank))
-    chunks = min(micro_batches * vpp, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1)
-    return chunks / vpp
+    one_f_one_b = xp.minimum(micro_batches, pp - rank)
+    interleaved = xp.minimum(micro_batches * vpp, 2 * (pp - rank - 1) + (vpp - 1) * pp + 1) / vpp
+    return xp.where(pp == 1, 1.0, xp.where(vpp == 1, one_f_one_b * 1.0, interleaved))

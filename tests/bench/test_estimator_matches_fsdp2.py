@@ -9,9 +9,9 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from app.bench.measure import fsdp2_state_bytes  # noqa: E402
+from app.domain.assemble import memory_by_stage  # noqa: E402
 from app.domain.catalog import load_catalog  # noqa: E402
 from app.domain.estimate import build_cluster  # noqa: E402
-from app.domain.memory import memory_by_stage  # noqa: E402
 from app.domain.plan import Framework, Plan, Sharding  # noqa: E402
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
