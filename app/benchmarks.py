@@ -51,6 +51,39 @@ def main() -> None:
             lambda a=arch, c=cluster, p=plan: estimate(a, c, p, allow_tp_across_nodes=True)
         )
         print(f"{name:46s} {rate:12,.0f} {median_us:10.0f}")
+    search_bench(catalog)
+
+
+def search_bench(catalog) -> None:
+    """The issue's reference search: llama3.1-405b on 16,384 H100, seq 8192, global batch 2,048 sequences."""
+    from app.domain.architecture import parameter_counts
+    from app.domain.compute import model_flops_per_token
+    from app.domain.search import SearchSpec, search
+
+    arch = catalog.architecture("llama3.1-405b")
+    cases = {
+        "llama3.1-405b, 16384×H100, Megatron": ("h100-sxm", 16384, Framework.megatron),
+        "llama3.1-405b, 16384×H100, FSDP2": ("h100-sxm", 16384, Framework.fsdp2),
+        "gpt3-175b, 768×A100, Megatron": ("a100-80gb", 768, Framework.megatron),
+    }
+    print(
+        f"\n{'search':46s} {'grid':>9s} {'valid plans':>12s} {'wall s':>8s} {'plans/s':>10s} {'best tokens/s':>14s}"
+    )
+    for name, (gpu, gpus, framework) in cases.items():
+        model = "gpt3-175b" if "gpt3" in name else "llama3.1-405b"
+        arch = catalog.architecture(model)
+        seq, batch = (2048, 1536) if "gpt3" in name else (8192, 2048)
+        spec = SearchSpec(gpus=(gpus,), global_batches=(batch,), seq_len=seq, framework=framework)
+        cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=gpu, gpus=gpus)
+        flops = model_flops_per_token(arch, seq, parameter_counts(arch).matmul_weights_active).total
+        start = time.perf_counter()
+        result = search(arch, {gpus: cluster}, spec, flops)
+        wall = time.perf_counter() - start
+        best = f"{result.plans[0].tokens_per_s:,.0f}" if result.plans else "none fits"
+        print(
+            f"{name:46s} {result.considered_plans:9,d} {result.evaluated_plans:12,d} {wall:8.3f} "
+            f"{result.evaluated_plans / wall:10,.0f} {best:>14s}"
+        )
 
 
 if __name__ == "__main__":

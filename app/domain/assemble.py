@@ -130,6 +130,8 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         usable=cluster.accelerator.memory_usable_bytes, domain=cluster.nvlink_domain, scale_up=up, scale_out=out,
         hop_up=hop_up, hop_out=hop_out, optimizer_traffic_b=OPTIMIZER_TRAFFIC_B[plan.optimizer.value],
         hbm_bytes_per_s=cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency,
+        host_link_bytes_per_s=rt.host_link_gb_per_s(cluster.accelerator.pcie_generation) * 1e9,
+        cpu_optimizer_bytes_per_s=rt.cpu_optimizer_gb_per_s * 1e9, nvme_bytes_per_s=rt.nvme_gb_per_s * 1e9,
     )  # fmt: skip
 
 

@@ -43,6 +43,15 @@ class RuntimeMemory(CatalogEntry):
     nccl_bytes_per_communicator_scale_out: int = Field(ge=0)
     workspace_bytes: int = Field(ge=0)
     fragmentation_fraction: float = Field(ge=0, le=1)
+    pcie_gb_per_s: dict[str, float] = Field(description="host↔GPU GB/s per direction by PCIe generation")
+    host_link_gb_per_s_without_pcie: float = Field(gt=0)
+    cpu_optimizer_gb_per_s: float = Field(gt=0)
+    nvme_gb_per_s: float = Field(gt=0)
+
+    def host_link_gb_per_s(self, pcie_generation: int | None) -> float:
+        if pcie_generation is None:
+            return self.host_link_gb_per_s_without_pcie
+        return self.pcie_gb_per_s.get(str(pcie_generation), min(self.pcie_gb_per_s.values()))
 
 
 class EfficiencyCatalog(Frozen):

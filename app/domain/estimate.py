@@ -19,6 +19,7 @@ from app.domain.hardware import HardwareCatalog
 from app.domain.memory import (
     StageMemory,
     host_bytes_per_node,
+    host_capacity_bytes,
     layer_terms,
     state_bytes_per_param,
 )
@@ -138,6 +139,7 @@ class Estimate(Frozen):
     dominant_term: str
     peak_stage: int
     memory_by_stage: tuple[StageMemory, ...]
+    host_fits: bool = Field(description="offloaded state fits the node's host RAM and local NVMe")
     host_bytes_per_node: int
     nvme_bytes_per_node: int
     step_time_s: float
@@ -204,6 +206,8 @@ def estimate(
     stages, step = evaluate_plan(arch, cluster, plan, counts)
     peak = max(stages, key=lambda st: st.total_bytes)
     host, nvme = host_bytes_per_node(stages, plan, cluster.gpus_per_node)
+    host_cap, nvme_cap = host_capacity_bytes(cluster.node.host_memory_gib, cluster.node.local_nvme_tb)
+    host_fits = host <= host_cap and nvme <= nvme_cap
     tokens_per_step = plan.global_batch * plan.seq_len
     tps = tokens_per_step / step.step_s
     flops = model_flops_per_token(arch, plan.seq_len, counts.matmul_weights_active)
@@ -223,7 +227,8 @@ def estimate(
         plan=plan,
         parameters_total=counts.total,
         parameters_active=counts.active,
-        fits=all(st.fits for st in stages),
+        fits=all(st.fits for st in stages) and host_fits,
+        host_fits=host_fits,
         peak_memory_bytes=peak.total_bytes,
         usable_memory_bytes=peak.usable_bytes,
         margin_bytes=min(st.margin_bytes for st in stages),

@@ -127,6 +127,9 @@ class Consts:
     hop_out: float
     optimizer_traffic_b: float
     hbm_bytes_per_s: float
+    host_link_bytes_per_s: float  # PCIe (or C2C) per GPU, one direction
+    cpu_optimizer_bytes_per_s: float
+    nvme_bytes_per_s: float
 
 
 def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, Num]:
@@ -308,7 +311,21 @@ def rank_time(
     dp_s = xp.where(multi_dp, xp.where(pq.shards_params, hsdp_dp, ddp_dp), 0)
     sharded_params = xp.where(pq.shards_optimizer, total_local / pq.shard, total_local)
     offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
-    optimizer = xp.where(offloaded, 0.0, sharded_params * c.optimizer_traffic_b / c.hbm_bytes_per_s)
+    # Offloaded optimizer: gradients down and 16-bit params back over the host link, Adam on the CPU
+    # (host-memory bound), optimizer state to and from NVMe for ZeRO-Infinity; not overlapped.
+    host_step = sharded_params * (c.grads_b + c.work_b) / c.host_link_bytes_per_s
+    host_step = host_step + sharded_params * c.optimizer_traffic_b / c.cpu_optimizer_bytes_per_s
+    host_step = host_step + xp.where(
+        pq.offload_nvme, sharded_params * 2 * (c.master_b + c.optimizer_b) / c.nvme_bytes_per_s, 0.0
+    )
+    optimizer = xp.where(offloaded, host_step, sharded_params * c.optimizer_traffic_b / c.hbm_bytes_per_s)
+    # Parameters kept on the host are copied in for every forward and backward of every micro-batch.
+    param_fetch = xp.where(
+        xp.logical_or(pq.offload_params, pq.offload_nvme),
+        (total_local / pq.shard) * c.work_b * 2 / c.host_link_bytes_per_s,
+        0.0,
+    )
+    fsdp_s = fsdp_s + param_fetch
     return {
         "compute": compute, "recompute": recompute, "tp": tp_s, "cp": cp_s, "ep": ep_s, "fsdp": fsdp_s,
         "micro_batch": compute + recompute + tp_s + cp_s + ep_s + fsdp_s, "dp": dp_s, "optimizer": optimizer,

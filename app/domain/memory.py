@@ -166,3 +166,10 @@ def host_bytes_per_node(stages: tuple[StageMemory, ...], plan: Plan, gpus_per_no
     worst_nvme = max(s.nvme_bytes for s in stages)
     ranks = min(gpus_per_node, plan.gpus)
     return worst_host * ranks, worst_nvme * ranks
+
+
+def host_capacity_bytes(host_memory_gib: float | None, local_nvme_tb: float | None) -> tuple[float, float]:
+    """(host RAM, local NVMe) a node offers for offloaded state; unknown capacity is not a limit."""
+    host = host_memory_gib * GIB if host_memory_gib else float("inf")
+    nvme = local_nvme_tb * 1e12 if local_nvme_tb else float("inf")
+    return host, nvme
