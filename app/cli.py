@@ -19,7 +19,16 @@ from app.domain.catalog import (
     entry_record,
     load_catalog,
 )
+from app.domain.export import (
+    ExportFormat,
+    PlanDocument,
+    PlanDocumentError,
+    export_plan,
+    parse_plan_document,
+    request_fields,
+)
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
+from app.schemas import EstimateRequest
 from app.services import InputError
 from app.settings import Settings
 
@@ -363,6 +372,403 @@ def validate(
             f"\n{report.compared} runs compared: median |error| {report.median_abs_error:.1%}, "
             f"max |error| {report.max_abs_error:.1%} ({report.worst_run})"
         )
+
+
+# -- capplan export: a plan as runnable configuration (issue 4) -------------------------------------------
+
+MAX_PLAN_FILE_BYTES = 2_000_000
+ESTIMATE_OPTIONS = (
+    "model", "gpu", "gpus", "global_batch", "seq_len", "node", "fabric", "tp", "pp", "vpp", "cp", "ep", "dp",
+    "sharding", "shard_group_size", "offload", "micro_batch", "recompute", "sequence_parallel", "flash_attention",
+    "fused_kernels", "precision", "optimizer", "framework", "tokens", "oversubscription", "power_limit_w",
+    "allow_tp_across_nodes",
+)  # fmt: skip
+
+
+def load_plan_file(path: Path) -> PlanDocument:
+    """The plan document in ``path`` (capplan.plan/v1); UsageError naming the file and field otherwise."""
+    if not path.is_file():
+        raise UsageError(f"--plan: no such file {path}")
+    if path.stat().st_size > MAX_PLAN_FILE_BYTES:
+        raise UsageError(
+            f"--plan: {path} is larger than {MAX_PLAN_FILE_BYTES} bytes; not a capplan plan file"
+        )
+    try:
+        return parse_plan_document(path.read_bytes())
+    except PlanDocumentError as exc:
+        raise UsageError(f"--plan {path}: {exc}") from None
+
+
+def plan_file_to_request(path: Path) -> EstimateRequest:
+    """The EstimateRequest that reproduces the plan in ``path``: what `capplan estimate --plan` runs."""
+    try:
+        return EstimateRequest(**request_fields(load_plan_file(path)))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"--plan {path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+
+
+def _given_on_command_line(ctx: typer.Context, names: tuple[str, ...]) -> list[str]:
+    """Options typed on the command line (not defaults); typer vendors click, so compare the source by name."""
+    sources = {n: ctx.get_parameter_source(n) for n in names}
+    return [n for n, src in sources.items() if src is not None and src.name == "COMMANDLINE"]
+
+
+@app.command("export")
+def export_command(
+    ctx: typer.Context,
+    plan_file: Annotated[
+        Path | None, typer.Option("--plan", help="a capplan plan file (capplan.plan/v1 JSON)")
+    ] = None,
+    fmt: Annotated[
+        ExportFormat, typer.Option("--format", help="what to write", case_sensitive=False)
+    ] = ExportFormat.json,
+    output: Annotated[
+        Path | None, typer.Option("--output", "-o", help="write to this file, not stdout")
+    ] = None,
+    model: Annotated[
+        str | None, typer.Option(help="without --plan: preset slug or path to a config.json")
+    ] = None,
+    gpu: Annotated[str | None, typer.Option(help="without --plan: accelerator slug")] = None,
+    gpus: Annotated[int | None, typer.Option(help="without --plan: number of GPUs")] = None,
+    global_batch: Annotated[int | None, typer.Option(help="without --plan: sequences per step")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="without --plan: tokens per sequence")] = None,
+    node: Annotated[str | None, typer.Option()] = None,
+    fabric: Annotated[str | None, typer.Option()] = None,
+    tp: Annotated[int, typer.Option()] = 1,
+    pp: Annotated[int, typer.Option()] = 1,
+    vpp: Annotated[int, typer.Option()] = 1,
+    cp: Annotated[int, typer.Option()] = 1,
+    ep: Annotated[int, typer.Option()] = 1,
+    dp: Annotated[int | None, typer.Option()] = None,
+    sharding: Annotated[Sharding, typer.Option()] = Sharding.fsdp_full,
+    shard_group_size: Annotated[int | None, typer.Option()] = None,
+    offload: Annotated[Offload, typer.Option()] = Offload.none,
+    micro_batch: Annotated[int, typer.Option()] = 1,
+    recompute: Annotated[Recompute, typer.Option()] = Recompute.none,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention")] = True,
+    fused_kernels: Annotated[bool | None, typer.Option("--fused-kernels/--eager")] = None,
+    precision: Annotated[Precision, typer.Option()] = Precision.bf16,
+    optimizer: Annotated[Optimizer, typer.Option()] = Optimizer.adamw,
+    framework: Annotated[Framework, typer.Option()] = Framework.fsdp2,
+    tokens: Annotated[float | None, typer.Option(help="tokens to train (sets the training steps)")] = None,
+    oversubscription: Annotated[float, typer.Option()] = 1.0,
+    power_limit_w: Annotated[float | None, typer.Option()] = None,
+    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes")] = False,
+) -> None:
+    """Write a plan as plan JSON, torchtitan TOML, a torchrun command, Megatron-LM arguments, DeepSpeed JSON,
+    a Slurm script or a Kubernetes PyTorchJob — from --plan plan.json, or from the estimate options."""
+    given = _given_on_command_line(ctx, ESTIMATE_OPTIONS)
+    if plan_file is not None:
+        if given:
+            raise UsageError(
+                f"--plan already holds the model, hardware and plan; drop --{given[0].replace('_', '-')}"
+            )
+        doc = load_plan_file(plan_file)
+    else:
+        from app.api.plans import plan_document_from_request
+
+        required = {
+            "model": model,
+            "gpu": gpu,
+            "gpus": gpus,
+            "global_batch": global_batch,
+            "seq_len": seq_len,
+        }
+        missing = [f"--{k.replace('_', '-')}" for k, v in required.items() if v is None]
+        if missing:
+            raise UsageError(f"give --plan plan.json, or the estimate options (missing {', '.join(missing)})")
+        values = {name: ctx.params[name] for name in ESTIMATE_OPTIONS if name != "model"}
+        try:
+            request = EstimateRequest(**values, **_model_argument(model))  # type: ignore[arg-type]
+        except ValidationError as exc:
+            _fail_validation(exc)
+        doc = plan_document_from_request(_catalog(), request)
+    exported = export_plan(doc, fmt)
+    if output is None:
+        typer.echo(exported.content, nl=False)
+    else:
+        output.write_bytes(exported.content.encode("utf-8"))
+        typer.echo(f"wrote {output} ({fmt.value}, {exported.media_type})", err=True)
+    for note in exported.notes:
+        typer.echo(f"note: {note}", err=True)
+
+
+# -- capplan cost: days and dollars to train N tokens, or the monthly bill of a cluster (issue 5) ----------
+
+from app.domain.cost import CostOption, CostOverrides  # noqa: E402
+
+COST_ESTIMATE_OPTIONS = (
+    "model", "gpu", "gpus", "global_batch", "seq_len", "fabric", "tp", "pp", "vpp", "cp", "ep", "dp", "sharding",
+    "shard_group_size", "offload", "micro_batch", "recompute", "sequence_parallel", "flash_attention",
+    "fused_kernels", "precision", "optimizer", "framework", "oversubscription", "power_limit_w",
+    "allow_tp_across_nodes",
+)  # fmt: skip
+MAX_OVERRIDES_FILE_BYTES = 1_000_000
+
+
+def _override_value(text: str) -> object:
+    """A --set value: JSON when it parses (numbers, true/false, null, lists), else the plain string."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def cost_overrides(assignments: list[str], overrides_file: Path | None) -> CostOverrides:
+    """Overrides from a JSON file, then ``KEY=VALUE`` assignments (dotted keys reach nested groups:
+    ``self_build.pue=1.2``, ``reliability.checkpoint_mode=sync``); UsageError naming the key otherwise."""
+    data: dict = {}
+    if overrides_file is not None:
+        if not overrides_file.is_file():
+            raise UsageError(f"--overrides: no such file {overrides_file}")
+        if overrides_file.stat().st_size > MAX_OVERRIDES_FILE_BYTES:
+            raise UsageError(f"--overrides: {overrides_file} is larger than {MAX_OVERRIDES_FILE_BYTES} bytes")
+        try:
+            data = json.loads(overrides_file.read_text(encoding="utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise UsageError(f"--overrides: {overrides_file} is not valid JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise UsageError(f"--overrides: {overrides_file} must hold a JSON object")
+    for assignment in assignments:
+        key, sep, value = assignment.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"--set {assignment!r}: expected KEY=VALUE, e.g. --set self_build.pue=1.2")
+        target = data
+        *groups, leaf = key.strip().split(".")
+        for group in groups:
+            target = target.setdefault(group, {})
+            if not isinstance(target, dict):
+                raise UsageError(f"--set {key}: {group} is not a group of overrides")
+        target[leaf] = _override_value(value.strip())
+    try:
+        return CostOverrides.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"--set {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+
+
+def _cost_validation_error(exc: ValidationError) -> UsageError:
+    first = exc.errors()[0]
+    loc = [str(p) for p in first["loc"]]
+    where = (
+        f"--set {'.'.join(loc[1:])}"
+        if loc and loc[0] == "overrides"
+        else f"--{'-'.join(loc).replace('_', '-')}"
+    )
+    return UsageError(f"{where or 'input'}: {first['msg']}")
+
+
+def _usd(value: float | None) -> str:
+    return "—" if value is None else f"{value:,.0f}"
+
+
+def print_training_cost(result) -> None:
+    echo = typer.echo
+    rel = result.reliability
+    echo(
+        f"{result.model} on {result.gpus} × {result.accelerator}: {result.tokens:.3g} tokens at "
+        f"{result.tokens_per_s:,.0f} tokens/s on {result.instances} × {result.instance}"
+        + ("" if result.fits else "  (the plan does NOT fit in memory)")
+    )
+    echo(
+        f"reliability: job MTBF {result.job_mtbf_hours:.2f} h ({rel.failure_record or 'override'}); checkpoint "
+        f"{rel.checkpoint_bytes / 1e12:.2f} TB, {rel.checkpoint_mode}, blocks {rel.checkpoint_blocking_s:.2f} s, "
+        f"writes in {rel.checkpoint_write_s:.1f} s; every {result.checkpoint_interval_s:,.0f} s ({rel.interval_formula}); "
+        f"restart {rel.restart_s:,.0f} s; goodput {result.goodput:.1%}; ~{result.expected_failures:,.0f} failures expected"
+    )
+    rule = rel.rule_of_thumb
+    extra = (
+        ""
+        if result.rule_of_thumb_extra_usd is None
+        else f", +${result.rule_of_thumb_extra_usd:,.0f} on-demand"
+    )
+    echo(
+        f"  checkpointing every {rule.interval_s / 60:g} min instead: goodput {rule.goodput:.1%}, "
+        f"+{result.rule_of_thumb_extra_days:.1f} days{extra}"
+    )
+    echo("")
+    echo(f"{'option':18s} {'$/GPU-h':>8s} {'days':>8s} {'goodput':>8s} {'total $':>16s} {'$/1B tokens':>12s}")
+    for row in result.options:
+        if not row.available:
+            echo(f"{row.option.value:18s} n/a: {row.reason}")
+            continue
+        echo(
+            f"{row.option.value:18s} {row.usd_per_gpu_hour:8.2f} {row.days:8.1f} {row.goodput:8.1%} "
+            f"{_usd(row.total_usd):>16s} {_usd(row.usd_per_1b_tokens):>12s}"
+        )
+        for note in row.notes:
+            echo(f"{'':18s}   {note}")
+    echo(f"\ncheapest: {result.cheapest}; fastest: {result.fastest}")
+    serving = result.serving
+    if serving is not None:
+        fit = next((f for f in serving.instances if f.instance == serving.cheapest_fitting), None)
+        needed = serving.needed_bytes / 2**30
+        where = (
+            "no catalog instance holds it"
+            if fit is None
+            else f"{fit.instance} ({fit.gpus_needed} of {fit.gpus_per_instance} GPUs), ${fit.usd_per_hour:,.2f}/h"
+        )
+        echo(
+            f"serving ({serving.context_tokens} tokens × {serving.batch}): {needed:,.0f} GiB weights + KV cache; "
+            f"cheapest that holds it: {where}"
+        )
+    low = [a for a in result.assumptions if a.confidence == "low"]
+    if low:
+        echo("low-confidence figures used: " + ", ".join(a.name for a in low))
+
+
+def print_monthly_cost(result) -> None:
+    echo = typer.echo
+    sb = result.self_build
+    own = f" vs {sb.nodes} × {sb.node} (self-build)" if sb else ""
+    echo(f"{result.gpus} GPUs: {result.nodes} × {result.instance}{own}, {result.hours_per_month:g} h a month")
+    echo(
+        f"{'option':18s} {'$/month':>12s} {'upfront $':>12s} {'break-even':>11s} {'self-build wins above':>22s}"
+    )
+    for row in result.rows:
+        if not row.available:
+            echo(f"{row.option.value:18s} n/a" + (f": {row.notes[0]}" if row.notes else ""))
+            continue
+        even = "—" if row.break_even_month is None else f"month {row.break_even_month:.1f}"
+        wins = (
+            "—"
+            if row.self_build_wins_at_utilisation is None
+            else f"{row.self_build_wins_at_utilisation:.0%} use"
+        )
+        echo(
+            f"{row.option.value:18s} {_usd(row.usd_per_month):>12s} {_usd(row.upfront_usd or None):>12s} "
+            f"{even:>11s} {wins:>22s}"
+        )
+        for note in row.notes:
+            echo(f"{'':18s}   {note}")
+    if sb is not None:
+        echo(
+            f"self-build capex ${sb.capex_usd:,.0f} (servers ${sb.servers_usd:,.0f}, fabric ${sb.fabric_usd:,.0f}: "
+            f"{sb.fabric.switches} switches, {sb.fabric.cables} cables, {sb.fabric.transceivers} transceivers; "
+            f"storage ${sb.storage_usd:,.0f}, installation ${sb.installation_usd:,.0f}); opex ${sb.opex_usd_per_month:,.0f}"
+            f"/month (power ${sb.power_usd_per_month:,.0f}, colocation ${sb.colocation_usd_per_month:,.0f}, staff "
+            f"${sb.staff_usd_per_month:,.0f}, maintenance ${sb.maintenance_usd_per_month:,.0f})"
+        )
+    low = [a for a in result.assumptions if a.confidence == "low"]
+    if low:
+        echo("low-confidence figures used: " + ", ".join(a.name for a in low))
+
+
+@app.command("cost")
+def cost_command(
+    ctx: typer.Context,
+    tokens: Annotated[
+        float | None, typer.Option(help="tokens to train (with the estimate options or --plan)")
+    ] = None,
+    monthly: Annotated[
+        bool, typer.Option("--monthly", help="the monthly bill of --nodes × --instance/--node")
+    ] = False,
+    instance: Annotated[
+        str | None, typer.Option(help="--monthly: AWS instance slug, e.g. p5.48xlarge")
+    ] = None,
+    nodes: Annotated[int | None, typer.Option(help="--monthly: how many of the instance or node")] = None,
+    months: Annotated[int, typer.Option(help="--monthly: length of the cumulative-cost series")] = 36,
+    option: Annotated[
+        list[CostOption] | None,
+        typer.Option("--option", help="pricing option to show (repeat; default: all)"),
+    ] = None,
+    assignments: Annotated[
+        list[str] | None,
+        typer.Option("--set", help="override a figure: KEY=VALUE, e.g. self_build.pue=1.2 (repeat)"),
+    ] = None,
+    overrides_file: Annotated[Path | None, typer.Option("--overrides", help="JSON file of overrides")] = None,
+    plan_file: Annotated[
+        Path | None, typer.Option("--plan", help="a capplan plan file instead of the options")
+    ] = None,
+    model: Annotated[str | None, typer.Option(help="preset slug or path to a config.json")] = None,
+    gpu: Annotated[str | None, typer.Option(help="accelerator slug, e.g. h100-sxm")] = None,
+    gpus: Annotated[int | None, typer.Option(help="number of GPUs")] = None,
+    global_batch: Annotated[int | None, typer.Option(help="sequences per optimizer step")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="tokens per sequence")] = None,
+    node: Annotated[str | None, typer.Option(help="node or instance slug (--monthly: what to price)")] = None,
+    fabric: Annotated[str | None, typer.Option()] = None,
+    tp: Annotated[int, typer.Option()] = 1,
+    pp: Annotated[int, typer.Option()] = 1,
+    vpp: Annotated[int, typer.Option()] = 1,
+    cp: Annotated[int, typer.Option()] = 1,
+    ep: Annotated[int, typer.Option()] = 1,
+    dp: Annotated[int | None, typer.Option()] = None,
+    sharding: Annotated[Sharding, typer.Option()] = Sharding.fsdp_full,
+    shard_group_size: Annotated[int | None, typer.Option()] = None,
+    offload: Annotated[Offload, typer.Option()] = Offload.none,
+    micro_batch: Annotated[int, typer.Option()] = 1,
+    recompute: Annotated[Recompute, typer.Option()] = Recompute.none,
+    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = False,
+    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention")] = True,
+    fused_kernels: Annotated[bool | None, typer.Option("--fused-kernels/--eager")] = None,
+    precision: Annotated[Precision, typer.Option()] = Precision.bf16,
+    optimizer: Annotated[Optimizer, typer.Option()] = Optimizer.adamw,
+    framework: Annotated[Framework, typer.Option()] = Framework.fsdp2,
+    oversubscription: Annotated[float, typer.Option()] = 1.0,
+    power_limit_w: Annotated[float | None, typer.Option()] = None,
+    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Days and dollars to train --tokens with a plan for every AWS option and self-build, after failures and
+    checkpoints; or, with --monthly, the monthly bill of a cluster (on-demand, commitments, spot, self-build)."""
+    from app.schemas import CostRequest, MonthlyCostRequest
+    from app.services import run_cost, run_monthly_cost
+
+    overrides = cost_overrides(assignments or [], overrides_file)
+    options = list(option) if option else None
+    if monthly:
+        if tokens is not None or plan_file is not None:
+            raise UsageError("--monthly prices a cluster by the month: drop --tokens/--plan")
+        if nodes is None or (instance is None and node is None):
+            raise UsageError("--monthly needs --nodes and --instance <slug> or --node <slug>")
+        try:
+            monthly_request = MonthlyCostRequest(
+                instance=instance, node=node, nodes=nodes, months=months, options=options, overrides=overrides
+            )
+        except ValidationError as exc:
+            raise _cost_validation_error(exc) from None
+        monthly_result = run_monthly_cost(_catalog(), monthly_request)
+        if as_json:
+            typer.echo(monthly_result.model_dump_json(indent=2))
+        else:
+            print_monthly_cost(monthly_result)
+        return
+    if tokens is None:
+        raise UsageError("give --tokens N (with the estimate options or --plan), or --monthly")
+    if plan_file is not None:
+        given = [
+            n for n in (*COST_ESTIMATE_OPTIONS, "node")
+            if (src := ctx.get_parameter_source(n)) is not None and src.name == "COMMANDLINE"
+        ]  # fmt: skip
+        if given:
+            raise UsageError(
+                f"--plan already holds the model, hardware and plan; drop --{given[0].replace('_', '-')}"
+            )
+        values = plan_file_to_request(plan_file).model_dump(exclude={"tokens"})
+    else:
+        required = {
+            "model": model,
+            "gpu": gpu,
+            "gpus": gpus,
+            "global_batch": global_batch,
+            "seq_len": seq_len,
+        }
+        missing = [f"--{k.replace('_', '-')}" for k, v in required.items() if v is None]
+        if missing:
+            raise UsageError(f"give --plan plan.json, or the estimate options (missing {', '.join(missing)})")
+        values = {name: ctx.params[name] for name in COST_ESTIMATE_OPTIONS if name != "model"}
+        values.update(node=node, **_model_argument(model or ""))
+    try:
+        request = CostRequest(**values, tokens=tokens, options=options, overrides=overrides)
+    except ValidationError as exc:
+        raise _cost_validation_error(exc) from None
+    result = run_cost(_catalog(), request)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        print_training_cost(result)
 
 
 def main() -> None:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from app.domain.export import PlanDocument
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 
 
@@ -75,4 +76,62 @@ class EstimateRequest(BaseModel):
     def _one_model(self) -> EstimateRequest:
         if (self.model is None) == (self.hf_config is None):
             raise ValueError("give exactly one of model (a preset slug) or hf_config (a config.json object)")
+        return self
+
+
+# -- plan export (POST /api/v1/plans/export) ----------------------------------------------------------------
+
+
+def _export_body_kind(value: Any) -> str:
+    """A body with a ``schema`` key is a plan document; anything else is read as an estimate request."""
+    if isinstance(value, dict):
+        return "plan_document" if "schema" in value else "estimate_request"
+    return "plan_document" if isinstance(value, PlanDocument) else "estimate_request"
+
+
+PlanExportBody = Annotated[
+    Annotated[EstimateRequest, Tag("estimate_request")] | Annotated[PlanDocument, Tag("plan_document")],
+    Discriminator(_export_body_kind),
+]
+"""What the export endpoint takes: an estimate request (estimated first) or a capplan.plan/v1 document.
+Validation errors name the branch: ``["body", "plan_document", "plan", "tp"]``."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Cost and reliability (issue 5): `POST /api/v1/cost`, `POST /api/v1/cost/monthly`, `capplan cost`.
+
+from app.domain.cost import CostOption, CostOverrides  # noqa: E402
+
+
+class CostRequest(EstimateRequest):
+    """ "Train ``tokens`` tokens with this plan": the estimate's inputs, plus the options to price and overrides
+    of any cost or reliability figure (omitted figures come from the catalog, with their sources)."""
+
+    tokens: float = Field(gt=0, le=1e16, description="tokens to train")
+    options: list[CostOption] | None = Field(
+        default=None, max_length=len(CostOption), description="pricing options (default: all)"
+    )
+    overrides: CostOverrides = Field(default_factory=CostOverrides)
+
+
+class MonthlyCostRequest(BaseModel):
+    """The monthly bill of ``nodes`` × an instance or node running all month, for every option."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance: str | None = Field(
+        default=None, max_length=64, description="AWS instance slug, e.g. p5.48xlarge"
+    )
+    node: str | None = Field(
+        default=None, max_length=64, description="node slug: a server (self-build) or an instance"
+    )
+    nodes: int = Field(ge=1, le=1_000_000, description="how many of the instance or node")
+    options: list[CostOption] | None = Field(default=None, max_length=len(CostOption))
+    months: int = Field(default=36, ge=1, le=120, description="length of the cumulative-cost series")
+    overrides: CostOverrides = Field(default_factory=CostOverrides)
+
+    @model_validator(mode="after")
+    def _instance_or_node(self) -> MonthlyCostRequest:
+        if self.instance is None and self.node is None:
+            raise ValueError("give instance (an AWS instance slug) or node (a node slug)")
         return self

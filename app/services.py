@@ -82,3 +82,109 @@ def timed_estimate(catalog: Catalog, request: EstimateRequest, metrics: Any, sur
         metrics.estimates_total.labels(surface=surface).inc()
         metrics.estimate_duration_seconds.observe(time.perf_counter() - start)
     return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Cost and reliability (issue 5)
+
+from app.domain.cost import (  # noqa: E402
+    CostInputError,
+    MonthlyCost,
+    TrainingCost,
+    TrainingJob,
+    instance_for_accelerator,
+    monthly_cost,
+    self_build_node_for,
+    training_cost,
+)
+from app.domain.reliability import plan_checkpoint_bytes_per_param  # noqa: E402
+from app.schemas import CostRequest, MonthlyCostRequest  # noqa: E402
+
+
+def _cost_error(exc: CostInputError) -> InputError:
+    return InputError([_error(exc.field, str(exc), "value_error.cost")])
+
+
+def _estimate_on_node(
+    catalog: Catalog, request: EstimateRequest, base: Estimate, node: str | None
+) -> Estimate:
+    """The same plan estimated on ``node`` (the cloud instance or the self-build server); ``base`` when it is
+    already there or when the plan does not run on that node."""
+    if node is None or node == base.node:
+        return base
+    try:
+        return run_estimate(catalog, request.model_copy(update={"node": node, "fabric": None}))
+    except InputError:
+        return base
+
+
+def _known_node(catalog: Catalog, slug: str, field: str) -> None:
+    try:
+        catalog.hardware.node(slug)
+    except KeyError as exc:
+        raise InputError([_error(field, str(exc), "value_error.unknown_slug")]) from None
+
+
+def run_cost(catalog: Catalog, request: CostRequest) -> TrainingCost:
+    """Days and dollars of "train request.tokens tokens with this plan" for every pricing option, with
+    failures, checkpoints and goodput. The plan is estimated on the AWS instance and on the self-build
+    server, so each option uses the throughput of the hardware it pays for."""
+    est = run_estimate(catalog, request)
+    arch = resolve_architecture(catalog, request)
+    o = request.overrides
+    if o.instance is not None:
+        _known_node(catalog, o.instance, "overrides.instance")
+    try:
+        instance = o.instance or instance_for_accelerator(catalog.cost, catalog.hardware, est.accelerator)
+        server = self_build_node_for(catalog.hardware, catalog.cost, est.accelerator)
+        cloud = _estimate_on_node(catalog, request, est, instance)
+        own = _estimate_on_node(catalog, request, est, server)
+        job = TrainingJob(
+            model=est.model, accelerator=est.accelerator, gpus=est.gpus, parameters=est.parameters_total,
+            tokens=request.tokens, cloud_tokens_per_s=cloud.tokens_per_s, self_build_tokens_per_s=own.tokens_per_s,
+            plan_checkpoint_bytes_per_param=plan_checkpoint_bytes_per_param(est.plan), fits=cloud.fits,
+            seq_len=est.plan.seq_len, cloud_estimate_node=cloud.node, self_build_estimate_node=own.node,
+        )  # fmt: skip
+        return training_cost(
+            catalog.cost, catalog.hardware, job, options=request.options, overrides=o, arch=arch
+        )
+    except CostInputError as exc:
+        raise _cost_error(exc) from None
+
+
+def run_monthly_cost(catalog: Catalog, request: MonthlyCostRequest) -> MonthlyCost:
+    """The monthly bill of a cluster for every option: ``request.nodes`` × the instance, or × the node
+    (a server is priced for self-build against the AWS instance with the same accelerator)."""
+    o = request.overrides
+    for slug, field in (
+        (request.instance, "instance"),
+        (request.node, "node"),
+        (o.instance, "overrides.instance"),
+    ):
+        if slug is not None:
+            _known_node(catalog, slug, field)
+    instance = request.instance or o.instance
+    server: str | None = None
+    units = request.nodes
+    if request.node is not None:
+        node = catalog.hardware.node(request.node)
+        if node.kind == "cloud-instance" and instance is None:
+            instance = node.slug
+        elif node.kind == "server":
+            server = node.slug
+    unit = catalog.hardware.node(request.instance or request.node or "")
+    gpus = units * unit.accelerators_per_node
+    try:
+        if instance is None:
+            instance = instance_for_accelerator(catalog.cost, catalog.hardware, unit.accelerator)
+        inst = catalog.hardware.node(instance)
+        if inst.accelerator != unit.accelerator:
+            raise CostInputError("instance", f"{instance} carries {inst.accelerator}, not {unit.accelerator}")
+        instances = -(-gpus // inst.accelerators_per_node)
+        return monthly_cost(
+            catalog.cost, catalog.hardware, instance=instance, nodes=instances, self_build_node=server,
+            overrides=o, options=request.options, months=request.months,
+        )  # fmt: skip
+    except CostInputError as exc:
+        field = "node" if exc.field == "gpu" else exc.field
+        raise InputError([_error(field, str(exc), "value_error.cost")]) from None

@@ -1,0 +1,99 @@
+"""POST /api/v1/plans/export: a plan as runnable configuration (plan JSON, torchtitan, torchrun, Megatron-LM,
+DeepSpeed, Slurm, Kubernetes).
+
+The body is an estimate request (the plan is estimated first and the estimate summarised in the file) or a
+capplan plan document (``"schema": "capplan.plan/v1"``, exported as it is). ``GET /plans/{id}/export`` for
+saved plans waits for plan storage.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Body, Depends, Query
+from fastapi.responses import Response
+
+from app.deps import get_catalog
+from app.domain.catalog import Catalog
+from app.domain.export import (
+    EXPORT_FORMATS,
+    ExportedFile,
+    ExportFormat,
+    PlanDocument,
+    build_plan_document,
+    export_plan,
+    plan_document_problems,
+)
+from app.schemas import EstimateRequest, PlanExportBody, ValidationErrorOut
+from app.services import InputError, resolve_architecture, run_estimate
+
+router = APIRouter(tags=["plans"])
+
+MEDIA_TYPES = sorted({"application/json", "application/toml", "text/x-shellscript", "application/yaml"})
+
+
+def plan_document_from_request(catalog: Catalog, request: EstimateRequest) -> PlanDocument:
+    """Estimate ``request`` and wrap plan, hardware and estimate in a plan document (raises InputError)."""
+    result = run_estimate(catalog, request)
+    return build_plan_document(
+        arch=resolve_architecture(catalog, request),
+        node=catalog.hardware.node(result.node),
+        fabric=catalog.hardware.fabric(result.scale_out_fabric),
+        estimate=result,
+        preset=request.model,
+        hf_config=request.hf_config,
+        oversubscription=request.oversubscription,
+        power_limit_w=request.power_limit_w,
+        tokens=request.tokens,
+        allow_tp_across_nodes=request.allow_tp_across_nodes,
+    )
+
+
+def checked_plan_document(doc: PlanDocument) -> PlanDocument:
+    """``doc`` if it is consistent, else an InputError naming each offending field."""
+    problems = plan_document_problems(doc)
+    if problems:
+        raise InputError(
+            [{"loc": ["body", *field.split(".")], "msg": msg, "type": "value_error.plan_document"}
+             for field, msg in problems]
+        )  # fmt: skip
+    return doc
+
+
+def exported_response(exported: ExportedFile) -> Response:
+    return Response(
+        content=exported.content.encode("utf-8"),
+        media_type=exported.media_type,
+        headers={"Content-Disposition": f'attachment; filename="{exported.filename}"'},
+    )
+
+
+@router.post(
+    "/plans/export",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "the exported file, with Content-Disposition naming it",
+            "content": {m: {"schema": {"type": "string"}} for m in MEDIA_TYPES},
+        },
+        422: {
+            "model": ValidationErrorOut,
+            "description": "unknown format, invalid input or plan: field and reason",
+        },
+    },
+    summary="Export a plan as plan JSON, torchtitan TOML, torchrun, Megatron-LM, DeepSpeed, Slurm or Kubernetes",
+)
+def post_plan_export(
+    body: Annotated[
+        PlanExportBody, Body(description="an estimate request, or a capplan.plan/v1 plan document")
+    ],
+    catalog: Annotated[Catalog, Depends(get_catalog)],
+    fmt: Annotated[
+        ExportFormat, Query(alias="format", description=f"one of {', '.join(EXPORT_FORMATS)}")
+    ] = ExportFormat.json,
+) -> Response:
+    if isinstance(body, PlanDocument):
+        doc = checked_plan_document(body)
+    else:
+        doc = plan_document_from_request(catalog, body)
+    return exported_response(export_plan(doc, fmt))

@@ -1,0 +1,113 @@
+"""Export a plan as runnable configuration: one pure function, one plan document, seven formats.
+
+:func:`export_plan` turns a :class:`PlanDocument` into an :class:`ExportedFile` (filename, media type,
+text). It reads nothing but the document, so the CLI, the API and the pages produce byte-identical files
+for the same plan. Build the document from an estimate with :func:`build_plan_document`; read one back with
+:func:`parse_plan_document`.
+
+Formats: ``json`` (the plan document itself), ``torchtitan`` (FSDP2 job TOML), ``torchrun`` (launch
+command), ``megatron`` (Megatron-LM arguments), ``deepspeed`` (DeepSpeed config JSON), ``slurm`` (batch
+script), ``k8s`` (Kubeflow PyTorchJob). Every format is produced for every plan; where a framework cannot
+express part of the plan the file says so in a comment and :attr:`ExportedFile.notes` lists it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from enum import StrEnum
+
+from app.domain.export.deepspeed import deepspeed_json
+from app.domain.export.document import (
+    PLAN_SCHEMA,
+    EstimateSummary,
+    HardwareSection,
+    ModelSection,
+    PlanDocument,
+    PlanDocumentError,
+    build_plan_document,
+    parse_plan_document,
+    plan_document_json,
+    plan_document_problems,
+    request_fields,
+    validate_plan_document,
+)
+from app.domain.export.kubernetes import pytorchjob_yaml
+from app.domain.export.launch import layout, torchrun_args
+from app.domain.export.megatron import megatron_args, megatron_script
+from app.domain.export.scripts import slurm_script, torchrun_script
+from app.domain.export.torchtitan import torchtitan_toml
+from app.domain.provenance import Frozen
+
+
+class ExportFormat(StrEnum):
+    json = "json"
+    torchtitan = "torchtitan"
+    torchrun = "torchrun"
+    megatron = "megatron"
+    deepspeed = "deepspeed"
+    slurm = "slurm"
+    k8s = "k8s"
+
+
+class ExportedFile(Frozen):
+    filename: str
+    media_type: str
+    content: str
+    notes: tuple[str, ...] = ()
+
+
+def _json(doc: PlanDocument) -> tuple[str, list[str]]:
+    return plan_document_json(doc), []
+
+
+_WRITERS: dict[ExportFormat, tuple[str, str, Callable[[PlanDocument], tuple[str, list[str]]]]] = {
+    ExportFormat.json: ("plan.json", "application/json", _json),
+    ExportFormat.torchtitan: ("torchtitan.toml", "application/toml", torchtitan_toml),
+    ExportFormat.torchrun: ("launch.sh", "text/x-shellscript", torchrun_script),
+    ExportFormat.megatron: ("megatron_args.sh", "text/x-shellscript", megatron_script),
+    ExportFormat.deepspeed: ("ds_config.json", "application/json", deepspeed_json),
+    ExportFormat.slurm: ("train.sbatch", "text/x-shellscript", slurm_script),
+    ExportFormat.k8s: ("pytorchjob.yaml", "application/yaml", pytorchjob_yaml),
+}
+
+EXPORT_FORMATS: tuple[str, ...] = tuple(f.value for f in ExportFormat)
+
+
+def export_plan(doc: PlanDocument, fmt: ExportFormat | str) -> ExportedFile:
+    """The file for ``fmt``. Raises :class:`PlanDocumentError` for an inconsistent document and
+    ``ValueError`` for an unknown format (the message lists the known ones)."""
+    try:
+        key = ExportFormat(fmt)
+    except ValueError:
+        raise ValueError(
+            f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}"
+        ) from None
+    problems = plan_document_problems(doc)
+    if problems:
+        raise PlanDocumentError(*problems[0])
+    filename, media_type, write = _WRITERS[key]
+    content, notes = write(doc)
+    return ExportedFile(filename=filename, media_type=media_type, content=content, notes=tuple(notes))
+
+
+__all__ = [
+    "EXPORT_FORMATS",
+    "PLAN_SCHEMA",
+    "EstimateSummary",
+    "ExportFormat",
+    "ExportedFile",
+    "HardwareSection",
+    "ModelSection",
+    "PlanDocument",
+    "PlanDocumentError",
+    "build_plan_document",
+    "export_plan",
+    "layout",
+    "megatron_args",
+    "parse_plan_document",
+    "plan_document_json",
+    "plan_document_problems",
+    "request_fields",
+    "torchrun_args",
+    "validate_plan_document",
+]

@@ -1,0 +1,103 @@
+"""DeepSpeed config JSON: ZeRO stage and offload, precision, and the three batch numbers, consistent.
+
+DeepSpeed checks ``train_batch_size = train_micro_batch_size_per_gpu · gradient_accumulation_steps ·
+data-parallel world size`` at start-up; the data-parallel size is the plan's dp (world / (tp · pp · cp)).
+Tensor and pipeline parallelism are not config keys: they come from the model code (Megatron-DeepSpeed's
+arguments or a ``PipelineModule``).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from app.domain.export.document import PlanDocument
+from app.domain.plan import Offload, Optimizer, Precision, Sharding
+
+NVME_PATH = "/local_nvme"
+
+ZERO_STAGE = {
+    Sharding.ddp: 0,
+    Sharding.zero1: 1,
+    Sharding.megatron_distopt: 1,
+    Sharding.zero2: 2,
+    Sharding.fsdp_grad_op: 2,
+    Sharding.zero3: 3,
+    Sharding.fsdp_full: 3,
+    Sharding.fsdp_hybrid: 3,
+}
+
+
+def gradient_accumulation_steps(doc: PlanDocument) -> int:
+    p = doc.plan
+    return p.global_batch // (p.micro_batch * p.dp)
+
+
+def deepspeed_config(doc: PlanDocument) -> tuple[dict[str, Any], list[str]]:
+    p = doc.plan
+    notes: list[str] = []
+    stage = ZERO_STAGE[p.sharding]
+    if p.sharding not in {Sharding.ddp, Sharding.zero1, Sharding.zero2, Sharding.zero3}:
+        notes.append(f"{p.sharding.value} is written as ZeRO stage {stage}")
+    zero: dict[str, Any] = {"stage": stage}
+    if stage > 0:
+        zero |= {"overlap_comm": True, "contiguous_gradients": True, "reduce_scatter": True}
+    if stage == 3:
+        zero |= {"stage3_gather_16bit_weights_on_model_save": True}
+    if p.sharding is Sharding.fsdp_hybrid and p.shard_group_size:
+        zero["zero_hpz_partition_size"] = p.shard_group_size
+        notes.append(
+            "HSDP maps to ZeRO++ hierarchical partitioning (zero_hpz_partition_size): a secondary copy"
+        )
+    if p.offload is Offload.optimizer_cpu:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+    elif p.offload is Offload.params_cpu:
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+    elif p.offload is Offload.nvme:
+        zero["offload_optimizer"] = {"device": "nvme", "nvme_path": NVME_PATH, "pin_memory": True}
+        zero["offload_param"] = {"device": "nvme", "nvme_path": NVME_PATH, "pin_memory": True}
+        notes.append(f"NVMe offload writes to {NVME_PATH}: a local NVMe mount on every node")
+    if p.offload in {Offload.params_cpu, Offload.nvme} and stage != 3:
+        notes.append("DeepSpeed offloads parameters only under ZeRO stage 3")
+
+    config: dict[str, Any] = {
+        "train_batch_size": p.global_batch,
+        "train_micro_batch_size_per_gpu": p.micro_batch,
+        "gradient_accumulation_steps": gradient_accumulation_steps(doc),
+        "gradient_clipping": 1.0,
+        "steps_per_print": 10,
+        "bf16": {"enabled": p.precision in {Precision.bf16, Precision.fp8}},
+        "fp16": {"enabled": p.precision is Precision.fp16},
+        "zero_optimization": zero,
+    }
+    if p.precision is Precision.fp16:
+        config["fp16"] |= {"loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
+                           "hysteresis": 2, "min_loss_scale": 1}  # fmt: skip
+    if p.precision is Precision.fp8:
+        notes.append(
+            "DeepSpeed has no FP8 switch: bf16 here, FP8 GEMMs come from TransformerEngine in the model"
+        )
+    if p.optimizer is Optimizer.sgd:
+        notes.append(
+            "no optimizer block: DeepSpeed's built-in optimizers are Adam-family; pass SGD as client optimizer"
+        )
+    else:
+        config["optimizer"] = {
+            "type": "AdamW",
+            "params": {"lr": 3e-4, "betas": [0.9, 0.95], "eps": 1e-8, "weight_decay": 0.1},
+        }
+        if p.optimizer is Optimizer.adamw_8bit:
+            notes.append(
+                "DeepSpeed has no 8-bit AdamW: written as AdamW (pass bitsandbytes AdamW8bit as client optimizer)"
+            )
+    if p.tp * p.pp * p.cp > 1:
+        notes.append(
+            f"tp={p.tp} pp={p.pp} cp={p.cp} are set in the model code (e.g. Megatron-DeepSpeed arguments), not here"
+        )
+    return config, notes
+
+
+def deepspeed_json(doc: PlanDocument) -> tuple[str, list[str]]:
+    config, notes = deepspeed_config(doc)
+    return json.dumps(config, indent=2) + "\n", notes

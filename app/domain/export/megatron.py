@@ -1,0 +1,215 @@
+"""Megatron-LM arguments for ``pretrain_gpt.py``: parallel sizes, schedule, recompute, batch, precision and
+the model shape, as a bash array ``MEGATRON_ARGS`` (one flag, with its value, per line).
+
+Data, tokenizer and learning-rate arguments are the user's: the file says where they go. The data-parallel
+size is not an argument — Megatron derives it as world size / (tp · pp · cp).
+"""
+
+from __future__ import annotations
+
+from app.domain.export.document import PlanDocument
+from app.domain.export.launch import header_lines, steps_or_default
+from app.domain.export.text import comment_block, shell_word
+from app.domain.pipeline import chunk_layer_counts
+from app.domain.plan import Offload, Optimizer, Precision, Recompute, Sharding
+
+Arg = tuple[str, str | None]  # (flag, value); value None for a switch
+
+
+def _pipeline_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
+    p, arch = doc.plan, doc.arch
+    chunks = p.pp * p.vpp
+    out: list[Arg] = []
+    if p.pp == 1:
+        return out
+    if arch.n_layers % chunks == 0:
+        if p.vpp > 1:
+            out.append(("--num-layers-per-virtual-pipeline-stage", str(arch.n_layers // chunks)))
+        return out
+    counts = chunk_layer_counts(arch.n_layers, chunks)
+    middle = counts[1:-1]
+    if p.vpp > 1:
+        out.append(("--num-virtual-stages-per-pipeline-rank", str(p.vpp)))
+    if len(set(middle)) <= 1:
+        out += [
+            ("--decoder-first-pipeline-num-layers", str(counts[0])),
+            ("--decoder-last-pipeline-num-layers", str(counts[-1])),
+        ]
+    else:
+        notes.append(
+            f"capplan splits the {arch.n_layers} layers {'/'.join(map(str, counts))} over {chunks} stages; "
+            "Megatron takes first/last stage sizes with an even middle: adjust --decoder-*-pipeline-num-layers"
+        )
+    return out
+
+
+def _sharding_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
+    p = doc.plan
+    sh = p.sharding
+    out: list[Arg] = []
+    if sh is Sharding.ddp:
+        pass
+    elif sh in {Sharding.megatron_distopt, Sharding.zero1, Sharding.zero2}:
+        out.append(("--use-distributed-optimizer", None))
+        if sh is not Sharding.megatron_distopt:
+            notes.append(
+                f"{sh.value} maps to Megatron's distributed optimizer (optimizer state sharded over dp)"
+            )
+    else:
+        out.append(("--use-torch-fsdp2", None))
+        if sh is not Sharding.fsdp_full:
+            notes.append(f"{sh.value} maps to Megatron's torch FSDP2 (fully sharded)")
+        if p.pp > 1:
+            notes.append("Megatron's --use-torch-fsdp2 does not support pipeline parallelism yet")
+    if p.dp > 1:
+        out.append(("--overlap-grad-reduce", None))
+        if sh is Sharding.megatron_distopt or ("--use-distributed-optimizer", None) in out:
+            out.append(("--overlap-param-gather", None))
+    if p.offload is Offload.optimizer_cpu:
+        out += [("--optimizer-cpu-offload", None), ("--overlap-cpu-optimizer-d2h-h2d", None)]
+    elif p.offload is not Offload.none:
+        notes.append(f"Megatron offloads only the optimizer to CPU; {p.offload.value} is not expressible")
+    return out
+
+
+def moe_layer_pattern(kinds: tuple[str, ...] | list[str]) -> str:
+    """Megatron's ``--moe-layer-freq`` pattern, run-length encoded: 3 dense then 58 MoE → ``([0]*3+[1]*58)``."""
+    runs: list[list[int]] = []
+    for kind in kinds:
+        bit = 1 if kind == "moe" else 0
+        if runs and runs[-1][0] == bit:
+            runs[-1][1] += 1
+        else:
+            runs.append([bit, 1])
+    return "(" + "+".join(f"[{bit}]*{n}" for bit, n in runs) + ")"
+
+
+def _model_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
+    arch, p = doc.arch, doc.plan
+    out: list[Arg] = [
+        ("--num-layers", str(arch.n_layers)),
+        ("--hidden-size", str(arch.hidden_size)),
+        ("--num-attention-heads", str(arch.n_heads)),
+        ("--ffn-hidden-size", str(arch.ffn_hidden_size)),
+    ]
+    if arch.attention == "mla":
+        out.append(("--multi-latent-attention", None))
+        if arch.q_lora_rank is not None:
+            out.append(("--q-lora-rank", str(arch.q_lora_rank)))
+        out += [
+            ("--kv-lora-rank", str(arch.kv_lora_rank)),
+            ("--qk-head-dim", str(arch.qk_nope_head_dim)),
+            ("--qk-pos-emb-head-dim", str(arch.qk_rope_head_dim)),
+            ("--v-head-dim", str(arch.v_head_dim)),
+        ]
+    else:
+        if arch.n_kv_heads != arch.n_heads:
+            out += [("--group-query-attention", None), ("--num-query-groups", str(arch.n_kv_heads))]
+        if arch.head_dim * arch.n_heads != arch.hidden_size:
+            out.append(("--kv-channels", str(arch.head_dim)))
+    if arch.qk_norm:
+        out.append(("--qk-layernorm", None))
+    if arch.activation == "swiglu":
+        out.append(("--swiglu", None))
+    out.append(("--normalization", "RMSNorm" if arch.norm == "rmsnorm" else "LayerNorm"))
+    if arch.position == "rotary":
+        out.append(("--position-embedding-type", "rope"))
+        if arch.rotary_fraction != 1.0:
+            out.append(("--rotary-percent", repr(arch.rotary_fraction)))
+        out.append(("--max-position-embeddings", str(max(arch.max_context, p.seq_len))))
+    elif arch.position == "learned":
+        out.append(("--position-embedding-type", "learned_absolute"))
+        out.append(("--max-position-embeddings", str(arch.max_position_embeddings)))
+    else:
+        notes.append("Megatron GPT has no ALiBi position embedding")
+    if not (arch.mlp_bias or arch.attn_out_bias):
+        out.append(("--disable-bias-linear", None))
+        if arch.qkv_bias:
+            out.append(("--add-qkv-bias", None))
+    if not arch.tied_embeddings:
+        out.append(("--untie-embeddings-and-output-weights", None))
+    if arch.parallel_residual:
+        notes.append("Megatron GPT has no parallel-residual block (GPT-NeoX): use the GPT-NeoX recipe")
+    if arch.n_experts:
+        out += [
+            ("--num-experts", str(arch.n_experts)),
+            ("--moe-router-topk", str(arch.experts_top_k)),
+            ("--moe-ffn-hidden-size", str(arch.expert_ffn_hidden_size)),
+        ]
+        if arch.n_shared_experts:
+            width = arch.n_shared_experts * (arch.shared_expert_ffn_hidden_size or 0)
+            out.append(("--moe-shared-expert-intermediate-size", str(width)))
+        if arch.first_k_dense_layers or arch.moe_layer_freq > 1:
+            out.append(("--moe-layer-freq", moe_layer_pattern(arch.layer_kinds())))
+        out += [("--moe-grouped-gemm", None), ("--moe-token-dispatcher-type", "alltoall")]
+    return out
+
+
+def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
+    """(flag, value) pairs in a stable order, and notes on what the plan asked that Megatron cannot express."""
+    p = doc.plan
+    notes: list[str] = []
+    steps, _ = steps_or_default(doc)
+    args: list[Arg] = [
+        ("--tensor-model-parallel-size", str(p.tp)),
+        ("--pipeline-model-parallel-size", str(p.pp)),
+        ("--context-parallel-size", str(p.cp)),
+        ("--expert-model-parallel-size", str(p.ep)),
+        *_pipeline_args(doc, notes),
+    ]
+    if p.sequence_parallel:
+        args.append(("--sequence-parallel", None))
+    if p.recompute is Recompute.selective:
+        args.append(("--recompute-granularity", "selective"))
+    elif p.recompute is Recompute.full:
+        args += [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "uniform"),
+            ("--recompute-num-layers", "1"),
+        ]
+    args += [
+        ("--micro-batch-size", str(p.micro_batch)),
+        ("--global-batch-size", str(p.global_batch)),
+        ("--seq-length", str(p.seq_len)),
+        ("--train-iters", str(steps)),
+        *_sharding_args(doc, notes),
+    ]
+    if p.precision is Precision.bf16:
+        args.append(("--bf16", None))
+    elif p.precision is Precision.fp16:
+        args.append(("--fp16", None))
+    elif p.precision is Precision.fp8:
+        args += [("--bf16", None), ("--fp8-format", "hybrid"), ("--transformer-impl", "transformer_engine")]
+    if p.flash_attention:
+        args.append(("--use-flash-attn", None))
+    if p.optimizer is Optimizer.sgd:
+        args.append(("--optimizer", "sgd"))
+    else:
+        args.append(("--optimizer", "adam"))
+        if p.optimizer is Optimizer.adamw_8bit:
+            notes.append("Megatron has no 8-bit AdamW: written as --optimizer adam")
+    args += _model_args(doc, notes)
+    return args, notes
+
+
+def megatron_args(doc: PlanDocument) -> list[str]:
+    """The flat argument list (what ``pretrain_gpt.py`` receives)."""
+    pairs, _ = megatron_arg_pairs(doc)
+    return [w for flag, value in pairs for w in ((flag,) if value is None else (flag, value))]
+
+
+def megatron_script(doc: PlanDocument) -> tuple[str, list[str]]:
+    pairs, notes = megatron_arg_pairs(doc)
+    arch = doc.arch
+    head = comment_block(
+        [
+            *header_lines(doc, "Megatron-LM arguments (bash array for pretrain_gpt.py)"),
+            f"vocabulary: {arch.vocab_size} tokens; Megatron takes it from the tokenizer",
+            *(f"note: {n}" for n in notes),
+            "usage: source this file, then",
+            '  torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" \\',
+            "    --data-path ... --tokenizer-type ... --tokenizer-model ... --lr ... --lr-decay-style cosine",
+        ]
+    )
+    lines = [f"  {flag}" + ("" if value is None else f" {shell_word(value)}") for flag, value in pairs]
+    return "#!/usr/bin/env bash\n" + head + "MEGATRON_ARGS=(\n" + "\n".join(lines) + "\n)\n", notes

@@ -1,0 +1,598 @@
+"""Plan export: every format parsed back by its own parser (tomllib, torch's torchrun parser, an argparse
+mirror of Megatron-LM's flags, json, bash, yaml) and checked for consistency with the plan."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app.domain.catalog import load_catalog
+from app.domain.estimate import build_cluster, estimate
+from app.domain.export import (
+    EXPORT_FORMATS,
+    PLAN_SCHEMA,
+    ExportFormat,
+    PlanDocument,
+    PlanDocumentError,
+    build_plan_document,
+    export_plan,
+    layout,
+    megatron_args,
+    parse_plan_document,
+    plan_document_json,
+    request_fields,
+    torchrun_args,
+)
+from app.domain.export.deepspeed import deepspeed_config
+from app.domain.export.kubernetes import k8s_name
+from app.domain.export.megatron import megatron_arg_pairs, moe_layer_pattern
+from app.domain.export.text import shell_word, toml_value
+from app.domain.export.torchtitan import batches
+from app.domain.plan import Plan
+
+CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
+BASH = shutil.which("bash")
+
+
+def make_doc(
+    model: str = "llama3.1-70b",
+    gpu: str = "h100-sxm",
+    gpus: int = 64,
+    node: str | None = None,
+    tokens: float | None = None,
+    **plan: object,
+) -> PlanDocument:
+    arch = CATALOG.architecture(model)
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator=gpu, gpus=gpus, node=node)
+    fields = {
+        "tp": 8,
+        "dp": 8,
+        "global_batch": 64,
+        "seq_len": 8192,
+        "sharding": "fsdp-full",
+        "recompute": "full",
+    }
+    est = estimate(arch, cluster, Plan(**(fields | plan)), tokens_to_train=tokens)
+    return build_plan_document(
+        arch=arch, node=cluster.node, fabric=cluster.scale_out_fabric, estimate=est, preset=model,
+        hf_config=None, tokens=tokens,
+    )  # fmt: skip
+
+
+# A spread of plans: FSDP2 + TP (the README example), interleaved PP with uneven layers on EFA, MoE with EP on
+# HSDP, DeepSpeed ZeRO-3 with NVMe offload in fp16, Megatron DDP with learned positions, GB200 rack-scale hosts.
+PLANS = {
+    "llama70b-fsdp-tp8": {},
+    "llama405b-pp16-vpp-fp8-p5": dict(
+        model="llama3.1-405b", gpus=1024, node="p5.48xlarge", tp=8, pp=8, vpp=2, dp=16, global_batch=256,
+        framework="megatron", sharding="megatron-distopt", sequence_parallel=True, precision="fp8", tokens=1.5e13,
+    ),
+    "llama405b-pp16-uneven": dict(
+        model="llama3.1-405b", gpus=1024, tp=8, pp=16, dp=8, global_batch=256, framework="megatron",
+        sharding="megatron-distopt", sequence_parallel=True,
+    ),
+    "mixtral-ep8-hsdp-efa": dict(
+        model="mixtral-8x7b", gpu="a100-80gb", node="p4de.24xlarge", gpus=64, tp=2, dp=32, ep=8,
+        global_batch=256, sharding="fsdp-hybrid", shard_group_size=8, recompute="selective", fused_kernels=True,
+    ),
+    "deepseek-v3-megatron": dict(
+        model="deepseek-v3", gpus=2048, tp=8, pp=16, dp=16, ep=8, global_batch=4096, framework="megatron",
+        sharding="megatron-distopt", recompute="selective", sequence_parallel=True, seq_len=4096,
+    ),
+    "llama8b-zero3-nvme-fp16": dict(
+        model="llama3.1-8b", gpus=16, tp=1, dp=16, global_batch=64, micro_batch=2, framework="deepspeed",
+        sharding="zero3", offload="nvme", precision="fp16", recompute="none",
+    ),
+    "gpt3-megatron-ddp": dict(
+        model="gpt3-175b", gpu="a100-80gb", gpus=768, tp=8, pp=8, dp=12, global_batch=1536, seq_len=2048,
+        sharding="ddp", framework="megatron", flash_attention=False,
+    ),
+    "gb200-rack": dict(model="llama3.1-405b", gpu="gb200", gpus=144, tp=8, pp=2, dp=9, global_batch=144),
+    "llama8b-ddp-partial-hosts": dict(model="llama3.1-8b", gpus=12, tp=1, dp=12, global_batch=24, sharding="ddp"),
+}  # fmt: skip
+
+DOCS = {name: make_doc(**kw) for name, kw in PLANS.items()}
+
+
+@pytest.fixture(params=list(DOCS), ids=list(DOCS))
+def doc(request: pytest.FixtureRequest) -> PlanDocument:
+    return DOCS[request.param]
+
+
+# -- the plan document -------------------------------------------------------------------------------------
+
+
+def test_json_round_trip_is_exact(doc: PlanDocument) -> None:
+    text = export_plan(doc, "json").content
+    body = json.loads(text)
+    assert body["schema"] == PLAN_SCHEMA
+    again = parse_plan_document(text)
+    assert again == doc
+    for fmt in EXPORT_FORMATS:  # every format is a function of the document alone
+        assert export_plan(again, fmt).content == export_plan(doc, fmt).content
+
+
+def test_document_holds_the_estimate_summary() -> None:
+    doc = make_doc(tokens=1.5e13)
+    est = estimate(
+        CATALOG.architecture("llama3.1-70b"),
+        build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=64),
+        doc.plan,
+        tokens_to_train=1.5e13,
+    )
+    s = doc.estimate
+    assert (s.fits, s.peak_memory_bytes, s.step_time_s, s.tokens_per_s, s.mfu) == (
+        est.fits, est.peak_memory_bytes, est.step_time_s, est.tokens_per_s, est.mfu,
+    )  # fmt: skip
+    assert s.time_to_train_days == est.time_to_train_days
+    assert doc.model.preset == "llama3.1-70b" and doc.model.architecture.n_layers == 80
+    assert doc.hardware.node == "dgx-h100" and doc.hardware.fabric_kind == "infiniband"
+    assert doc.steps == -(-15_000_000_000_000 // (64 * 8192))
+
+
+def test_request_fields_reproduce_the_plan() -> None:
+    doc = DOCS["mixtral-ep8-hsdp-efa"]
+    fields = request_fields(doc)
+    assert fields["model"] == "mixtral-8x7b" and "hf_config" not in fields
+    assert fields["node"] == "p4de.24xlarge" and fields["gpus"] == 64
+    assert Plan(**{k: fields[k] for k in Plan.model_fields}) == doc.plan
+
+
+def _mutated(change) -> str:
+    body = json.loads(plan_document_json(DOCS["llama70b-fsdp-tp8"]))
+    change(body)
+    return json.dumps(body)
+
+
+@pytest.mark.parametrize(
+    ("change", "field", "needle"),
+    [
+        (lambda b: b.pop("schema"), "schema", "capplan.plan/v1"),
+        (lambda b: b.update(schema="capplan.plan/v9"), "schema", "capplan.plan/v9"),
+        (lambda b: b["plan"].update(tp=0), "plan.tp", "greater than or equal to 1"),
+        (lambda b: b["plan"].update(tp="eight"), "plan.tp", "integer"),
+        (lambda b: b["plan"].update(sharding="zero4"), "plan.sharding", "fsdp-full"),
+        (lambda b: b["hardware"].pop("gpus"), "hardware.gpus", "required"),
+        (lambda b: b["hardware"].update(gpuz=8), "hardware.gpuz", "not permitted"),
+        (lambda b: b["plan"].update(tp=4), "plan.dp", "64 GPUs"),
+        (lambda b: b["plan"].update(global_batch=60), "plan.global_batch", "multiple of 8"),
+        (lambda b: b["model"].update(preset="llama3.1-8b"), "model.architecture.slug", "llama3.1-8b"),
+        (lambda b: b["model"].update(hf_config={"model_type": "llama"}), "model", "exactly one"),
+        (lambda b: b["model"]["architecture"].update(n_kv_heads=7), "model.architecture", "n_kv_heads"),
+        # names and slugs end up in shell scripts, #SBATCH lines and YAML: nothing that could escape them
+        (lambda b: b.update(name='x"; rm -rf ~; "'), "name", "pattern"),
+        (lambda b: b["hardware"].update(node="dgx\nrm -rf ~"), "hardware.node", "pattern"),
+    ],
+)
+def test_malformed_document_names_the_field(change, field: str, needle: str) -> None:
+    with pytest.raises(PlanDocumentError) as info:
+        parse_plan_document(_mutated(change))
+    assert info.value.field == field
+    assert needle in str(info.value)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1, 2]", '"plan"', "null"])
+def test_not_a_plan_document(text: str) -> None:
+    with pytest.raises(PlanDocumentError):
+        parse_plan_document(text)
+
+
+def test_unknown_format_lists_the_formats() -> None:
+    with pytest.raises(ValueError, match="torchtitan, torchrun, megatron, deepspeed, slurm, k8s"):
+        export_plan(DOCS["llama70b-fsdp-tp8"], "terraform")
+
+
+def test_export_refuses_an_inconsistent_document() -> None:
+    bad = DOCS["llama70b-fsdp-tp8"].model_copy(update={"plan": Plan(tp=8, dp=4, global_batch=64)})
+    with pytest.raises(PlanDocumentError, match="plan.dp"):
+        export_plan(bad, "slurm")
+
+
+def test_files_and_media_types() -> None:
+    doc = DOCS["llama70b-fsdp-tp8"]
+    got = {fmt: (f.filename, f.media_type) for fmt in ExportFormat if (f := export_plan(doc, fmt))}
+    assert got == {
+        ExportFormat.json: ("plan.json", "application/json"),
+        ExportFormat.torchtitan: ("torchtitan.toml", "application/toml"),
+        ExportFormat.torchrun: ("launch.sh", "text/x-shellscript"),
+        ExportFormat.megatron: ("megatron_args.sh", "text/x-shellscript"),
+        ExportFormat.deepspeed: ("ds_config.json", "application/json"),
+        ExportFormat.slurm: ("train.sbatch", "text/x-shellscript"),
+        ExportFormat.k8s: ("pytorchjob.yaml", "application/yaml"),
+    }
+
+
+# -- torchtitan TOML -----------------------------------------------------------------------------------------
+
+
+def test_torchtitan_toml_is_consistent(doc: PlanDocument) -> None:
+    cfg = tomllib.loads(export_plan(doc, "torchtitan").content)
+    p, arch = doc.plan, doc.arch
+    par, tr = cfg["parallelism"], cfg["training"]
+    dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+    assert dp == p.dp
+    degrees = (
+        dp * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"] * par["context_parallel_degree"]
+    )
+    assert degrees == doc.hardware.gpus
+    accum = tr["global_batch_size"] // (tr["local_batch_size"] * dp)
+    assert tr["local_batch_size"] * dp * accum == tr["global_batch_size"] == p.global_batch
+    assert tr["seq_len"] == p.seq_len and tr["steps"] >= 1
+    assert cfg["activation_checkpoint"]["mode"] == p.recompute.value
+    assert cfg["compile"]["enable"] is p.uses_fused_kernels
+    assert ("float8" in cfg) is (p.precision.value == "fp8")
+    assert ("float8" in cfg["model"].get("converters", [])) is (p.precision.value == "fp8")
+    assert tr["mixed_precision_param"] == ("float32" if p.precision.value == "fp32" else "bfloat16")
+    if arch.n_experts:
+        assert par["expert_parallel_degree"] == p.ep
+    if p.pp > 1:
+        assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if p.vpp > 1 else "1F1B")
+        assert par["pipeline_parallel_microbatch_size"] == p.micro_batch
+        assert accum == 1 and tr["local_batch_size"] % p.micro_batch == 0
+        if "pipeline_parallel_layers_per_stage" in par:
+            assert par["pipeline_parallel_layers_per_stage"] * p.pp * p.vpp == arch.n_layers
+        else:
+            points = [int(s.removeprefix("layers.")) for s in par["pipeline_parallel_split_points"]]
+            assert len(points) == p.pp * p.vpp - 1 and points == sorted(points) and points[-1] < arch.n_layers
+    else:
+        assert tr["local_batch_size"] == p.micro_batch
+
+
+@pytest.mark.parametrize(
+    ("sharding", "group", "replicate", "shard", "reshard"),
+    [
+        ("fsdp-full", None, 1, 8, "always"),
+        ("fsdp-grad-op", None, 1, 8, "never"),
+        ("ddp", None, 8, 1, "default"),
+        ("fsdp-hybrid", 4, 2, 4, "always"),
+    ],
+)
+def test_torchtitan_data_parallel_degrees(sharding, group, replicate, shard, reshard) -> None:
+    doc = make_doc(sharding=sharding, shard_group_size=group)
+    par = tomllib.loads(export_plan(doc, "torchtitan").content)["parallelism"]
+    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (replicate, shard)
+    assert par["fsdp_reshard_after_forward"] == reshard
+
+
+def test_torchtitan_model_flavor_and_batches() -> None:
+    cfg = tomllib.loads(export_plan(DOCS["llama70b-fsdp-tp8"], "torchtitan").content)
+    assert (cfg["model"]["name"], cfg["model"]["flavor"]) == ("llama3", "70B")
+    assert batches(DOCS["llama70b-fsdp-tp8"]).gradient_accumulation_steps == 8  # 64 / (1 · 8)
+    unknown = export_plan(DOCS["gpt3-megatron-ddp"], "torchtitan")
+    assert any("no built-in flavor" in n for n in unknown.notes)
+    assert "# note: torchtitan has no built-in flavor" in unknown.content
+
+
+# -- torchrun ------------------------------------------------------------------------------------------------
+
+
+def _torch_parser():
+    run = pytest.importorskip("torch.distributed.run")
+    return run.get_args_parser()
+
+
+def _check_torchrun(ns, doc: PlanDocument) -> None:
+    lay = layout(doc)
+    assert int(ns.nnodes) * int(ns.nproc_per_node) == doc.hardware.gpus == lay.world_size
+    assert int(ns.nproc_per_node) <= doc.hardware.gpus_per_host
+    assert ns.rdzv_backend == "c10d" and ns.max_restarts == 3
+    fw = doc.plan.framework.value
+    if fw == "fsdp2":
+        assert ns.module and ns.training_script == "torchtitan.train"
+        assert ns.training_script_args[-2:][0] == "--job.config_file"
+    elif fw == "megatron":
+        assert ns.training_script == "pretrain_gpt.py" and ns.training_script_args == megatron_args(doc)
+    else:
+        assert ns.training_script_args[-1].endswith("ds_config.json")
+
+
+def test_torchrun_args_parse_with_torchs_parser(doc: PlanDocument) -> None:
+    parser = _torch_parser()
+    ns = parser.parse_args(torchrun_args(doc))
+    _check_torchrun(ns, doc)
+    assert ns.rdzv_endpoint == "${RDZV_HOST}:${RDZV_PORT}" and ns.rdzv_id == "${RDZV_ID}"
+
+
+def _continued_command(text: str, start: str) -> list[str]:
+    """The words of the command that starts with ``start``, following backslash continuations."""
+    lines = text.splitlines()
+    i = next(n for n, line in enumerate(lines) if line.startswith(start))
+    joined = []
+    for line in lines[i:]:
+        joined.append(line.rstrip("\\").strip())
+        if not line.endswith("\\"):
+            break
+    return shlex.split(" ".join(joined))
+
+
+def test_torchrun_script_runs_the_same_arguments(doc: PlanDocument) -> None:
+    script = export_plan(doc, "torchrun").content
+    words = _continued_command(script, "exec torchrun")
+    assert words[:2] == ["exec", "torchrun"] and words[2:] == torchrun_args(doc)
+    _check_torchrun(_torch_parser().parse_args(words[2:]), doc)
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+@pytest.mark.parametrize("fmt", ["torchrun", "megatron", "slurm"])
+def test_shell_scripts_pass_bash_syntax_check(doc: PlanDocument, fmt: str, tmp_path: Path) -> None:
+    path = tmp_path / export_plan(doc, fmt).filename
+    path.write_text(export_plan(doc, fmt).content)
+    result = subprocess.run([BASH, "-n", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+
+
+# -- Megatron-LM ---------------------------------------------------------------------------------------------
+
+MEGATRON_INT = (
+    "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
+    "expert-model-parallel-size", "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
+    "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "recompute-num-layers",
+    "micro-batch-size", "global-batch-size", "seq-length", "train-iters", "num-layers", "hidden-size",
+    "num-attention-heads", "num-query-groups", "ffn-hidden-size", "kv-channels", "max-position-embeddings",
+    "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "q-lora-rank",
+    "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
+)  # fmt: skip
+MEGATRON_SWITCHES = (
+    "sequence-parallel", "use-distributed-optimizer", "use-torch-fsdp2", "overlap-grad-reduce",
+    "overlap-param-gather", "optimizer-cpu-offload", "overlap-cpu-optimizer-d2h-h2d", "bf16", "fp16",
+    "use-flash-attn", "group-query-attention", "multi-latent-attention", "qk-layernorm", "swiglu",
+    "disable-bias-linear", "add-qkv-bias", "untie-embeddings-and-output-weights", "moe-grouped-gemm",
+)  # fmt: skip
+MEGATRON_CHOICES = {
+    "recompute-granularity": ("full", "selective"),
+    "recompute-method": ("uniform", "block"),
+    "fp8-format": ("e4m3", "hybrid"),
+    "transformer-impl": ("local", "transformer_engine"),
+    "normalization": ("LayerNorm", "RMSNorm"),
+    "position-embedding-type": ("learned_absolute", "rope", "none"),
+    "optimizer": ("adam", "sgd"),
+    "moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
+}
+
+
+def megatron_parser() -> argparse.ArgumentParser:
+    """The flags capplan writes, with Megatron-LM's names, types and choices (megatron/training/arguments.py)."""
+    p = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    for name in MEGATRON_INT:
+        p.add_argument(f"--{name}", type=int)
+    for name in MEGATRON_SWITCHES:
+        p.add_argument(f"--{name}", action="store_true")
+    for name, choices in MEGATRON_CHOICES.items():
+        p.add_argument(f"--{name}", choices=choices)
+    p.add_argument("--rotary-percent", type=float)
+    p.add_argument("--moe-layer-freq", type=str)
+    return p
+
+
+def test_megatron_flags_parse_and_round_trip(doc: PlanDocument) -> None:
+    pairs, _ = megatron_arg_pairs(doc)
+    ns = megatron_parser().parse_args(megatron_args(doc))
+    flags = [flag for flag, _ in pairs]
+    assert len(flags) == len(set(flags)), "no flag twice"
+    for flag, value in pairs:
+        got = getattr(ns, flag.removeprefix("--").replace("-", "_"))
+        assert got == (True if value is None else type(got)(value)), flag
+    p, arch = doc.plan, doc.arch
+    assert (ns.tensor_model_parallel_size, ns.pipeline_model_parallel_size) == (p.tp, p.pp)
+    assert (ns.context_parallel_size, ns.expert_model_parallel_size) == (p.cp, p.ep)
+    assert (ns.micro_batch_size, ns.global_batch_size, ns.seq_length) == (
+        p.micro_batch,
+        p.global_batch,
+        p.seq_len,
+    )
+    assert (ns.num_layers, ns.hidden_size, ns.num_attention_heads) == (
+        arch.n_layers,
+        arch.hidden_size,
+        arch.n_heads,
+    )
+    assert ns.sequence_parallel is p.sequence_parallel
+    assert ns.recompute_granularity == (None if p.recompute.value == "none" else p.recompute.value)
+    if p.recompute.value == "full":
+        assert (ns.recompute_method, ns.recompute_num_layers) == ("uniform", 1)
+    assert ns.use_distributed_optimizer is (p.sharding.value in {"megatron-distopt", "zero1", "zero2"})
+    assert ns.bf16 is (p.precision.value in {"bf16", "fp8"}) and ns.fp16 is (p.precision.value == "fp16")
+    assert ns.fp8_format == ("hybrid" if p.precision.value == "fp8" else None)
+    assert ns.use_flash_attn is p.flash_attention
+    if arch.attention == "gqa" and arch.n_kv_heads != arch.n_heads:
+        assert ns.group_query_attention and ns.num_query_groups == arch.n_kv_heads
+    assert ns.swiglu is (arch.activation == "swiglu")
+    assert ns.untie_embeddings_and_output_weights is (not arch.tied_embeddings)
+    if arch.n_experts:
+        assert (ns.num_experts, ns.moe_router_topk) == (arch.n_experts, arch.experts_top_k)
+    if p.vpp > 1 and arch.n_layers % (p.pp * p.vpp) == 0:
+        assert ns.num_layers_per_virtual_pipeline_stage * p.pp * p.vpp == arch.n_layers
+
+
+def test_megatron_uneven_pipeline_and_moe_pattern() -> None:
+    ns = megatron_parser().parse_args(megatron_args(DOCS["llama405b-pp16-uneven"]))
+    first, last = ns.decoder_first_pipeline_num_layers, ns.decoder_last_pipeline_num_layers
+    assert (first, last) == (7, 7) and (126 - first - last) % 14 == 0  # Llama 3 405B's own split
+    ds = megatron_parser().parse_args(megatron_args(DOCS["deepseek-v3-megatron"]))
+    assert ds.multi_latent_attention and ds.moe_layer_freq == "([0]*3+[1]*58)"
+    assert eval(ds.moe_layer_freq) == [0] * 3 + [1] * 58  # Megatron evaluates the pattern the same way
+    assert moe_layer_pattern(["moe", "dense", "moe"]) == "([1]*1+[0]*1+[1]*1)"
+
+
+@pytest.mark.skipif(BASH is None, reason="needs bash")
+def test_megatron_file_is_a_bash_array_of_the_same_arguments(doc: PlanDocument, tmp_path: Path) -> None:
+    path = tmp_path / "megatron_args.sh"
+    path.write_text(export_plan(doc, "megatron").content)
+    out = subprocess.run(
+        [BASH, "-c", 'source "$1"; printf "%s\\n" "${MEGATRON_ARGS[@]}"', "_", str(path)],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert out.stdout.splitlines() == megatron_args(doc)
+
+
+# -- DeepSpeed -----------------------------------------------------------------------------------------------
+
+
+def test_deepspeed_batch_invariant(doc: PlanDocument) -> None:
+    cfg = json.loads(export_plan(doc, "deepspeed").content)
+    p = doc.plan
+    assert cfg["train_batch_size"] == (
+        cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * p.dp
+    )  # fmt: skip
+    assert (
+        cfg["train_batch_size"] == p.global_batch and cfg["train_micro_batch_size_per_gpu"] == p.micro_batch
+    )
+    assert cfg["bf16"]["enabled"] is (p.precision.value in {"bf16", "fp8"})
+    assert cfg["fp16"]["enabled"] is (p.precision.value == "fp16")
+    assert 0 <= cfg["zero_optimization"]["stage"] <= 3
+
+
+@pytest.mark.parametrize(
+    ("sharding", "offload", "stage", "optimizer_device", "param_device"),
+    [
+        ("ddp", "none", 0, None, None),
+        ("zero1", "optimizer-cpu", 1, "cpu", None),
+        ("zero2", "none", 2, None, None),
+        ("zero3", "params-cpu", 3, "cpu", "cpu"),
+        ("zero3", "nvme", 3, "nvme", "nvme"),
+    ],
+)
+def test_deepspeed_zero_stage_and_offload(sharding, offload, stage, optimizer_device, param_device) -> None:
+    doc = make_doc(model="llama3.1-8b", gpus=16, tp=1, dp=16, framework="deepspeed", sharding=sharding,
+                   offload=offload)  # fmt: skip
+    zero = json.loads(export_plan(doc, "deepspeed").content)["zero_optimization"]
+    assert zero["stage"] == stage
+    assert zero.get("offload_optimizer", {}).get("device") == optimizer_device
+    assert zero.get("offload_param", {}).get("device") == param_device
+    if param_device == "nvme":
+        assert zero["offload_param"]["nvme_path"]
+
+
+def test_deepspeed_notes_what_it_cannot_hold() -> None:
+    _, notes = deepspeed_config(DOCS["llama70b-fsdp-tp8"])
+    assert any("ZeRO stage 3" in n for n in notes) and any("tp=8" in n for n in notes)
+
+
+# -- Slurm ---------------------------------------------------------------------------------------------------
+
+
+def _sbatch(script: str) -> dict[str, str]:
+    out = {}
+    for line in script.splitlines():
+        if line.startswith("#SBATCH "):
+            key, _, value = line.removeprefix("#SBATCH ").partition("=")
+            out[key] = value
+    return out
+
+
+def test_slurm_numbers_match_the_plan(doc: PlanDocument) -> None:
+    script = export_plan(doc, "slurm").content
+    sb = _sbatch(script)
+    lay = layout(doc)
+    assert int(sb["--nodes"]) * int(sb["--gpus-per-node"]) == doc.hardware.gpus
+    assert int(sb["--nodes"]) == lay.hosts and sb["--ntasks-per-node"] == "1" and "--exclusive" in sb
+    if doc.hardware.vcpus_per_host:
+        assert int(sb["--cpus-per-task"]) == doc.hardware.vcpus_per_host
+    # directives come before the first command, where sbatch stops reading them
+    first_command = next(
+        i for i, line in enumerate(script.splitlines()[1:], 1) if line and not line.startswith("#")
+    )
+    assert all(i < first_command for i, line in enumerate(script.splitlines()) if line.startswith("#SBATCH"))
+    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1' in script
+    words = _continued_command(script, "srun ")
+    assert words[:3] == ["srun", "--kill-on-bad-exit=1", "torchrun"]
+    ns = _torch_parser().parse_args(words[3:])
+    _check_torchrun(ns, doc)
+    assert ns.rdzv_endpoint == "${RDZV_HOST}:${RDZV_PORT}" and ns.rdzv_id == "${SLURM_JOB_ID}"
+
+
+def test_slurm_nccl_environment_by_fabric() -> None:
+    efa = export_plan(DOCS["mixtral-ep8-hsdp-efa"], "slurm").content
+    assert "export FI_PROVIDER=efa" in efa and "export FI_EFA_USE_DEVICE_RDMA=1" in efa
+    assert "NCCL_IB_HCA" not in efa
+    ib = export_plan(DOCS["llama70b-fsdp-tp8"], "slurm").content
+    assert "export NCCL_IB_HCA=mlx5" in ib and "FI_PROVIDER" not in ib
+    for script in (efa, ib):
+        assert re.search(r"export NCCL_SOCKET_IFNAME=\S+ +# PLACEHOLDER", script)
+
+
+def test_rack_scale_and_partial_hosts() -> None:
+    gb = layout(DOCS["gb200-rack"])
+    assert (gb.hosts, gb.procs_per_host) == (36, 4)  # NVL72 compute trays of 4 GPUs
+    part = layout(DOCS["llama8b-ddp-partial-hosts"])
+    assert (part.hosts, part.procs_per_host, part.partial) == (2, 6, True)
+    assert any("6 of 8" in n for n in export_plan(DOCS["llama8b-ddp-partial-hosts"], "slurm").notes)
+
+
+# -- Kubernetes ----------------------------------------------------------------------------------------------
+
+
+def test_pytorchjob_fields(doc: PlanDocument) -> None:
+    job = yaml.safe_load(export_plan(doc, "k8s").content)
+    lay = layout(doc)
+    assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
+    name = job["metadata"]["name"]
+    assert re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", name) and len(name) <= 50
+    elastic = job["spec"]["elasticPolicy"]
+    assert elastic == {
+        "rdzvBackend": "c10d",
+        "minReplicas": lay.hosts,
+        "maxReplicas": lay.hosts,
+        "maxRestarts": 3,
+    }
+    assert job["spec"]["nprocPerNode"] == str(lay.procs_per_host)
+    worker = job["spec"]["pytorchReplicaSpecs"]["Worker"]
+    assert worker["replicas"] == lay.hosts and worker["restartPolicy"] == "OnFailure"
+    (container,) = worker["template"]["spec"]["containers"]
+    assert container["name"] == "pytorch"
+    limits = container["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] * worker["replicas"] == doc.hardware.gpus
+    assert ("vpc.amazonaws.com/efa" in limits) is (doc.hardware.fabric_kind == "efa")
+    assert container["command"][0] == "torchrun"
+    ns = _torch_parser().parse_args(container["command"][1:])
+    _check_torchrun(ns, doc)
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert "NCCL_SOCKET_IFNAME" in env
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert mounts["dshm"] == "/dev/shm"
+    if doc.plan.framework.value != "megatron":
+        volumes = {v["name"]: v for v in worker["template"]["spec"]["volumes"]}
+        assert volumes["config"]["configMap"]["name"] == f"{name}-config"
+        assert container["command"][-1].startswith(mounts["config"] + "/")
+
+
+def test_pytorchjob_efa_interfaces() -> None:
+    job = yaml.safe_load(export_plan(DOCS["llama405b-pp16-vpp-fp8-p5"], "k8s").content)
+    limits = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"][
+        "limits"
+    ]
+    assert limits == {"nvidia.com/gpu": 8, "vpc.amazonaws.com/efa": 32}  # p5.48xlarge: 32 EFA interfaces
+
+
+def test_k8s_name_is_a_dns_label() -> None:
+    assert k8s_name("llama3.1-70b-64xh100-sxm") == "llama3-1-70b-64xh100-sxm"
+    assert k8s_name("Qwen/Qwen2.5 0.5B_x" * 10).startswith("qwen-qwen2-5-0-5b-x")
+    assert len(k8s_name("a" * 200)) == 50 and k8s_name("...") == "capplan-job"
+
+
+# -- writers -------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", ['a "quoted" \\ path', "naïve — ünïcode", "tab\there", "", "line\nbreak"])
+def test_toml_strings_round_trip(value: str) -> None:
+    assert tomllib.loads(f"k = {toml_value(value)}")["k"] == value
+    assert yaml.safe_load(f"k: {json.dumps(value, ensure_ascii=False)}")["k"] == value
+
+
+def test_shell_words() -> None:
+    assert (
+        shell_word("--rdzv-endpoint=${RDZV_HOST}:${RDZV_PORT}")
+        == '"--rdzv-endpoint=${RDZV_HOST}:${RDZV_PORT}"'
+    )
+    assert shell_word("([0]*3+[1]*58)") == "'([0]*3+[1]*58)'"
+    assert shlex.split(shell_word("it's")) == ["it's"]
+    with pytest.raises(ValueError):
+        shell_word("$(rm -rf /)")
