@@ -267,13 +267,18 @@ def print_estimate(est) -> None:
 
 @app.command()
 def estimate(
+    ctx: typer.Context,
     model: Annotated[
-        str, typer.Option(help="preset slug (capplan catalog list architectures) or path to a config.json")
-    ],
-    gpu: Annotated[str, typer.Option(help="accelerator slug, e.g. h100-sxm")],
-    gpus: Annotated[int, typer.Option(help="number of GPUs")],
-    global_batch: Annotated[int, typer.Option(help="sequences per optimizer step")],
-    seq_len: Annotated[int, typer.Option(help="tokens per sequence")],
+        str | None,
+        typer.Option(help="preset slug (capplan catalog list architectures) or path to a config.json"),
+    ] = None,
+    gpu: Annotated[str | None, typer.Option(help="accelerator slug, e.g. h100-sxm")] = None,
+    gpus: Annotated[int | None, typer.Option(help="number of GPUs")] = None,
+    global_batch: Annotated[int | None, typer.Option(help="sequences per optimizer step")] = None,
+    seq_len: Annotated[int | None, typer.Option(help="tokens per sequence")] = None,
+    plan_file: Annotated[
+        Path | None, typer.Option("--plan", help="a capplan plan.json (from `capplan export --format json`)")
+    ] = None,
     node: Annotated[
         str | None, typer.Option(help="node or instance slug (default: reference server)")
     ] = None,
@@ -303,10 +308,23 @@ def estimate(
     allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Memory per pipeline stage, step time and breakdown, tokens/s and MFU for one plan."""
+    """Memory per pipeline stage, step time and breakdown, tokens/s and MFU for one plan (or --plan FILE)."""
     from app.schemas import EstimateRequest
     from app.services import run_estimate
 
+    if plan_file is not None:
+        given = _given_on_command_line(ctx, ESTIMATE_OPTIONS)
+        if given:
+            raise UsageError(
+                f"--plan replaces the estimate options; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
+            )
+        result = run_estimate(_catalog(), plan_file_to_request(plan_file))
+        typer.echo(result.model_dump_json(indent=2)) if as_json else print_estimate(result)
+        return
+    missing = [n for n, v in (("model", model), ("gpu", gpu), ("gpus", gpus), ("global-batch", global_batch),
+                              ("seq-len", seq_len)) if v is None]  # fmt: skip
+    if missing:
+        raise UsageError(f"missing {', '.join('--' + m for m in missing)} (or give --plan plan.json)")
     values = dict(
         gpu=gpu,
         node=node,
@@ -467,7 +485,7 @@ def export_command(
             )
         doc = load_plan_file(plan_file)
     else:
-        from app.api.plans import plan_document_from_request
+        from app.services import plan_document_from_request
 
         required = {
             "model": model,
@@ -769,6 +787,139 @@ def cost_command(
         typer.echo(result.model_dump_json(indent=2))
     else:
         print_training_cost(result)
+
+
+# --------------------------------------------------------------------------------------------------
+# Plan search (issue 4): `capplan plan`.
+
+
+def _int_list(text: str | None, flag: str) -> list[int] | None:
+    if not text:
+        return None
+    try:
+        return [int(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: a comma-separated list of integers, e.g. 1,2,4") from None
+
+
+def _enum_list(text: str | None, enum, flag: str) -> list | None:
+    if not text:
+        return None
+    try:
+        return [enum(v.strip()) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise UsageError(f"{flag}: choose from {', '.join(e.value for e in enum)}") from None
+
+
+def print_search(result) -> None:
+    echo = typer.echo
+    echo(
+        f"evaluated {result.evaluated_plans:,} valid plans ({result.considered_plans:,} grid points) "
+        f"in {result.elapsed_s:.2f} s; {result.feasible_plans:,} meet the constraints"
+    )
+    for note in result.notes:
+        echo(f"note: {note}")
+    if not result.plans:
+        echo(result.message or "no plan found")
+    else:
+        cols = (
+            "#",
+            "GPUs",
+            "tp",
+            "pp",
+            "vpp",
+            "dp",
+            "cp",
+            "ep",
+            "sharding",
+            "offload",
+            "mb",
+            "gb",
+            "recompute",
+            "tokens/s",
+            "MFU",
+            "headroom",
+            "$/M tok",
+            "days",
+        )
+        echo("  ".join(cols))
+        for i, c in enumerate(result.plans, 1):
+            p = c.plan
+            echo("  ".join(str(v) for v in (
+                i, c.gpus, p.tp, p.pp, p.vpp, p.dp, p.cp, p.ep, p.sharding.value, p.offload.value, p.micro_batch,
+                p.global_batch, p.recompute.value, f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}",
+                f"{c.margin_bytes / 2**30:.1f} GiB",
+                f"{c.usd_per_million_tokens:.2f}" if c.usd_per_million_tokens else "—",
+                f"{c.time_to_train_days:.1f}" if c.time_to_train_days else "—",
+            )))  # fmt: skip
+        echo(f"\nbest: {result.explanation}")
+        if result.pareto:
+            echo(f"Pareto front (time vs cost vs headroom): {len(result.pareto)} plans")
+    if result.rejected:
+        echo("rejected: " + "; ".join(f"{reason}: {n:,}" for reason, n in list(result.rejected.items())[:8]))
+
+
+@app.command("plan")
+def plan_command(
+    model: Annotated[str, typer.Option(help="preset slug or path to a config.json")],
+    gpu: Annotated[str, typer.Option(help="accelerator slug, e.g. h100-sxm")],
+    seq_len: Annotated[int, typer.Option(help="tokens per sequence")],
+    gpus: Annotated[int | None, typer.Option(help="a fixed GPU count")] = None,
+    gpus_range: Annotated[
+        str | None, typer.Option(help="'A:B' GPUs: every whole-node size in between")
+    ] = None,
+    global_batch: Annotated[int | None, typer.Option(help="sequences per step")] = None,
+    global_batch_tokens: Annotated[str | None, typer.Option(help="'A:B' tokens per step")] = None,
+    node: Annotated[str | None, typer.Option(help="node or instance slug")] = None,
+    fabric: Annotated[str | None, typer.Option(help="scale-out fabric slug")] = None,
+    objective: Annotated[
+        str, typer.Option(help="max-tokens-per-s, min-time, min-cost or max-headroom")
+    ] = "max-tokens-per-s",
+    top: Annotated[int, typer.Option(help="how many plans to list")] = 10,
+    headroom_gib: Annotated[float, typer.Option(help="memory to keep free per GPU, GiB")] = 0.0,
+    headroom_percent: Annotated[float, typer.Option(help="memory to keep free per GPU, %")] = 0.0,
+    framework: Annotated[Framework, typer.Option()] = Framework.fsdp2,
+    precision: Annotated[Precision, typer.Option()] = Precision.bf16,
+    optimizer: Annotated[Optimizer, typer.Option()] = Optimizer.adamw,
+    micro_batches: Annotated[str | None, typer.Option(help="e.g. 1,2,4,8")] = None,
+    recomputes: Annotated[str | None, typer.Option(help="e.g. none,selective,full")] = None,
+    shardings: Annotated[str | None, typer.Option(help="e.g. fsdp-full,fsdp-hybrid")] = None,
+    vpps: Annotated[str | None, typer.Option(help="e.g. 1,2,4")] = None,
+    cps: Annotated[str | None, typer.Option(help="e.g. 1,2")] = None,
+    max_pp: Annotated[int, typer.Option()] = 64,
+    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes")] = False,
+    tokens: Annotated[float | None, typer.Option(help="tokens to train")] = None,
+    deadline_days: Annotated[
+        float | None, typer.Option(help="train the tokens within this many days")
+    ] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="spend at most this much")] = None,
+    price_option: Annotated[
+        str, typer.Option(help="pricing for cost figures, e.g. on-demand, spot")
+    ] = "on-demand",
+    as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+) -> None:
+    """Search every parallelism plan for a model on a cluster (or a range of cluster sizes); best first."""
+    from app.schemas import PlanSearchRequest
+    from app.services import run_search
+
+    try:
+        request = PlanSearchRequest(
+            gpu=gpu, node=node, fabric=fabric, gpus=gpus, gpus_range=gpus_range, global_batch=global_batch,
+            global_batch_tokens=global_batch_tokens, seq_len=seq_len, objective=objective, top_k=top,
+            headroom_gib=headroom_gib, headroom_percent=headroom_percent, framework=framework, precision=precision,
+            optimizer=optimizer, micro_batches=_int_list(micro_batches, "--micro-batches"),
+            recomputes=_enum_list(recomputes, Recompute, "--recomputes"),
+            shardings=_enum_list(shardings, Sharding, "--shardings"), vpps=_int_list(vpps, "--vpps"),
+            cps=_int_list(cps, "--cps"), max_pp=max_pp, allow_tp_across_nodes=allow_tp_across_nodes, tokens=tokens,
+            deadline_days=deadline_days, budget_usd=budget_usd, price_option=price_option, **_model_argument(model),
+        )  # fmt: skip
+    except ValidationError as exc:
+        _fail_validation(exc)
+    result = run_search(_catalog(), request)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        print_search(result)
 
 
 def main() -> None:

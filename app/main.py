@@ -19,6 +19,7 @@ from app.api import cost as api_cost
 from app.api import estimate as api_estimate
 from app.api import health
 from app.api import plans as api_plans
+from app.api import search as api_search
 from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
 from app.metrics import build_metrics
@@ -146,6 +147,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(health.router)
     app.include_router(api_catalog.router, prefix=API_PREFIX)
     app.include_router(api_estimate.router, prefix=API_PREFIX)
+    app.include_router(api_search.router, prefix=API_PREFIX)
     app.include_router(api_cost.router, prefix=API_PREFIX)
     app.include_router(api_plans.router, prefix=API_PREFIX)
     app.include_router(web_routes.router)

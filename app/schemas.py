@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
@@ -71,6 +72,11 @@ class EstimateRequest(BaseModel):
     oversubscription: float = Field(default=1.0, ge=1.0, le=64.0)
     power_limit_w: float | None = Field(default=None, gt=0, le=5000)
     allow_tp_across_nodes: bool = False
+    calibrated: bool = Field(
+        default=True,
+        description="use the calibration fitted from benchmark runs on this accelerator, when there is one "
+        "(false: catalog defaults only, to compare)",
+    )
 
     @model_validator(mode="after")
     def _one_model(self) -> EstimateRequest:
@@ -135,3 +141,155 @@ class MonthlyCostRequest(BaseModel):
         if self.instance is None and self.node is None:
             raise ValueError("give instance (an AWS instance slug) or node (a node slug)")
         return self
+
+
+# --------------------------------------------------------------------------------------------------
+# Plan search (issue 4): `POST /api/v1/plans/search`, `capplan plan`.
+
+from app.domain.search import Objective  # noqa: E402
+
+RANGE_PATTERN = r"^\s*\d+(\.\d+)?([eE]\d+)?\s*:\s*\d+(\.\d+)?([eE]\d+)?\s*$"
+
+
+class PlanSearchRequest(BaseModel):
+    """Find the best plan: the model, the hardware, the cluster size (or a range of whole-node sizes), the
+    batch (or a range in tokens), the objective, the constraints and, optionally, a narrower space."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(default=None, max_length=64)
+    hf_config: dict[str, Any] | None = None
+    gpu: str = Field(max_length=64)
+    node: str | None = Field(default=None, max_length=64)
+    fabric: str | None = Field(default=None, max_length=64)
+    gpus: int | None = Field(default=None, ge=1, le=1_048_576, description="a fixed GPU count")
+    gpus_range: str | None = Field(default=None, pattern=RANGE_PATTERN, description="'A:B' GPUs, whole nodes")
+    global_batch: int | None = Field(default=None, ge=1, le=16_777_216, description="sequences per step")
+    global_batch_tokens: str | None = Field(
+        default=None, pattern=RANGE_PATTERN, description="'A:B' tokens per step; power-of-two batches inside"
+    )
+    seq_len: int = Field(ge=1, le=4_194_304)
+    objective: Objective = Objective.max_tokens_per_s
+    top_k: int = Field(default=10, ge=1, le=100)
+    headroom_gib: float = Field(default=0.0, ge=0, le=1024)
+    headroom_percent: float = Field(default=0.0, ge=0, lt=90)
+    framework: Framework = Framework.fsdp2
+    precision: Precision = Precision.bf16
+    optimizer: Optimizer = Optimizer.adamw
+    flash_attention: bool = True
+    fused_kernels: bool | None = None
+    shardings: list[Sharding] | None = Field(default=None, max_length=len(Sharding))
+    offloads: list[Offload] | None = Field(default=None, max_length=len(Offload))
+    micro_batches: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(default=None, max_length=12)
+    recomputes: list[Recompute] | None = Field(default=None, max_length=len(Recompute))
+    vpps: list[Annotated[int, Field(ge=1, le=64)]] | None = Field(default=None, max_length=8)
+    cps: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(default=None, max_length=8)
+    max_pp: int = Field(default=64, ge=1, le=1024)
+    max_tp: int | None = Field(default=None, ge=1, le=1024)
+    allow_tp_across_nodes: bool = False
+    tokens: float | None = Field(default=None, gt=0, le=1e16, description="tokens to train")
+    deadline_days: float | None = Field(default=None, gt=0, le=3650)
+    budget_usd: float | None = Field(default=None, gt=0, le=1e12)
+    price_option: CostOption = Field(default=CostOption.on_demand, description="pricing for cost figures")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlanSearchRequest:
+        if (self.model is None) == (self.hf_config is None):
+            raise ValueError("give exactly one of model (a preset slug) or hf_config (a config.json object)")
+        if (self.gpus is None) == (self.gpus_range is None):
+            raise ValueError("give exactly one of gpus or gpus_range ('A:B')")
+        if (self.global_batch is None) == (self.global_batch_tokens is None):
+            raise ValueError("give exactly one of global_batch (sequences) or global_batch_tokens ('A:B')")
+        if (self.deadline_days or self.budget_usd) and not self.tokens:
+            raise ValueError("a deadline or a budget needs tokens (how many tokens to train)")
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark results (issue 7): one schema shared by the runner (app/bench), the API and the pages.
+
+BENCH_SCHEMA = "capplan.bench/v1"
+METRIC_PATTERN = r"^[A-Za-z0-9_.:\-]+$"
+
+
+class BenchmarkMetricIn(BaseModel):
+    """One measured figure on one rank, with the estimator's prediction for the same configuration.
+
+    Metric names: ``step_time_s``, ``tokens_per_s``, ``flops_per_step``, ``param_bytes``, … for the training
+    step; ``gemm:<dtype>:<m>x<n>x<k>`` (TFLOP/s) and ``busbw:<op>:<ranks>r<nodes>n:<bytes>`` (GB/s) for the
+    microbenchmarks (see app/domain/calibration.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: str = Field(min_length=1, max_length=80, pattern=METRIC_PATTERN)
+    unit: str = Field(max_length=32)
+    rank: int = Field(default=0, ge=0, le=1_048_576)
+    measured: float = Field(allow_inf_nan=False)
+    predicted: float | None = Field(default=None, allow_inf_nan=False)
+
+
+class BenchmarkMetricOut(BenchmarkMetricIn):
+    relative_error: float | None = Field(description="measured / predicted − 1 (None without a prediction)")
+
+
+def relative_error(measured: float, predicted: float | None) -> float | None:
+    if predicted is None or predicted == 0:
+        return None
+    return measured / predicted - 1
+
+
+class BenchmarkResultIn(BaseModel):
+    """What ``capplan bench run`` writes (``--output``) and posts (``--report-to``): one run, every rank."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    schema_version: str = Field(default=BENCH_SCHEMA, alias="schema", pattern=r"^capplan\.bench/v1$")
+    preset: str = Field(min_length=1, max_length=120)
+    accelerator: str | None = Field(
+        default=None, max_length=64, description="catalog accelerator slug (None: not a catalog device, e.g. CPU)"
+    )
+    node: str | None = Field(default=None, max_length=64, description="catalog node slug, if known")
+    device_name: str = Field(max_length=200, description="the device as the runtime reports it")
+    world_size: int = Field(ge=1, le=1_048_576)
+    nodes: int = Field(default=1, ge=1, le=65_536)
+    measured_at: datetime
+    config: dict[str, Any] = Field(default_factory=dict, description="preset and resolved run configuration")
+    hardware: dict[str, Any] = Field(default_factory=dict)
+    software: dict[str, Any] = Field(default_factory=dict, description="torch, CUDA, NCCL, Python versions")
+    metrics: list[BenchmarkMetricIn] = Field(min_length=1, max_length=20_000)
+    notes: str = Field(default="", max_length=4000)
+
+    @model_validator(mode="after")
+    def _ranks_in_world(self) -> BenchmarkResultIn:
+        bad = sorted({m.rank for m in self.metrics if m.rank >= self.world_size})
+        if bad:
+            raise ValueError(f"metrics name ranks {bad} outside world_size {self.world_size}")
+        return self
+
+
+class BenchmarkRunSummary(BaseModel):
+    id: int
+    preset: str
+    accelerator: str | None
+    node: str | None
+    world_size: int
+    device_name: str
+    measured_at: datetime
+    created_at: datetime
+    metrics: int = Field(description="number of measured figures")
+    median_abs_error: float | None = Field(description="median |relative error| over predicted figures")
+
+
+class BenchmarkRunOut(BenchmarkRunSummary):
+    config: dict[str, Any]
+    hardware: dict[str, Any]
+    software: dict[str, Any]
+    notes: str
+    samples: list[BenchmarkMetricOut]
+
+
+class BenchmarkIngestOut(BaseModel):
+    id: int
+    url: str
+    metrics: int
+    calibrates: list[str] = Field(description="figures this run calibrates for its accelerator")

@@ -6,6 +6,7 @@ into a 422, the pages into inline messages and the CLI into one line and exit co
 
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -188,3 +189,156 @@ def run_monthly_cost(catalog: Catalog, request: MonthlyCostRequest) -> MonthlyCo
     except CostInputError as exc:
         field = "node" if exc.field == "gpu" else exc.field
         raise InputError([_error(field, str(exc), "value_error.cost")]) from None
+
+
+# --------------------------------------------------------------------------------------------------
+# Plan documents (capplan.plan/v1) for export: shared by the API, the pages and the CLI.
+
+from app.domain.export import PlanDocument, build_plan_document, plan_document_problems  # noqa: E402
+
+
+def plan_document_from_request(catalog: Catalog, request: EstimateRequest) -> PlanDocument:
+    """Estimate ``request`` and wrap plan, hardware and estimate in a plan document (raises InputError)."""
+    result = run_estimate(catalog, request)
+    return build_plan_document(
+        arch=resolve_architecture(catalog, request),
+        node=catalog.hardware.node(result.node),
+        fabric=catalog.hardware.fabric(result.scale_out_fabric),
+        estimate=result,
+        preset=request.model,
+        hf_config=request.hf_config,
+        oversubscription=request.oversubscription,
+        power_limit_w=request.power_limit_w,
+        tokens=request.tokens,
+        allow_tp_across_nodes=request.allow_tp_across_nodes,
+    )
+
+
+def checked_plan_document(doc: PlanDocument) -> PlanDocument:
+    """``doc`` if it is consistent, else an InputError naming each offending field."""
+    problems = plan_document_problems(doc)
+    if problems:
+        raise InputError(
+            [{"loc": ["body", *field.split(".")], "msg": msg, "type": "value_error.plan_document"}
+             for field, msg in problems]
+        )  # fmt: skip
+    return doc
+
+
+# --------------------------------------------------------------------------------------------------
+# Plan search (issue 4).
+
+from app.domain.architecture import parameter_counts  # noqa: E402
+from app.domain.compute import model_flops_per_token  # noqa: E402
+from app.domain.cost import usd_per_gpu_hour  # noqa: E402
+from app.domain.search import SearchResult, SearchSpec, SearchTooLarge, search  # noqa: E402
+from app.schemas import PlanSearchRequest  # noqa: E402
+
+MAX_CLUSTER_SIZES = 12
+MAX_BATCH_SIZES = 8
+
+
+def _range(text: str) -> tuple[float, float]:
+    low, high = (float(part) for part in text.split(":"))
+    return (low, high) if low <= high else (high, low)
+
+
+def cluster_sizes(request: PlanSearchRequest, gpus_per_node: int) -> tuple[list[int], list[str]]:
+    """GPU counts to search: the fixed one, or whole-node sizes in the range (thinned geometrically)."""
+    if request.gpus is not None:
+        return [request.gpus], []
+    low, high = _range(request.gpus_range or "")
+    nodes = list(range(max(1, math.ceil(low / gpus_per_node)), int(high // gpus_per_node) + 1))
+    if not nodes:
+        raise InputError([_error("gpus_range", f"no whole number of {gpus_per_node}-GPU nodes between "
+                                 f"{low:g} and {high:g} GPUs", "value_error.range")])  # fmt: skip
+    notes = []
+    if len(nodes) > MAX_CLUSTER_SIZES:
+        picks = sorted({nodes[0], nodes[-1], *(n for n in nodes if n & (n - 1) == 0)})
+        if len(picks) > MAX_CLUSTER_SIZES:
+            step = len(picks) / MAX_CLUSTER_SIZES
+            picks = sorted({picks[int(i * step)] for i in range(MAX_CLUSTER_SIZES)} | {nodes[-1]})
+        notes.append(
+            f"{len(nodes)} cluster sizes in the range: searched {len(picks)} (powers of two of nodes and the ends)"
+        )
+        nodes = picks
+    return [n * gpus_per_node for n in nodes], notes
+
+
+def batch_sizes(request: PlanSearchRequest) -> list[int]:
+    if request.global_batch is not None:
+        return [request.global_batch]
+    low, high = _range(request.global_batch_tokens or "")
+    lo_seq, hi_seq = max(1, math.ceil(low / request.seq_len)), int(high // request.seq_len)
+    sizes = [2**k for k in range(0, 25) if lo_seq <= 2**k <= hi_seq]
+    if not sizes:
+        raise InputError([_error("global_batch_tokens", f"no global batch of {request.seq_len}-token sequences "
+                                 f"lies between {low:g} and {high:g} tokens", "value_error.range")])  # fmt: skip
+    return sizes[-MAX_BATCH_SIZES:]
+
+
+def run_search(catalog: Catalog, request: PlanSearchRequest) -> SearchResult:
+    arch = resolve_architecture(catalog, request)  # type: ignore[arg-type]
+    try:
+        probe = build_cluster(catalog.hardware, catalog.efficiency, accelerator=request.gpu, gpus=1,
+                              node=request.node, fabric=request.fabric)  # fmt: skip
+    except HardwareError as exc:
+        raise InputError([_error(exc.field, str(exc), "value_error.hardware")]) from None
+    sizes, notes = cluster_sizes(request, probe.gpus_per_node)
+    clusters = {
+        g: build_cluster(
+            catalog.hardware,
+            catalog.efficiency,
+            accelerator=request.gpu,
+            gpus=g,
+            node=request.node,
+            fabric=request.fabric,
+        )  # fmt: skip
+        for g in sizes
+    }
+    price = None
+    try:
+        instance = (
+            probe.node.slug
+            if probe.node.provider == "aws"
+            else instance_for_accelerator(catalog.cost, catalog.hardware, request.gpu)
+        )
+        node_for_price = probe.node.slug if request.price_option.value == "self-build" else instance
+        price = usd_per_gpu_hour(catalog.cost, node_for_price, request.price_option,
+                                 gpus_per_node=probe.gpus_per_node)  # fmt: skip
+    except CostInputError as exc:
+        notes.append(f"no price: {exc}")
+    if price is None:
+        if request.budget_usd or request.objective.value == "min-cost":
+            raise InputError([_error("price_option", f"no {request.price_option.value} price in the catalog for "
+                                     f"{request.gpu}; choose another price option", "value_error.price")])  # fmt: skip
+    else:
+        notes.append(f"cost figures at {request.price_option.value} ${price:.2f} per GPU-hour")
+    defaults = SearchSpec.model_fields
+    spec = SearchSpec(
+        gpus=tuple(sizes), global_batches=tuple(batch_sizes(request)), seq_len=request.seq_len,
+        framework=request.framework, precision=request.precision, optimizer=request.optimizer,
+        flash_attention=request.flash_attention, fused_kernels=request.fused_kernels,
+        shardings=tuple(request.shardings) if request.shardings else None,
+        offloads=tuple(request.offloads) if request.offloads else None,
+        micro_batches=tuple(request.micro_batches or defaults["micro_batches"].default),
+        recomputes=tuple(request.recomputes or defaults["recomputes"].default),
+        vpps=tuple(request.vpps or defaults["vpps"].default), cps=tuple(request.cps or defaults["cps"].default),
+        max_pp=request.max_pp, max_tp=request.max_tp, allow_tp_across_nodes=request.allow_tp_across_nodes,
+        headroom_bytes=request.headroom_gib * 2**30, headroom_fraction=request.headroom_percent / 100,
+        tokens_to_train=request.tokens, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
+        usd_per_gpu_hour=price, objective=request.objective, top_k=request.top_k,
+    )  # fmt: skip
+    flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
+    try:
+        result = search(arch, clusters, spec, flops)
+    except SearchTooLarge as exc:
+        raise InputError([_error("gpus", str(exc), "value_error.search_too_large")]) from None
+    return result.model_copy(update={"notes": tuple(notes)})
+
+
+def timed_search(catalog: Catalog, request: PlanSearchRequest, metrics: Any, surface: str) -> SearchResult:
+    result = run_search(catalog, request)
+    if metrics is not None:
+        metrics.searches_total.labels(surface=surface).inc()
+    return result

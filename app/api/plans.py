@@ -20,44 +20,14 @@ from app.domain.export import (
     ExportedFile,
     ExportFormat,
     PlanDocument,
-    build_plan_document,
     export_plan,
-    plan_document_problems,
 )
-from app.schemas import EstimateRequest, PlanExportBody, ValidationErrorOut
-from app.services import InputError, resolve_architecture, run_estimate
+from app.schemas import PlanExportBody, ValidationErrorOut
+from app.services import checked_plan_document, plan_document_from_request
 
 router = APIRouter(tags=["plans"])
 
 MEDIA_TYPES = sorted({"application/json", "application/toml", "text/x-shellscript", "application/yaml"})
-
-
-def plan_document_from_request(catalog: Catalog, request: EstimateRequest) -> PlanDocument:
-    """Estimate ``request`` and wrap plan, hardware and estimate in a plan document (raises InputError)."""
-    result = run_estimate(catalog, request)
-    return build_plan_document(
-        arch=resolve_architecture(catalog, request),
-        node=catalog.hardware.node(result.node),
-        fabric=catalog.hardware.fabric(result.scale_out_fabric),
-        estimate=result,
-        preset=request.model,
-        hf_config=request.hf_config,
-        oversubscription=request.oversubscription,
-        power_limit_w=request.power_limit_w,
-        tokens=request.tokens,
-        allow_tp_across_nodes=request.allow_tp_across_nodes,
-    )
-
-
-def checked_plan_document(doc: PlanDocument) -> PlanDocument:
-    """``doc`` if it is consistent, else an InputError naming each offending field."""
-    problems = plan_document_problems(doc)
-    if problems:
-        raise InputError(
-            [{"loc": ["body", *field.split(".")], "msg": msg, "type": "value_error.plan_document"}
-             for field, msg in problems]
-        )  # fmt: skip
-    return doc
 
 
 def exported_response(exported: ExportedFile) -> Response:

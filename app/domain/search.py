@@ -26,7 +26,7 @@ from pydantic import Field
 from app.domain.architecture import Architecture, parameter_counts
 from app.domain.assemble import consts, exact_state, key_q, model_q
 from app.domain.cluster import Cluster
-from app.domain.estimate import estimate
+from app.domain.estimate import Estimate, estimate
 from app.domain.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
 from app.domain.memory import host_capacity_bytes
 from app.domain.pipeline import rank_layers
@@ -90,7 +90,7 @@ class SearchSpec(Frozen):
     usd_per_gpu_hour: float | None = Field(default=None, gt=0, description="price used for cost objectives")
     objective: Objective = Objective.max_tokens_per_s
     top_k: int = Field(default=10, ge=1, le=100)
-    max_plans: int = Field(default=5_000_000, ge=1)
+    max_plans: int = Field(default=2_000_000, ge=1)
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,12 +116,13 @@ class SearchResult(Frozen):
     feasible_plans: int
     elapsed_s: float
     plans_per_s: float
-    plans: tuple[Any, ...]  # Candidate
-    best: Any | None = None  # Estimate of the winner
-    pareto: tuple[Any, ...] = ()  # Candidate
+    plans: tuple[Candidate, ...]
+    best: Estimate | None = Field(default=None, description="the winner's full estimate")
+    pareto: tuple[Candidate, ...] = ()
     rejected: dict[str, int]
     explanation: str
     message: str | None = None
+    notes: tuple[str, ...] = ()
 
 
 # -- the space ---------------------------------------------------------------------------------------------
@@ -137,7 +138,7 @@ class _Grid:
     size: int
 
 
-def _grid(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int) -> _Grid:
+def _axes(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int) -> dict[str, list[int]]:
     domain = cluster.nvlink_domain
     max_tp = spec.max_tp or (gpus if spec.allow_tp_across_nodes else min(domain, gpus))
     tps = [t for t in _divisors(gpus) if t <= max_tp]
@@ -151,12 +152,18 @@ def _grid(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, bat
         "sh": [SHARDINGS.index(s) for s in shardings], "off": [OFFLOADS.index(o) for o in offloads],
         "mb": list(spec.micro_batches), "rc": [RECOMPUTES.index(r) for r in spec.recomputes],
     }  # fmt: skip
+    return axes
+
+
+def space_size(arch: Architecture, clusters: dict[int, Cluster], spec: SearchSpec) -> int:
+    """Grid points the search would visit over every cluster size and batch."""
+    per_batch = sum(math.prod(len(v) for v in _axes(arch, clusters[g], spec, g).values()) for g in spec.gpus)
+    return per_batch * len(spec.global_batches)
+
+
+def _grid(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int) -> _Grid:
+    axes = _axes(arch, cluster, spec, gpus)
     size = math.prod(len(v) for v in axes.values())
-    if size > spec.max_plans:
-        raise SearchTooLarge(
-            f"the space has {size:,} plans for {gpus} GPUs (limit {spec.max_plans:,}); narrow it: fewer "
-            "micro-batch sizes, vpp or cp values, a lower max pp, fixed sharding or recompute"
-        )
     mesh = np.meshgrid(*[np.asarray(v, dtype=np.int64) for v in axes.values()], indexing="ij")
     return _Grid(cols={k: m.ravel() for k, m in zip(axes, mesh, strict=True)}, size=size)
 
@@ -398,6 +405,13 @@ def search(
 ) -> SearchResult:
     """Every plan of ``spec`` for each cluster size in ``clusters`` (GPUs → Cluster); best first."""
     start = time.perf_counter()
+    size = space_size(arch, clusters, spec)
+    if size > spec.max_plans:
+        raise SearchTooLarge(
+            f"the space has {size:,} grid points (limit {spec.max_plans:,}, about 10 s); narrow it: fewer "
+            "cluster sizes or batch sizes, fewer micro-batch, vpp or cp values, a lower max pp, a fixed "
+            "sharding or recompute"
+        )
     rejected: Counter[str] = Counter()
     evaluated = considered = 0
     closest: float | None = None
@@ -425,17 +439,22 @@ def search(
             host_short = ~scored.host_ok
             if host_short.any():
                 rejected["offloaded state exceeds host RAM or NVMe"] += int(host_short.sum())
-            fits = (scored.peak <= scored.usable) | host_short  # host failures are counted once, above
-            ok = (scored.peak <= limit) & scored.host_ok
+            gpu_fits = scored.peak <= scored.usable
+            over = ~gpu_fits & scored.host_ok
             short = (scored.peak - scored.usable) / GIB
-            closest = float(short.min()) if closest is None else min(closest, float(short.min()))
+            if over.any():
+                closest = (
+                    float(short[over].min()) if closest is None else min(closest, float(short[over].min()))
+                )
             for low, high in ((0, 10), (10, 40), (40, np.inf)):
-                n = int(np.sum(~fits & (short >= low) & (short < high)))
+                n = int(np.sum(over & (short >= low) & (short < high)))
                 if n:
                     rejected[_bucket(low)] += n
-            below = fits & ~ok
+            within = scored.peak <= limit
+            below = gpu_fits & scored.host_ok & ~within
             if below.any():
                 rejected["fits but below the requested headroom"] += int(below.sum())
+            ok = within & scored.host_ok
             tps = batch * spec.seq_len / scored.step_s
             if spec.tokens_to_train and spec.deadline_days:
                 late = ok & (spec.tokens_to_train / tps / 86_400 > spec.deadline_days)

@@ -79,3 +79,30 @@ def test_validate_json(monkeypatch, capsys) -> None:
     code, out, _ = run_cli(monkeypatch, capsys, "validate", "--json")
     body = json.loads(out)
     assert body["median_abs_error"] <= 0.10 and body["compared"] >= 25
+
+
+def test_plan_search_table_and_json(monkeypatch, capsys) -> None:
+    args = ["plan", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--gpus", "768", "--global-batch", "1536",
+            "--seq-len", "2048", "--framework", "megatron", "--top", "3"]  # fmt: skip
+    code, out, _ = run_cli(monkeypatch, capsys, *args)
+    assert code == 0 and "best: vs the runner-up" in out and "rejected:" in out
+    code, out, _ = run_cli(monkeypatch, capsys, *args, "--json")
+    body = json.loads(out)
+    assert {"plans", "pareto", "rejected", "evaluated_plans"} <= set(body) and len(body["plans"]) == 3
+
+
+def test_plan_search_bad_list_exits_2(monkeypatch, capsys) -> None:
+    code, _, err = run_cli(monkeypatch, capsys, "plan", "--model", "gpt3-175b", "--gpu", "a100-80gb", "--gpus", "8",
+                           "--global-batch", "8", "--seq-len", "2048", "--micro-batches", "one,two")  # fmt: skip
+    assert code == 2 and "--micro-batches" in err
+
+
+def test_estimate_from_plan_file_reproduces_the_estimate(monkeypatch, capsys, tmp_path: Path) -> None:
+    plan = tmp_path / "plan.json"
+    code, _, err = run_cli(monkeypatch, capsys, "export", *ARGS[1:], "--format", "json", "-o", str(plan))
+    assert code == 0, err
+    code, direct, _ = run_cli(monkeypatch, capsys, *ARGS, "--json")
+    code, from_file, _ = run_cli(monkeypatch, capsys, "estimate", "--plan", str(plan), "--json")
+    assert code == 0 and json.loads(from_file) == json.loads(direct)
+    code, _, err = run_cli(monkeypatch, capsys, "estimate", "--plan", str(plan), "--tp", "4")
+    assert code == 2 and "--tp" in err

@@ -1,0 +1,32 @@
+"""POST /api/v1/plans/search: the best parallelism plans for a model on a cluster, and why."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Request
+
+from app.deps import get_catalog
+from app.domain.catalog import Catalog
+from app.domain.search import SearchResult
+from app.schemas import PlanSearchRequest, ValidationErrorOut
+from app.services import timed_search
+
+router = APIRouter(tags=["plans"])
+
+
+@router.post(
+    "/plans/search",
+    response_model=SearchResult,
+    responses={
+        422: {
+            "model": ValidationErrorOut,
+            "description": "invalid input, or a space too large (how to narrow it)",
+        }
+    },
+    summary="Search every TP × PP × DP × CP × EP / sharding / micro-batch / recompute plan; best first",
+)
+def post_search(
+    body: PlanSearchRequest, request: Request, catalog: Annotated[Catalog, Depends(get_catalog)]
+) -> SearchResult:
+    return timed_search(catalog, body, request.app.state.metrics, "api")
