@@ -24,7 +24,7 @@ CLI_FLAGS = ["--model", "llama3.1-70b", "--gpu", "h100-sxm", "--gpus", "64", "--
 MEDIA = {
     "json": "application/json", "torchtitan": "application/toml", "torchrun": "text/x-shellscript",
     "megatron": "text/x-shellscript", "deepspeed": "application/json", "slurm": "text/x-shellscript",
-    "k8s": "application/yaml",
+    "k8s": "application/yaml", "prometheus": "application/yaml", "grafana": "application/json",
 }  # fmt: skip
 
 

@@ -208,6 +208,8 @@ def test_files_and_media_types() -> None:
         ExportFormat.deepspeed: ("ds_config.json", "application/json"),
         ExportFormat.slurm: ("train.sbatch", "text/x-shellscript"),
         ExportFormat.k8s: ("pytorchjob.yaml", "application/yaml"),
+        ExportFormat.prometheus: ("training-alerts.rules.yml", "application/yaml"),
+        ExportFormat.grafana: ("training-dashboard.json", "application/json"),
     }
 
 

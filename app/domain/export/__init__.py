@@ -1,4 +1,4 @@
-"""Export a plan as runnable configuration: one pure function, one plan document, seven formats.
+"""Export a plan as runnable configuration: one pure function, one plan document, nine formats.
 
 :func:`export_plan` turns a :class:`PlanDocument` into an :class:`ExportedFile` (filename, media type,
 text). It reads nothing but the document, so the CLI, the API and the pages produce byte-identical files
@@ -7,7 +7,8 @@ for the same plan. Build the document from an estimate with :func:`build_plan_do
 
 Formats: ``json`` (the plan document itself), ``torchtitan`` (FSDP2 job TOML), ``torchrun`` (launch
 command), ``megatron`` (Megatron-LM arguments), ``deepspeed`` (DeepSpeed config JSON), ``slurm`` (batch
-script), ``k8s`` (Kubeflow PyTorchJob). Every format is produced for every plan; where a framework cannot
+script), ``k8s`` (Kubeflow PyTorchJob), ``prometheus`` (alert rules for the training job, thresholds from the
+estimate) and ``grafana`` (a dashboard for the job with the predictions as reference lines). Every format is produced for every plan; where a framework cannot
 express part of the plan the file says so in a comment and :attr:`ExportedFile.notes` lists it.
 """
 
@@ -34,6 +35,7 @@ from app.domain.export.document import (
 from app.domain.export.kubernetes import pytorchjob_yaml
 from app.domain.export.launch import layout, torchrun_args
 from app.domain.export.megatron import megatron_args, megatron_script
+from app.domain.export.monitoring import grafana_dashboard, prometheus_rules
 from app.domain.export.scripts import slurm_script, torchrun_script
 from app.domain.export.torchtitan import torchtitan_toml
 from app.domain.provenance import Frozen
@@ -47,6 +49,8 @@ class ExportFormat(StrEnum):
     deepspeed = "deepspeed"
     slurm = "slurm"
     k8s = "k8s"
+    prometheus = "prometheus"
+    grafana = "grafana"
 
 
 class ExportedFile(Frozen):
@@ -68,6 +72,8 @@ _WRITERS: dict[ExportFormat, tuple[str, str, Callable[[PlanDocument], tuple[str,
     ExportFormat.deepspeed: ("ds_config.json", "application/json", deepspeed_json),
     ExportFormat.slurm: ("train.sbatch", "text/x-shellscript", slurm_script),
     ExportFormat.k8s: ("pytorchjob.yaml", "application/yaml", pytorchjob_yaml),
+    ExportFormat.prometheus: ("training-alerts.rules.yml", "application/yaml", prometheus_rules),
+    ExportFormat.grafana: ("training-dashboard.json", "application/json", grafana_dashboard),
 }
 
 EXPORT_FORMATS: tuple[str, ...] = tuple(f.value for f in ExportFormat)
