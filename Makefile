@@ -10,7 +10,7 @@ PIP_TORCH := $(if $(wildcard $(TORCH_WHEELS)/torch-*.whl),--find-links $(TORCH_W
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint test-fast bench install-app install-dev lock clean
+.PHONY: run test lint test-fast bench fuzz loadtest install-app install-dev lock clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -48,6 +48,14 @@ test-fast: install-dev
 ## bench: print performance figures (estimates/s, plans/s); behaviour is tested, speed is measured here
 bench: install-dev
 	$(BIN)/python -m app.benchmarks
+
+## fuzz: schemathesis over the OpenAPI schema with many examples per operation (CI runs 8)
+fuzz: install-dev
+	CAPPLAN_FUZZ_EXAMPLES=$${CAPPLAN_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest -q -n 2 tests/api/test_fuzz.py
+
+## loadtest: 2 uvicorn workers on loopback, 32 clients for 30 s; prints requests/s, p50/p95/p99, errors
+loadtest: install-app
+	$(BIN)/python scripts/loadtest.py --seconds $${SECONDS_:-30} --concurrency $${CONCURRENCY:-32} --workers 2
 
 ## lock: regenerate constraints.txt from a fresh resolve of pyproject.toml (run after changing dependencies)
 lock:

@@ -52,7 +52,12 @@ def plan_from_request(request: EstimateRequest) -> Plan:
     return Plan(dp=dp, **{f: getattr(request, f) for f in PLAN_FIELDS})
 
 
-def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:
+def run_estimate(
+    catalog: Catalog, request: EstimateRequest, *, calibrations: Calibrations | None = None
+) -> Estimate:
+    """Estimate ``request``. With ``calibrations`` (fitted from stored benchmark runs) and
+    ``request.calibrated``, the accelerator's calibrated figures replace the catalog defaults; the estimate's
+    ``calibration`` assumption says whether it is calibrated and by which run(s)."""
     arch = resolve_architecture(catalog, request)
     try:
         cluster = build_cluster(
@@ -61,24 +66,36 @@ def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:
         )  # fmt: skip
     except HardwareError as exc:
         raise InputError([_error(exc.field, str(exc), "value_error.hardware")]) from None
+    changes: list[Change] = []
+    if request.calibrated and calibrations is not None:
+        cluster, changes = apply_calibration(cluster, calibrations)
     plan = plan_from_request(request)
     try:
-        return estimate(
+        result = estimate(
             arch,
             cluster,
             plan,
             tokens_to_train=request.tokens,
             allow_tp_across_nodes=request.allow_tp_across_nodes,
         )
+        note = calibration_assumption(cluster.accelerator.slug, changes, enabled=request.calibrated)
+        return result.model_copy(update={"assumptions": (*result.assumptions, note)})
     except InvalidPlan as exc:
         raise InputError(
             [_error(v.field, f"{v.message}; fix: {v.fix}", f"plan.{v.code}") for v in exc.violations]
         ) from None
 
 
-def timed_estimate(catalog: Catalog, request: EstimateRequest, metrics: Any, surface: str) -> Estimate:
+def timed_estimate(
+    catalog: Catalog,
+    request: EstimateRequest,
+    metrics: Any,
+    surface: str,
+    *,
+    calibrations: Calibrations | None = None,
+) -> Estimate:
     start = time.perf_counter()
-    result = run_estimate(catalog, request)
+    result = run_estimate(catalog, request, calibrations=calibrations)
     if metrics is not None:
         metrics.estimates_total.labels(surface=surface).inc()
         metrics.estimate_duration_seconds.observe(time.perf_counter() - start)
@@ -277,7 +294,7 @@ def batch_sizes(request: PlanSearchRequest) -> list[int]:
     return sizes[-MAX_BATCH_SIZES:]
 
 
-def run_search(catalog: Catalog, request: PlanSearchRequest) -> SearchResult:
+def run_search(catalog: Catalog, request: PlanSearchRequest, max_plans: int | None = None) -> SearchResult:
     arch = resolve_architecture(catalog, request)  # type: ignore[arg-type]
     try:
         probe = build_cluster(catalog.hardware, catalog.efficiency, accelerator=request.gpu, gpus=1,
@@ -328,6 +345,7 @@ def run_search(catalog: Catalog, request: PlanSearchRequest) -> SearchResult:
         headroom_bytes=request.headroom_gib * 2**30, headroom_fraction=request.headroom_percent / 100,
         tokens_to_train=request.tokens, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
         usd_per_gpu_hour=price, objective=request.objective, top_k=request.top_k,
+        **({"max_plans": max_plans} if max_plans else {}),
     )  # fmt: skip
     flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
     try:
@@ -337,8 +355,10 @@ def run_search(catalog: Catalog, request: PlanSearchRequest) -> SearchResult:
     return result.model_copy(update={"notes": tuple(notes)})
 
 
-def timed_search(catalog: Catalog, request: PlanSearchRequest, metrics: Any, surface: str) -> SearchResult:
-    result = run_search(catalog, request)
+def timed_search(
+    catalog: Catalog, request: PlanSearchRequest, metrics: Any, surface: str, max_plans: int | None = None
+) -> SearchResult:
+    result = run_search(catalog, request, max_plans)
     if metrics is not None:
         metrics.searches_total.labels(surface=surface).inc()
     return result

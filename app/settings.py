@@ -24,6 +24,9 @@ class Settings(BaseSettings):
         default=None, description="Bearer token required by write endpoints; writes are refused when unset."
     )
     log_level: str = Field(default="INFO", description="Python logging level name.")
+    search_max_plans: int = Field(
+        default=2_000_000, ge=1_000, description="largest plan-search space served (grid points, ~10 s)"
+    )
 
     @field_validator("log_level")
     @classmethod

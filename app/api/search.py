@@ -29,4 +29,5 @@ router = APIRouter(tags=["plans"])
 def post_search(
     body: PlanSearchRequest, request: Request, catalog: Annotated[Catalog, Depends(get_catalog)]
 ) -> SearchResult:
-    return timed_search(catalog, body, request.app.state.metrics, "api")
+    settings = request.app.state.settings
+    return timed_search(catalog, body, request.app.state.metrics, "api", settings.search_max_plans)
