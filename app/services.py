@@ -52,12 +52,7 @@ def plan_from_request(request: EstimateRequest) -> Plan:
     return Plan(dp=dp, **{f: getattr(request, f) for f in PLAN_FIELDS})
 
 
-def run_estimate(
-    catalog: Catalog, request: EstimateRequest, *, calibrations: Calibrations | None = None
-) -> Estimate:
-    """Estimate ``request``. With ``calibrations`` (fitted from stored benchmark runs) and
-    ``request.calibrated``, the accelerator's calibrated figures replace the catalog defaults; the estimate's
-    ``calibration`` assumption says whether it is calibrated and by which run(s)."""
+def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:
     arch = resolve_architecture(catalog, request)
     try:
         cluster = build_cluster(
@@ -66,36 +61,24 @@ def run_estimate(
         )  # fmt: skip
     except HardwareError as exc:
         raise InputError([_error(exc.field, str(exc), "value_error.hardware")]) from None
-    changes: list[Change] = []
-    if request.calibrated and calibrations is not None:
-        cluster, changes = apply_calibration(cluster, calibrations)
     plan = plan_from_request(request)
     try:
-        result = estimate(
+        return estimate(
             arch,
             cluster,
             plan,
             tokens_to_train=request.tokens,
             allow_tp_across_nodes=request.allow_tp_across_nodes,
         )
-        note = calibration_assumption(cluster.accelerator.slug, changes, enabled=request.calibrated)
-        return result.model_copy(update={"assumptions": (*result.assumptions, note)})
     except InvalidPlan as exc:
         raise InputError(
             [_error(v.field, f"{v.message}; fix: {v.fix}", f"plan.{v.code}") for v in exc.violations]
         ) from None
 
 
-def timed_estimate(
-    catalog: Catalog,
-    request: EstimateRequest,
-    metrics: Any,
-    surface: str,
-    *,
-    calibrations: Calibrations | None = None,
-) -> Estimate:
+def timed_estimate(catalog: Catalog, request: EstimateRequest, metrics: Any, surface: str) -> Estimate:
     start = time.perf_counter()
-    result = run_estimate(catalog, request, calibrations=calibrations)
+    result = run_estimate(catalog, request)
     if metrics is not None:
         metrics.estimates_total.labels(surface=surface).inc()
         metrics.estimate_duration_seconds.observe(time.perf_counter() - start)
