@@ -246,7 +246,9 @@ class BenchmarkResultIn(BaseModel):
     schema_version: str = Field(default=BENCH_SCHEMA, alias="schema", pattern=r"^capplan\.bench/v1$")
     preset: str = Field(min_length=1, max_length=120)
     accelerator: str | None = Field(
-        default=None, max_length=64, description="catalog accelerator slug (None: not a catalog device, e.g. CPU)"
+        default=None,
+        max_length=64,
+        description="catalog accelerator slug (None: not a catalog device, e.g. CPU)",
     )
     node: str | None = Field(default=None, max_length=64, description="catalog node slug, if known")
     device_name: str = Field(max_length=200, description="the device as the runtime reports it")
