@@ -922,6 +922,188 @@ def plan_command(
         print_search(result)
 
 
+# -- capplan bench: the microbenchmark runner (issue 7) -----------------------------------------------------
+
+bench_app = typer.Typer(
+    help="Benchmark runner: real FSDP2 steps under torchrun, reported to capplan.", no_args_is_help=True
+)
+app.add_typer(bench_app, name="bench")
+
+
+def _bench_preset(name: str, **overrides):
+    from app.bench.presets import UnknownPreset, get_preset
+
+    try:
+        return get_preset(name, **overrides)
+    except UnknownPreset as exc:
+        raise UsageError(f"--preset: {exc}") from None
+
+
+def _load_result(path: Path):
+    from app.schemas import BenchmarkResultIn
+
+    if not path.is_file():
+        raise UsageError(f"no such file {path}")
+    try:
+        return BenchmarkResultIn.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+
+
+def post_result(result, url: str, token: str | None, timeout_s: float = 60.0) -> dict:
+    """POST the result to ``url`` (a capplan base URL or the full /api/v1/benchmarks URL) with the token."""
+    import urllib.error
+    import urllib.request
+
+    target = url.rstrip("/")
+    if not target.endswith("/api/v1/benchmarks"):
+        target += "/api/v1/benchmarks"
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = result.model_dump_json(by_alias=True).encode()
+    req = urllib.request.Request(target, data=data, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout_s) as resp:  # noqa: S310 (the user's own URL)
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode(errors="replace")[:500]
+        raise UsageError(f"--report-to {target}: HTTP {exc.code}: {body}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise UsageError(f"--report-to {target}: {exc}") from None
+
+
+def _report(result, *, as_json: bool, report_to: str | None, token: str | None) -> None:
+    from app.bench.report import result_table
+
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2, by_alias=True))
+    else:
+        typer.echo(result_table(result, all_ranks=result.world_size <= 2))
+    if report_to:
+        answer = post_result(result, report_to, token)
+        typer.echo(f"reported: {answer.get('url', '')} (run {answer.get('id')})", err=as_json)
+
+
+@bench_app.command("presets")
+def bench_presets(as_json: Annotated[bool, typer.Option("--json")] = False) -> None:
+    """List the presets (model_parallelism_hardware)."""
+    from app.bench.presets import PRESETS
+
+    presets = [f() for f in PRESETS.values()]
+    if as_json:
+        typer.echo(json.dumps([p.as_config() for p in presets], indent=2))
+        return
+    for p in presets:
+        typer.echo(f"{p.name:34s} {p.device:4s} nproc {p.nproc:<3d} {p.description}")
+
+
+@bench_app.command("run")
+def bench_run(
+    preset: Annotated[str, typer.Option(help="preset name (capplan bench presets)")],
+    nproc: Annotated[
+        int | None, typer.Option(min=1, max=1024, help="processes on this node (default: the preset's)")
+    ] = None,
+    output: Annotated[Path | None, typer.Option(help="write the result JSON here")] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="print the result JSON instead of the table")
+    ] = False,
+    report_to: Annotated[
+        str | None, typer.Option("--report-to", help="capplan URL to POST the result to")
+    ] = None,
+    token: Annotated[
+        str | None, typer.Option(help="API token for --report-to (CAPPLAN_API_TOKEN of the server)")
+    ] = None,
+    accelerator: Annotated[str | None, typer.Option(help="catalog accelerator to predict for")] = None,
+    layers: Annotated[int | None, typer.Option(min=1, help="scale the model to this many layers")] = None,
+    micro_batch: Annotated[int | None, typer.Option(min=1)] = None,
+    seq_len: Annotated[int | None, typer.Option(min=2)] = None,
+    recompute: Annotated[Recompute | None, typer.Option()] = None,
+    steps: Annotated[int | None, typer.Option(min=0)] = None,
+    timeout_s: Annotated[float, typer.Option(help="give up after this many seconds")] = 3600.0,
+) -> None:
+    """Run PRESET under torchrun on this node and print predicted vs measured (or post it with --report-to)."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    from app.bench.report import local_command
+
+    chosen = _bench_preset(preset)
+    if importlib.util.find_spec("torch") is None:
+        raise UsageError("the runner needs torch: pip install 'capplan[bench]'")
+    overrides = dict(accelerator=accelerator, layers=layers, micro_batch=micro_batch, seq_len=seq_len,
+                     recompute=recompute.value if recompute else None, steps=steps)  # fmt: skip
+    with tempfile.TemporaryDirectory() as tmp:
+        out = output or Path(tmp) / "result.json"
+        cmd = local_command(chosen.name, nproc or chosen.nproc, str(out), overrides)
+        typer.echo("$ " + " ".join(cmd), err=True)
+        try:  # the runner's own output (progress bar, warnings) goes to stderr; stdout stays the result
+            sys.stderr.fileno()
+            sink = sys.stderr
+        except (AttributeError, OSError, ValueError):  # not a real file (e.g. captured in tests)
+            sink = subprocess.PIPE
+        try:
+            proc = subprocess.run(cmd, timeout=timeout_s, check=False, stdout=sink, stderr=sink,
+                                  text=True)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise UsageError(f"the runner did not finish within {timeout_s:g} s") from None
+        if sink is subprocess.PIPE and proc.returncode != 0:
+            typer.echo((proc.stdout or "")[-4000:], err=True)
+        if proc.returncode != 0:
+            typer.echo(
+                f"error: the runner failed (exit code {proc.returncode}); see the output above", err=True
+            )
+            raise typer.Exit(code=1)
+        result = _load_result(out)
+    _report(result, as_json=as_json, report_to=report_to, token=token)
+
+
+@bench_app.command("submit")
+def bench_submit(
+    file: Annotated[Path, typer.Argument(help="a result JSON written by capplan bench run --output")],
+    report_to: Annotated[str, typer.Option("--report-to", help="capplan URL")],
+    token: Annotated[str | None, typer.Option(help="API token")] = None,
+) -> None:
+    """Post a result file (from an offline cluster) to capplan."""
+    result = _load_result(file)
+    answer = post_result(result, report_to, token)
+    typer.echo(f"reported: {answer.get('url', '')} (run {answer.get('id')})")
+
+
+@bench_app.command("launch-cmd")
+def bench_launch_cmd(
+    preset: Annotated[str, typer.Option(help="preset name")],
+    nodes: Annotated[int, typer.Option(min=1, max=65536, help="nodes")] = 1,
+    nproc_per_node: Annotated[int | None, typer.Option(min=1, max=1024, help="default: the preset's")] = None,
+    rdzv_endpoint: Annotated[
+        str, typer.Option(help="HOST:PORT of the rendezvous (the first node)")
+    ] = "NODE0_HOST:29500",
+    output: Annotated[str, typer.Option(help="result file written by rank 0")] = "bench-result.json",
+    slurm: Annotated[bool, typer.Option("--slurm", help="print a Slurm batch script instead")] = False,
+) -> None:
+    """Print the multi-node torchrun (or Slurm) command that runs PRESET on NODES nodes."""
+    from app.bench.report import multinode_command
+
+    chosen = _bench_preset(preset)
+    host, _, port = rdzv_endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise UsageError(f"--rdzv-endpoint: expected HOST:PORT, got {rdzv_endpoint!r}")
+    typer.echo(
+        multinode_command(
+            chosen.name,
+            nodes=nodes,
+            nproc=nproc_per_node or chosen.nproc,
+            rdzv_host=host,
+            rdzv_port=int(port),
+            output=output,
+            slurm=slurm,
+        )
+    )
+    typer.echo(f"# then: capplan bench submit {output} --report-to URL --token T", err=True)
+
+
 def main() -> None:
     """Console entry point: known errors print one line and exit 2, never a traceback."""
     try:

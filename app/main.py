@@ -14,18 +14,24 @@ from fastapi.staticfiles import StaticFiles
 from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from app.api import benchmarks as api_benchmarks
 from app.api import catalog as api_catalog
 from app.api import cost as api_cost
 from app.api import estimate as api_estimate
 from app.api import health
 from app.api import plans as api_plans
+from app.api import scenarios as api_scenarios
 from app.api import search as api_search
 from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
 from app.metrics import build_metrics
 from app.services import InputError
 from app.settings import REPO_ROOT, Settings
+from app.web import benchmarks as web_benchmarks
+from app.web import planner as web_planner
 from app.web import routes as web_routes
+from app.web import scenarios as web_scenarios
+from app.web import search as web_search
 from app.web.htmx import render
 from app.web.templating import build_templates
 
@@ -150,7 +156,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_search.router, prefix=API_PREFIX)
     app.include_router(api_cost.router, prefix=API_PREFIX)
     app.include_router(api_plans.router, prefix=API_PREFIX)
+    app.include_router(api_scenarios.router, prefix=API_PREFIX)
+    app.include_router(web_planner.router)
+    app.include_router(web_scenarios.router)
+    app.include_router(web_search.router)
+    app.include_router(api_benchmarks.router, prefix=API_PREFIX)
     app.include_router(web_routes.router)
+    app.include_router(web_benchmarks.router)
     app.mount("/static", StaticFiles(directory=str(REPO_ROOT / "static")), name="static")
 
     Instrumentator(

@@ -52,7 +52,12 @@ def plan_from_request(request: EstimateRequest) -> Plan:
     return Plan(dp=dp, **{f: getattr(request, f) for f in PLAN_FIELDS})
 
 
-def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:
+def run_estimate(
+    catalog: Catalog, request: EstimateRequest, *, calibrations: Calibrations | None = None
+) -> Estimate:
+    """Estimate ``request``. With ``calibrations`` (fitted from stored benchmark runs) and
+    ``request.calibrated``, the accelerator's calibrated figures replace the catalog defaults; the estimate's
+    ``calibration`` assumption says whether it is calibrated and by which run(s)."""
     arch = resolve_architecture(catalog, request)
     try:
         cluster = build_cluster(
@@ -61,24 +66,36 @@ def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:
         )  # fmt: skip
     except HardwareError as exc:
         raise InputError([_error(exc.field, str(exc), "value_error.hardware")]) from None
+    changes: list[Change] = []
+    if request.calibrated and calibrations is not None:
+        cluster, changes = apply_calibration(cluster, calibrations)
     plan = plan_from_request(request)
     try:
-        return estimate(
+        result = estimate(
             arch,
             cluster,
             plan,
             tokens_to_train=request.tokens,
             allow_tp_across_nodes=request.allow_tp_across_nodes,
         )
+        note = calibration_assumption(cluster.accelerator.slug, changes, enabled=request.calibrated)
+        return result.model_copy(update={"assumptions": (*result.assumptions, note)})
     except InvalidPlan as exc:
         raise InputError(
             [_error(v.field, f"{v.message}; fix: {v.fix}", f"plan.{v.code}") for v in exc.violations]
         ) from None
 
 
-def timed_estimate(catalog: Catalog, request: EstimateRequest, metrics: Any, surface: str) -> Estimate:
+def timed_estimate(
+    catalog: Catalog,
+    request: EstimateRequest,
+    metrics: Any,
+    surface: str,
+    *,
+    calibrations: Calibrations | None = None,
+) -> Estimate:
     start = time.perf_counter()
-    result = run_estimate(catalog, request)
+    result = run_estimate(catalog, request, calibrations=calibrations)
     if metrics is not None:
         metrics.estimates_total.labels(surface=surface).inc()
         metrics.estimate_duration_seconds.observe(time.perf_counter() - start)
@@ -345,3 +362,271 @@ def timed_search(
     if metrics is not None:
         metrics.searches_total.labels(surface=surface).inc()
     return result
+
+
+# --------------------------------------------------------------------------------------------------
+# Saved scenarios (issue 6): one transaction per use-case. Inputs are stored as the EstimateRequest's JSON
+# (None fields left out), overrides as the CostOverrides' non-default fields.
+
+from sqlalchemy import select  # noqa: E402
+from sqlalchemy.orm import Session  # noqa: E402
+from sqlalchemy.orm.exc import StaleDataError  # noqa: E402
+
+from app.db.tables import Scenario  # noqa: E402
+from app.domain.cost import CostOverrides  # noqa: E402
+
+
+class ScenarioNotFound(LookupError):
+    def __init__(self, scenario_id: int) -> None:
+        self.scenario_id = scenario_id
+        super().__init__(f"no scenario {scenario_id}")
+
+
+class ScenarioConflict(RuntimeError):
+    """The scenario changed since the caller read it; ``version`` is the current one."""
+
+    def __init__(self, scenario_id: int, version: int) -> None:
+        self.scenario_id, self.version = scenario_id, version
+        super().__init__(
+            f"scenario {scenario_id} is at version {version}; reload it and apply your change again"
+        )
+
+
+def scenario_inputs(inputs: EstimateRequest) -> dict[str, Any]:
+    return inputs.model_dump(mode="json", exclude_none=True)
+
+
+def scenario_overrides(overrides: CostOverrides) -> dict[str, Any]:
+    return overrides.model_dump(mode="json", exclude_defaults=True)
+
+
+def create_scenario(
+    session: Session, name: str, inputs: EstimateRequest, overrides: CostOverrides | None = None
+) -> Scenario:
+    scenario = Scenario(
+        name=name.strip(),
+        inputs=scenario_inputs(inputs),
+        overrides=scenario_overrides(overrides or CostOverrides()),
+    )
+    session.add(scenario)
+    session.commit()
+    return scenario
+
+
+def list_scenarios(session: Session) -> list[Scenario]:
+    return list(session.scalars(select(Scenario).order_by(Scenario.updated_at.desc(), Scenario.id.desc())))
+
+
+def get_scenario(session: Session, scenario_id: int) -> Scenario:
+    scenario = session.get(Scenario, scenario_id)
+    if scenario is None:
+        raise ScenarioNotFound(scenario_id)
+    return scenario
+
+
+def update_scenario(
+    session: Session,
+    scenario_id: int,
+    *,
+    version: int,
+    name: str | None = None,
+    inputs: EstimateRequest | None = None,
+    overrides: CostOverrides | None = None,
+) -> Scenario:
+    """Apply the change if ``version`` is still current (else :class:`ScenarioConflict`); the version goes up."""
+    scenario = get_scenario(session, scenario_id)
+    if scenario.version != version:
+        raise ScenarioConflict(scenario_id, scenario.version)
+    if name is not None:
+        scenario.name = name.strip()
+    if inputs is not None:
+        scenario.inputs = scenario_inputs(inputs)
+    if overrides is not None:
+        scenario.overrides = scenario_overrides(overrides)
+    try:
+        session.commit()
+    except StaleDataError:
+        session.rollback()
+        raise ScenarioConflict(scenario_id, get_scenario(session, scenario_id).version) from None
+    return scenario
+
+
+def duplicate_scenario(session: Session, scenario_id: int, name: str | None = None) -> Scenario:
+    source = get_scenario(session, scenario_id)
+    copy = Scenario(
+        name=(name or f"{source.name} (copy)")[:200],
+        inputs=dict(source.inputs),
+        overrides=dict(source.overrides),
+    )
+    session.add(copy)
+    session.commit()
+    return copy
+
+
+def delete_scenario(session: Session, scenario_id: int) -> None:
+    session.delete(get_scenario(session, scenario_id))
+    session.commit()
+
+
+# --------------------------------------------------------------------------------------------------
+# Benchmark runs and calibration (issue 7)
+
+import statistics  # noqa: E402
+
+from sqlalchemy.orm import selectinload  # noqa: E402
+
+from app.db.tables import BenchmarkRun, BenchmarkSample  # noqa: E402
+from app.domain.calibration import (  # noqa: E402
+    CalibrationRun,
+    Calibrations,
+    Change,
+    Sample,
+    apply_calibration,
+    calibration_assumption,
+    calibration_changes,
+    fit_calibrations,
+)
+from app.schemas import (  # noqa: E402
+    BenchmarkMetricOut,
+    BenchmarkResultIn,
+    BenchmarkRunOut,
+    BenchmarkRunSummary,
+    relative_error,
+)
+
+
+def ingest_benchmark(session: Session, catalog: Catalog, result: BenchmarkResultIn) -> BenchmarkRun:
+    """Store one runner result (run + every sample) in one transaction; unknown catalog slugs are a 422."""
+    errors = []
+    if result.accelerator is not None:
+        try:
+            catalog.hardware.accelerator(result.accelerator)
+        except KeyError as exc:
+            errors.append(
+                _error("accelerator", str(exc.args[0] if exc.args else exc), "value_error.unknown_slug")
+            )
+    if result.node is not None:
+        try:
+            catalog.hardware.node(result.node)
+        except KeyError as exc:
+            errors.append(_error("node", str(exc.args[0] if exc.args else exc), "value_error.unknown_slug"))
+    if errors:
+        raise InputError(errors)
+    run = BenchmarkRun(
+        preset=result.preset, accelerator_slug=result.accelerator, node_slug=result.node,
+        world_size=result.world_size, config={**result.config, "nodes": result.nodes},
+        hardware={**result.hardware, "device_name": result.device_name}, software=result.software,
+        notes=result.notes, measured_at=result.measured_at,
+        samples=[BenchmarkSample(rank=m.rank, metric=m.metric, unit=m.unit, measured=m.measured,
+                                 predicted=m.predicted) for m in result.metrics],
+    )  # fmt: skip
+    with session.begin():
+        session.add(run)
+    return run
+
+
+def _median_abs_error(samples: list[BenchmarkSample]) -> float | None:
+    errs = [abs(e) for s in samples if (e := relative_error(s.measured, s.predicted)) is not None]
+    return statistics.median(errs) if errs else None
+
+
+def _summary(run: BenchmarkRun) -> dict[str, Any]:
+    return dict(
+        id=run.id, preset=run.preset, accelerator=run.accelerator_slug, node=run.node_slug,
+        world_size=run.world_size, device_name=str(run.hardware.get("device_name", "")),
+        measured_at=run.measured_at, created_at=run.created_at, metrics=len(run.samples),
+        median_abs_error=_median_abs_error(run.samples),
+    )  # fmt: skip
+
+
+def list_benchmark_runs(
+    session: Session, *, accelerator: str | None = None, limit: int = 200
+) -> list[BenchmarkRunSummary]:
+    query = select(BenchmarkRun).options(selectinload(BenchmarkRun.samples))
+    if accelerator:
+        query = query.where(BenchmarkRun.accelerator_slug == accelerator)
+    query = query.order_by(BenchmarkRun.id.desc()).limit(limit)
+    return [BenchmarkRunSummary(**_summary(r)) for r in session.scalars(query)]
+
+
+def get_benchmark_run(session: Session, run_id: int) -> BenchmarkRunOut | None:
+    run = session.get(BenchmarkRun, run_id, options=[selectinload(BenchmarkRun.samples)])
+    if run is None:
+        return None
+    samples = [
+        BenchmarkMetricOut(metric=s.metric, unit=s.unit, rank=s.rank, measured=s.measured, predicted=s.predicted,
+                           relative_error=relative_error(s.measured, s.predicted))
+        for s in run.samples
+    ]  # fmt: skip
+    return BenchmarkRunOut(
+        **_summary(run), config=run.config, hardware=run.hardware, software=run.software, notes=run.notes,
+        samples=samples,
+    )  # fmt: skip
+
+
+def calibration_run(run: BenchmarkRun) -> CalibrationRun | None:
+    """A stored run as calibration input (None for runs without a catalog accelerator, e.g. CPU)."""
+    if not run.accelerator_slug:
+        return None
+    config = run.config or {}
+    return CalibrationRun(
+        run_id=run.id, measured_at=run.measured_at.date().isoformat(), accelerator=run.accelerator_slug,
+        world_size=run.world_size, nodes=int(config.get("nodes", 1)), scale_out_kind=config.get("scale_out_kind"),
+        communicators=int(config.get("communicators") or 0),
+        samples=tuple(Sample(s.metric, s.unit, s.rank, s.measured, s.predicted) for s in run.samples),
+    )  # fmt: skip
+
+
+def load_calibrations(session: Session) -> Calibrations:
+    """Fit the calibration of every accelerator from the stored runs (newest evidence wins per figure)."""
+    query = (
+        select(BenchmarkRun)
+        .where(BenchmarkRun.accelerator_slug.is_not(None))
+        .options(selectinload(BenchmarkRun.samples))
+        .order_by(BenchmarkRun.measured_at, BenchmarkRun.id)
+    )
+    runs = [c for r in session.scalars(query) if (c := calibration_run(r)) is not None]
+    return fit_calibrations(runs)
+
+
+def load_calibrations_or_none(session: Session) -> Calibrations | None:
+    """:func:`load_calibrations`, or None (catalog defaults) when the database cannot be read: an estimate
+    needs no database, so an outage must not stop it."""
+    from sqlalchemy.exc import SQLAlchemyError
+
+    try:
+        return load_calibrations(session)
+    except SQLAlchemyError as exc:
+        import logging
+
+        logging.getLogger("capplan").warning("calibration unavailable (database): %s", exc.__class__.__name__)
+        return None
+
+
+def run_calibration_changes(catalog: Catalog, run: BenchmarkRunOut | BenchmarkRun) -> list[Change]:
+    """What this one run would change on its accelerator's reference cluster (for the run's page)."""
+    slug = run.accelerator if isinstance(run, BenchmarkRunOut) else run.accelerator_slug
+    if not slug:
+        return []
+    cluster = build_cluster(
+        catalog.hardware, catalog.efficiency, accelerator=slug, gpus=max(1, run.world_size)
+    )
+    if isinstance(run, BenchmarkRunOut):
+        samples = tuple(Sample(s.metric, s.unit, s.rank, s.measured, s.predicted) for s in run.samples)
+        cal = CalibrationRun(
+            run_id=run.id, measured_at=run.measured_at.date().isoformat(), accelerator=slug,
+            world_size=run.world_size, nodes=int(run.config.get("nodes", 1)),
+            scale_out_kind=run.config.get("scale_out_kind"), communicators=int(run.config.get("communicators") or 0),
+            samples=samples,
+        )  # fmt: skip
+    else:
+        cal = calibration_run(run)  # type: ignore[assignment]
+    from app.domain.calibration import fit_run
+
+    return calibration_changes(cluster, fit_run(cal))
+
+
+def active_calibration(catalog: Catalog, calibrations: Calibrations, accelerator: str) -> list[Change]:
+    """The figures the estimator currently replaces on ``accelerator`` (reference node, one GPU)."""
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=1)
+    return apply_calibration(cluster, calibrations)[1]

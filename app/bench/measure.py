@@ -99,21 +99,35 @@ def saved_activation_bytes(
     ``backward`` the graph is then run backward (so recompute paths are exercised) and gradients cleared.
     """
     blocks = list(model.layers) if blocks is None else blocks  # type: ignore[attr-defined]
-    state = _state_storages(model)
+    base = _state_storages(model)
+    state = set(base)
+    root_state: set[int] = set()
     seen: set[int] = set()
     records: list[SavedTensor] = []
     scope = [BEFORE]
+
+    def _reset(extra: set[int]) -> None:
+        # Only storages alive *now* count as model state: FSDP2 frees a block's unsharded parameters after its
+        # forward, and the allocator may hand those addresses to later activations.
+        state.clear()
+        state.update(base, root_state, extra)
+
+    def root_pre(module: nn.Module, _args: object) -> None:
+        # FSDP2 unshards the root's own parameters (embedding, output, final norm) in its pre-forward hook.
+        root_state.update(_state_storages(module))
+        _reset(set())
 
     def pre(index: int) -> Callable[..., None]:
         def hook(module: nn.Module, _args: object) -> None:
             scope[0] = f"block{index}"
             # FSDP2 swaps in unsharded parameters in its own pre-forward hook (which runs before this one).
-            state.update(_state_storages(module))
+            _reset(_state_storages(module))
 
         return hook
 
     def post(_module: nn.Module, _args: object, _out: object) -> None:
         scope[0] = AFTER
+        _reset(set())
 
     def pack(t: torch.Tensor) -> torch.Tensor:
         if t.device.type == "meta":
@@ -132,7 +146,7 @@ def saved_activation_bytes(
         )
         return t
 
-    handles = []
+    handles = [model.register_forward_pre_hook(root_pre)]
     for i, blk in enumerate(blocks):
         handles.append(blk.register_forward_pre_hook(pre(i)))
         handles.append(blk.register_forward_hook(post))

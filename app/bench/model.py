@@ -44,6 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from app.bench.scaling import layer_scale, scaled_arch  # noqa: F401  (re-exported)
 from app.domain.architecture import Architecture
 
 CheckpointMode = Literal["none", "selective", "full"]
@@ -454,36 +455,6 @@ def build_model(
     for p in model.parameters():
         p.data = p.data.to(dtype)
     return model
-
-
-def scaled_arch(arch: Architecture, n_layers: int) -> Architecture:
-    """The same architecture with ``n_layers`` layers (MoE layout rules kept); the scaling is recorded.
-
-    The slug gets a ``-l{n}`` suffix and ``notes`` says from how many layers it was scaled, so a benchmark
-    of the scaled model is never mistaken for the full one.
-    """
-    if n_layers < 1:
-        raise ValueError("n_layers must be at least 1")
-    if n_layers == arch.n_layers:
-        return arch
-    if arch.is_moe and arch.first_k_dense_layers >= n_layers:
-        raise ValueError(
-            f"{arch.slug} has {arch.first_k_dense_layers} leading dense layers; keep more than that"
-        )
-    note = f"Scaled from {arch.n_layers} to {n_layers} layers for benchmarking (layer scale {arch.n_layers / n_layers:g})."
-    data = arch.model_dump()
-    data.update(
-        n_layers=n_layers,
-        slug=f"{arch.slug[:56]}-l{n_layers}",
-        name=f"{arch.name} ({n_layers} of {arch.n_layers} layers)"[:200],
-        notes=f"{arch.notes} {note}".strip(),
-    )
-    return Architecture.model_validate(data)
-
-
-def layer_scale(arch: Architecture, scaled: Architecture) -> float:
-    """How many times more layers ``arch`` has than ``scaled`` (to scale per-layer measurements back up)."""
-    return arch.n_layers / scaled.n_layers
 
 
 def count_parameters(model: nn.Module) -> int:

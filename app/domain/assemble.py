@@ -174,10 +174,14 @@ def evaluate_plan(
     comm = plan_comm(SCALAR, mq, pq, c)
     stages: list[StageMemory] = []
     ranks: list[RankTime] = []
+    times: dict[tuple, dict] = {}  # a rank's time depends only on its layers and first/last role
     for rank in rank_layers(arch, plan.pp, plan.vpp):
         rq = rank_q(rank)
         stages.append(_stage(rank, rank_memory(SCALAR, mq, pq, rq, kq, c), c.usable, c.workspace))
-        t = rank_time(SCALAR, mq, pq, rq, kq, c, comm)
+        signature = (rank.dense_layers, rank.moe_layers, rank.first, rank.last)
+        if signature not in times:
+            times[signature] = rank_time(SCALAR, mq, pq, rq, kq, c, comm)
+        t = times[signature]
         ranks.append(
             RankTime(
                 rank=rank.rank,

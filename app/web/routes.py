@@ -37,11 +37,6 @@ def _scalar_columns(records: list[dict]) -> list[str]:
     return columns
 
 
-@router.get("/", response_class=HTMLResponse)
-def home(request: Request, catalog: CatalogDep) -> HTMLResponse:
-    return render(request, "pages/home.html", {"counts": catalog.counts(), "titles": KIND_TITLES})
-
-
 @router.get("/catalog", response_class=HTMLResponse)
 def catalog_index(request: Request, catalog: CatalogDep) -> HTMLResponse:
     return render(request, "pages/home.html", {"counts": catalog.counts(), "titles": KIND_TITLES})

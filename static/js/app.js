@@ -1,10 +1,33 @@
-// capplan's only script: <x-chart> renders an ECharts option given as JSON in a child
-// <script type="application/json">. It manages its own lifecycle, so it works with any htmx swap.
+// capplan's only script. <x-chart> renders an ECharts option given as JSON in a child
+// <script type="application/json">; it manages its own lifecycle, so it works with any htmx swap.
+// Plus three small behaviours: the pipeline Gantt renderer, copy buttons, and the node list following the GPU.
+
+function ganttItem(params, api) {
+  // One bar of the pipeline schedule: value = [stage, start_s, end_s, micro_batch, chunk].
+  const stage = api.value(0);
+  const start = api.coord([api.value(1), stage]);
+  const end = api.coord([api.value(2), stage]);
+  const height = api.size([0, 1])[1] * 0.72;
+  const cs = params.coordSys;
+  const shape = window.echarts.graphic.clipRectByRect(
+    { x: start[0], y: start[1] - height / 2, width: Math.max(end[0] - start[0], 0.5), height: height },
+    { x: cs.x, y: cs.y, width: cs.width, height: cs.height });
+  if (!shape) { return null; }
+  const item = { type: 'rect', shape: shape, style: { fill: api.visual('color'), stroke: '#fff', lineWidth: 0.5 } };
+  if (shape.width > 16 && height > 10) {
+    item.textContent = { style: { text: String(api.value(3)), fill: '#fff', fontSize: 10 } };
+    item.textConfig = { position: 'inside' };
+  }
+  return item;
+}
+
 class XChart extends HTMLElement {
   connectedCallback() {
     if (!window.echarts) { return; }
     const src = this.querySelector('script[type="application/json"]');
     if (!src) { return; }
+    const height = parseInt(this.dataset.height || '', 10);
+    if (height > 0) { this.style.height = height + 'px'; }
     const option = JSON.parse(src.textContent);
     this.chart = window.echarts.init(this, null, { renderer: 'svg' });
     this.chart.setOption(option);
@@ -17,6 +40,46 @@ class XChart extends HTMLElement {
     if (this.chart) { this.chart.dispose(); this.chart = null; }
   }
 }
+
+function onCopy(event) {
+  const button = event.target.closest('button.copy[data-copy]');
+  if (!button) { return; }
+  const source = document.getElementById(button.dataset.copy);
+  if (!source) { return; }
+  const done = () => { button.textContent = 'Copied'; setTimeout(() => { button.textContent = 'Copy'; }, 1500); };
+  if (navigator.clipboard && window.isSecureContext) {
+    navigator.clipboard.writeText(source.textContent).then(done, () => { button.textContent = 'Select and copy'; });
+  } else {
+    const range = document.createRange();
+    range.selectNodeContents(source);
+    const selection = window.getSelection();
+    selection.removeAllRanges();
+    selection.addRange(range);
+    button.textContent = 'Selected: press Ctrl+C';
+  }
+}
+
+function syncNodes(gpuSelect) {
+  // Only nodes that carry the chosen accelerator are offered; a mismatched choice falls back to auto.
+  const nodeSelect = document.querySelector('select[data-follows="' + gpuSelect.id + '"]');
+  if (!nodeSelect) { return; }
+  for (const option of nodeSelect.options) {
+    if (option.dataset.accelerator) { option.hidden = option.dataset.accelerator !== gpuSelect.value; }
+  }
+  const chosen = nodeSelect.selectedOptions[0];
+  if (chosen && chosen.hidden) { nodeSelect.value = ''; }
+}
+
 window.addEventListener('DOMContentLoaded', () => {
+  if (window.echarts && !window.__ganttRegistered) {
+    window.echarts.registerCustomSeries('pipeline-gantt', ganttItem);
+    window.__ganttRegistered = true;
+  }
   if (!customElements.get('x-chart')) { customElements.define('x-chart', XChart); }
+  document.addEventListener('click', onCopy);
+  const gpu = document.getElementById('f-gpu');
+  if (gpu) {
+    syncNodes(gpu);
+    gpu.addEventListener('change', () => syncNodes(gpu));
+  }
 });

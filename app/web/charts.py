@@ -1,0 +1,285 @@
+"""ECharts options built by pure functions from domain results: plain JSON (no callbacks), so they are testable.
+
+The one function ECharts needs, the Gantt bar renderer, is registered in static/js/app.js as the custom
+series ``pipeline-gantt`` and named here by that string. Values are rounded server-side; formatters are
+ECharts string templates.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from app.domain.memory import StageMemory
+from app.domain.schedule import Schedule
+from app.domain.step import StepTime
+
+GIB = 1024**3
+GANTT_RENDERER = "pipeline-gantt"
+
+MEMORY_TERMS: tuple[tuple[str, str, str], ...] = (
+    ("params_bytes", "params", "#4e79a7"),
+    ("grads_bytes", "grads", "#f28e2b"),
+    ("optimizer_bytes", "optimizer", "#e15759"),
+    ("activations_bytes", "activations", "#76b7b2"),
+    ("logits_bytes", "logits", "#59a14f"),
+    ("gathered_params_bytes", "gathered params", "#edc948"),
+    ("buffers_bytes", "buffers + workspace", "#b07aa1"),
+    ("fragmentation_bytes", "fragmentation", "#ff9da7"),
+    ("runtime_bytes", "runtime (CUDA, NCCL)", "#9c755f"),
+)
+
+STEP_TERMS: tuple[tuple[str, str, str], ...] = (
+    ("compute_s", "compute", "#4e79a7"),
+    ("recompute_s", "recompute", "#a0cbe8"),
+    ("tp_exposed_s", "TP comm (exposed)", "#f28e2b"),
+    ("cp_exposed_s", "CP comm (exposed)", "#ffbe7d"),
+    ("ep_exposed_s", "EP all-to-all (exposed)", "#edc948"),
+    ("fsdp_exposed_s", "FSDP gather (exposed)", "#b07aa1"),
+    ("pp_p2p_s", "PP send/recv", "#9c755f"),
+    ("bubble_s", "pipeline bubble", "#bab0ac"),
+    ("dp_exposed_s", "DP reduction (exposed)", "#e15759"),
+    ("optimizer_s", "optimizer step", "#59a14f"),
+)
+
+OPTION_COLORS = {
+    "on-demand": "#4e79a7",
+    "commit-1yr": "#76b7b2",
+    "commit-3yr": "#59a14f",
+    "spot": "#f28e2b",
+    "capacity-block": "#edc948",
+    "off-peak": "#b07aa1",
+    "reserved-spot-mix": "#ff9da7",
+    "self-build": "#e15759",
+}
+SCENARIO_COLORS = ("#4e79a7", "#e15759", "#59a14f", "#f28e2b")
+
+
+def _r(value: float, digits: int = 3) -> float:
+    return round(float(value), digits)
+
+
+def _base(title: str) -> dict[str, Any]:
+    return {
+        "animation": False,
+        "aria": {"enabled": True},
+        "title": {"text": title, "left": 0, "textStyle": {"fontSize": 13, "fontWeight": 600}},
+        "grid": {"left": 8, "right": 16, "top": 76, "bottom": 8, "containLabel": True},
+    }
+
+
+def memory_bars_option(stages: Sequence[StageMemory], usable_bytes: int) -> dict[str, Any]:
+    """One stacked bar per pipeline stage (GiB by term) and a line at the usable memory."""
+    categories = [
+        f"stage {s.rank}" + (" (first)" if s.first and len(stages) > 1 else "") + (" (last)" if s.last and len(stages) > 1 else "")
+        for s in stages
+    ]  # fmt: skip
+    usable = _r(usable_bytes / GIB, 2)
+    series: list[dict[str, Any]] = []
+    for attr, label, color in MEMORY_TERMS:
+        data = []
+        for s in stages:
+            value = getattr(s, attr) + (s.workspace_bytes if attr == "buffers_bytes" else 0)
+            data.append(_r(value / GIB, 2))
+        if not any(data):
+            continue
+        series.append({
+            "name": label, "type": "bar", "stack": "memory", "data": data, "itemStyle": {"color": color}, "barMaxWidth": 90,
+            "emphasis": {"focus": "series"},
+        })  # fmt: skip
+    if series:
+        series[0]["markLine"] = {
+            "symbol": "none",
+            "lineStyle": {"color": "#b42318", "type": "dashed", "width": 2},
+            "label": {"formatter": f"usable {usable} GiB", "position": "insideEndTop"},
+            "data": [{"yAxis": usable}],
+        }
+    peak = max((s.total_bytes for s in stages), default=0) / GIB
+    option = _base("Memory per GPU, by pipeline stage")
+    option.update({
+        "tooltip": {"trigger": "axis", "axisPointer": {"type": "shadow"}},
+        "legend": {"top": 28, "type": "scroll"},
+        "xAxis": {"type": "category", "data": categories},
+        "yAxis": {"type": "value", "name": "GiB", "max": math.ceil(max(usable, peak) * 1.05 / 10) * 10},
+        "series": series,
+    })  # fmt: skip
+    return option
+
+
+def step_breakdown_option(step: StepTime) -> dict[str, Any]:
+    """The step time as one horizontal stacked bar (seconds by term), in the order the step model adds them."""
+    series = [
+        {"name": label, "type": "bar", "stack": "step", "data": [_r(getattr(step, attr), 4)],
+         "itemStyle": {"color": color}, "label": {"show": False}}
+        for attr, label, color in STEP_TERMS
+        if getattr(step, attr) > 0
+    ]  # fmt: skip
+    option = _base(f"Step time {step.step_s:.3g} s")
+    option.update({
+        "tooltip": {"trigger": "item", "formatter": "{a}: {c} s"},
+        "legend": {"top": 28, "type": "scroll"},
+        "grid": {"left": 8, "right": 16, "top": 76, "bottom": 8, "containLabel": True},
+        "xAxis": {"type": "value", "name": "s"},
+        "yAxis": {"type": "category", "data": ["step"]},
+        "series": series,
+    })  # fmt: skip
+    return option
+
+
+def gantt_option(schedule: Schedule) -> dict[str, Any]:
+    """Stages as rows, forward/backward chunk-micro-batches as bars (custom series ``pipeline-gantt``)."""
+    stages = [f"stage {r}" for r in range(schedule.pp)]
+    series = []
+    for kind, color in (("forward", "#4e79a7"), ("backward", "#f28e2b")):
+        data = [
+            [s.stage, _r(s.start_s, 4), _r(s.end_s, 4), s.micro_batch, s.chunk]
+            for s in schedule.slots
+            if s.kind == kind
+        ]
+        series.append({
+            "name": kind, "type": "custom", "renderItem": GANTT_RENDERER, "itemStyle": {"color": color},
+            "encode": {"x": [1, 2], "y": 0}, "data": data,
+        })  # fmt: skip
+    option = _base(
+        f"Pipeline schedule: {schedule.name}, {schedule.micro_batches} micro-batches, "
+        f"bubble {schedule.bubble_fraction:.1%}"
+    )
+    option.update({
+        "tooltip": {"trigger": "item", "formatter": "{a}: micro-batch {@[3]}, chunk {@[4]}, {@[1]}–{@[2]} s"},
+        "legend": {"top": 28, "data": ["forward", "backward"]},
+        "xAxis": {"type": "value", "name": "s", "min": 0, "max": _r(schedule.makespan_s, 5)},
+        "yAxis": {"type": "category", "data": stages, "inverse": True},
+        "series": series,
+    })  # fmt: skip
+    return option
+
+
+def cost_options_option(options: Sequence[Any]) -> dict[str, Any]:
+    """Total $ (bars, left axis) and calendar days (points, right axis) per available pricing option."""
+    avail = [o for o in options if o.available and o.total_usd is not None]
+    names = [o.option.value for o in avail]
+    option = _base("Cost and time to train, per pricing option")
+    option.update({
+        "tooltip": {"trigger": "axis"},
+        "legend": {"top": 28},
+        "xAxis": {"type": "category", "data": names, "axisLabel": {"interval": 0, "rotate": 20}},
+        "yAxis": [{"type": "value", "name": "$"}, {"type": "value", "name": "days", "splitLine": {"show": False}}],
+        "series": [
+            {"name": "total $", "type": "bar", "data": [
+                {"value": _r(o.total_usd, 0), "itemStyle": {"color": OPTION_COLORS.get(o.option.value, "#888")}}
+                for o in avail]},
+            {"name": "days", "type": "line", "yAxisIndex": 1, "symbolSize": 9, "lineStyle": {"width": 0},
+             "itemStyle": {"color": "#1d232a"}, "data": [_r(o.days or 0, 1) for o in avail]},
+        ],
+    })  # fmt: skip
+    return option
+
+
+def cumulative_cost_option(
+    months: Sequence[int], usd: Mapping[str, Sequence[float]], break_even: Mapping[str, float | None]
+) -> dict[str, Any]:
+    """Cumulative $ after each month per option; self-build's break-even with each option as a marked point."""
+    series: list[dict[str, Any]] = []
+    for name, values in usd.items():
+        s: dict[str, Any] = {
+            "name": name, "type": "line", "showSymbol": False, "data": [_r(v, 0) for v in values],
+            "itemStyle": {"color": OPTION_COLORS.get(name, "#888")},
+            "lineStyle": {"width": 3 if name == "self-build" else 2},
+        }  # fmt: skip
+        series.append(s)
+    points = []
+    self_build = usd.get("self-build")
+    for name, month in break_even.items():
+        if month is None or self_build is None or not months or month > months[-1]:
+            continue
+        idx = min(range(len(months)), key=lambda i: abs(months[i] - month))
+        points.append({
+            "name": f"break-even vs {name}: month {month:.1f}", "coord": [idx, _r(self_build[idx], 0)],
+            "value": f"{month:.1f}",
+        })  # fmt: skip
+    for s in series:
+        if s["name"] == "self-build" and points:
+            s["markPoint"] = {"symbol": "pin", "symbolSize": 38, "data": points, "label": {"fontSize": 10}}
+    option = _base("Cumulative cost over months (self-build: capex up front)")
+    option.update({
+        "tooltip": {"trigger": "axis"},
+        "legend": {"top": 28, "type": "scroll"},
+        "xAxis": {"type": "category", "name": "month", "data": list(months), "boundaryGap": False},
+        "yAxis": {"type": "value", "name": "$"},
+        "series": series,
+    })  # fmt: skip
+    return option
+
+
+def pareto_option(candidates: Sequence[Any], pareto: Sequence[Any]) -> dict[str, Any]:
+    """Search candidates as points: time to train (or step time) against $ per million tokens; the Pareto
+    front as a line."""
+
+    def point(c: Any) -> list[Any]:
+        x = c.time_to_train_days if c.time_to_train_days is not None else c.step_time_s
+        return [_r(x, 3), _r(c.usd_per_million_tokens or 0, 4), c.gpus, _r(c.tokens_per_s, 0)]
+
+    use_days = any(c.time_to_train_days is not None for c in candidates)
+    front = sorted((point(c) for c in pareto), key=lambda p: p[0])
+    option = _base("Ranked plans: time against cost")
+    option.update({
+        "tooltip": {"trigger": "item", "formatter": "{a}: {c}"},
+        "legend": {"top": 28},
+        "xAxis": {"type": "value", "name": "days to train" if use_days else "step s", "scale": True},
+        "yAxis": {"type": "value", "name": "$ / M tokens", "scale": True, "nameTextStyle": {"align": "left"}},
+        "series": [
+            {"name": "plans", "type": "scatter", "symbolSize": 9, "itemStyle": {"color": "#4e79a7"},
+             "data": [point(c) for c in candidates]},
+            {"name": "Pareto front", "type": "line", "step": "end", "symbolSize": 11,
+             "itemStyle": {"color": "#e15759"}, "data": front},
+        ],
+    })  # fmt: skip
+    return option
+
+
+def compare_option(
+    names: Sequence[str], steps: Sequence[StepTime], peaks_gib: Sequence[float]
+) -> dict[str, Any]:
+    """Scenarios side by side: step-time terms stacked per scenario, and the peak memory as points."""
+    series: list[dict[str, Any]] = []
+    for attr, label, color in STEP_TERMS:
+        data = [_r(getattr(s, attr), 4) for s in steps]
+        if any(data):
+            series.append(
+                {"name": label, "type": "bar", "stack": "step", "data": data, "itemStyle": {"color": color}}
+            )
+    series.append({
+        "name": "peak memory GiB", "type": "line", "yAxisIndex": 1, "symbolSize": 10, "lineStyle": {"width": 0},
+        "itemStyle": {"color": "#1d232a"}, "data": [_r(p, 1) for p in peaks_gib],
+    })  # fmt: skip
+    option = _base("Step time and peak memory, per scenario")
+    option.update({
+        "tooltip": {"trigger": "axis", "axisPointer": {"type": "shadow"}},
+        "legend": {"top": 28, "type": "scroll"},
+        "xAxis": {"type": "category", "data": list(names)},
+        "yAxis": [{"type": "value", "name": "s"}, {"type": "value", "name": "GiB", "splitLine": {"show": False}}],
+        "series": series,
+    })  # fmt: skip
+    return option
+
+
+def compare_cost_option(
+    names: Sequence[str], months: Sequence[int], usd: Sequence[Sequence[float] | None]
+) -> dict[str, Any]:
+    """Cumulative on-demand cost of each scenario's cluster over months, overlaid."""
+    series = [
+        {"name": n, "type": "line", "showSymbol": False, "data": [_r(v, 0) for v in u],
+         "itemStyle": {"color": SCENARIO_COLORS[i % len(SCENARIO_COLORS)]}}
+        for i, (n, u) in enumerate(zip(names, usd, strict=True))
+        if u is not None
+    ]  # fmt: skip
+    option = _base("Cumulative on-demand cost of each scenario's cluster")
+    option.update({
+        "tooltip": {"trigger": "axis"},
+        "legend": {"top": 28, "type": "scroll"},
+        "xAxis": {"type": "category", "name": "month", "data": list(months), "boundaryGap": False},
+        "yAxis": {"type": "value", "name": "$"},
+        "series": series,
+    })  # fmt: skip
+    return option

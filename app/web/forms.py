@@ -1,0 +1,303 @@
+"""The planner form: query-string values ⇄ (EstimateRequest, tokens, CostOverrides), with per-field messages.
+
+Every input travels in the query string (GET), so a planner URL is the whole scenario and can be shared. Blank
+fields mean "the default" (auto dp, the accelerator's reference node, the node's fabric, catalog figures).
+Values are kept as the user typed them, so an invalid form re-renders exactly as submitted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlencode
+
+from pydantic import ValidationError
+
+from app.domain.cost import CostOverrides
+from app.schemas import EstimateRequest
+
+HF = "hf"
+"""The ``model`` value meaning "use the config.json in ``hf_config``"."""
+
+DEFAULTS: dict[str, str] = {
+    "model": "llama3.1-70b",
+    "hf_config": "",
+    "gpu": "h100-sxm",
+    "node": "",
+    "fabric": "",
+    "gpus": "64",
+    "seq_len": "8192",
+    "global_batch": "64",
+    "tokens": "1e11",
+    "precision": "bf16",
+    "optimizer": "adamw",
+    "framework": "fsdp2",
+    "tp": "8",
+    "pp": "1",
+    "vpp": "1",
+    "dp": "",
+    "cp": "1",
+    "ep": "1",
+    "sharding": "fsdp-full",
+    "shard_group_size": "",
+    "offload": "none",
+    "micro_batch": "1",
+    "recompute": "full",
+    "sequence_parallel": "off",
+    "flash_attention": "on",
+    "oversubscription": "1",
+}
+
+OVERRIDES: dict[str, tuple[str, str]] = {
+    "o.instance": ("AWS instance", ""),
+    "o.on_demand_usd_per_hour": ("on-demand $/instance-hour", "$/h"),
+    "o.spot_usd_per_hour": ("spot $/instance-hour", "$/h"),
+    "o.capacity_block_usd_per_hour": ("capacity block $/instance-hour", "$/h"),
+    "o.self_build.server_usd": ("server price, per node", "$"),
+    "o.self_build.electricity_usd_per_kwh": ("electricity", "$/kWh"),
+    "o.self_build.pue": ("PUE", ""),
+    "o.self_build.colocation_usd_per_kw_month": ("colocation", "$/kW-month"),
+    "o.reliability.failures_per_gpu_hour": ("failures per GPU-hour", "1/h"),
+    "o.reliability.storage_write_gbyte_per_s_per_node": ("checkpoint write per node", "GB/s"),
+}
+"""Catalog figures the planner lets a user override (form name → label, unit). Any CostOverrides path works."""
+
+BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention")
+INT_FIELDS = (
+    "gpus",
+    "seq_len",
+    "global_batch",
+    "tp",
+    "pp",
+    "vpp",
+    "dp",
+    "cp",
+    "ep",
+    "micro_batch",
+    "shard_group_size",
+)
+FLOAT_FIELDS = ("tokens", "oversubscription")
+OPTIONAL_FIELDS = ("dp", "node", "fabric", "tokens", "shard_group_size")
+FORM_FIELDS = tuple(DEFAULTS) + tuple(OVERRIDES)
+MAX_HF_CONFIG_CHARS = 64_000
+
+
+@dataclass
+class PlannerInput:
+    """A parsed planner form: the raw values (for re-rendering) and, when valid, what the services take."""
+
+    values: dict[str, str]
+    errors: dict[str, str] = field(default_factory=dict)
+    request: EstimateRequest | None = None
+    tokens: float = 1e11
+    overrides: CostOverrides = field(default_factory=CostOverrides)
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors and self.request is not None
+
+    def query(self) -> str:
+        return to_query(self.values)
+
+    def overridden(self) -> dict[str, str]:
+        return {k: v for k, v in self.values.items() if k.startswith("o.") and v.strip()}
+
+
+def _bool(value: str) -> bool | None:
+    v = value.strip().lower()
+    if v in ("on", "true", "1", "yes"):
+        return True
+    if v in ("off", "false", "0", "no"):
+        return False
+    return None
+
+
+def _number(text: str, kind: type) -> int | float:
+    t = text.strip().replace(",", "").replace("_", "")
+    if kind is int:
+        f = float(t)
+        if not f.is_integer():
+            raise ValueError("a whole number")
+        return int(f)
+    return float(t)
+
+
+def form_values(params: Mapping[str, Any]) -> dict[str, str]:
+    """The form's values: the query's, blanks for absent fields filled with the defaults (when the query names
+    no field at all, every default)."""
+    given = {k: str(params[k]) for k in FORM_FIELDS if k in params}
+    values = {k: given.get(k, v) for k, v in DEFAULTS.items()}
+    values.update({k: given.get(k, "") for k in OVERRIDES})
+    values.update({k: str(v) for k, v in params.items() if k.startswith("o.") and k not in OVERRIDES})
+    return values
+
+
+def _set_path(target: dict[str, Any], path: list[str], value: Any) -> None:
+    for key in path[:-1]:
+        target = target.setdefault(key, {})
+    target[path[-1]] = value
+
+
+def _override_value(name: str, text: str) -> Any:
+    """A number when it reads as one; otherwise the text (slugs, dates, on/off), which CostOverrides checks."""
+    if name == "o.instance":
+        return text.strip()
+    try:
+        return _number(text, float)
+    except ValueError:
+        return text.strip()
+
+
+def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
+    """Validate the form. Messages are keyed by form field name; the services' own errors are added later
+    with :func:`add_service_errors`."""
+    values = form_values(params)
+    out = PlannerInput(values=values)
+    body: dict[str, Any] = {}
+    for name in DEFAULTS:
+        text = values[name].strip()
+        if name in ("model", "hf_config"):
+            continue
+        if not text:
+            if name not in OPTIONAL_FIELDS:
+                out.errors[name] = "required"
+            continue
+        if name in BOOLEAN_FIELDS:
+            b = _bool(text)
+            if b is None:
+                out.errors[name] = "on or off"
+            else:
+                body[name] = b
+        elif name in INT_FIELDS or name in FLOAT_FIELDS:
+            try:
+                num = _number(text, int if name in INT_FIELDS else float)
+            except ValueError:
+                out.errors[name] = "a whole number" if name in INT_FIELDS else "a number, e.g. 1e12"
+                continue
+            if name == "tokens":
+                out.tokens = float(num)
+            body[name] = num
+        else:
+            body[name] = text
+    model = values["model"].strip()
+    if model == HF:
+        raw = values["hf_config"].strip()
+        if not raw:
+            out.errors["hf_config"] = "upload or paste a config.json, or pick a preset"
+        elif len(raw) > MAX_HF_CONFIG_CHARS:
+            out.errors["hf_config"] = f"longer than {MAX_HF_CONFIG_CHARS:,} characters"
+        else:
+            try:
+                cfg = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                out.errors["hf_config"] = f"not valid JSON: {exc.msg} (line {exc.lineno})"
+            else:
+                if isinstance(cfg, dict):
+                    body["hf_config"] = cfg
+                else:
+                    out.errors["hf_config"] = "a config.json is a JSON object"
+    elif model:
+        body["model"] = model
+    else:
+        out.errors["model"] = "pick a preset or upload a config.json"
+    if "tokens" not in body:
+        out.errors.setdefault("tokens", "required")
+    overrides: dict[str, Any] = {}
+    for name in override_names(values):
+        text = values[name].strip()
+        if text:
+            _set_path(overrides, name.split(".")[1:], _override_value(name, text))
+    try:
+        out.overrides = CostOverrides.model_validate(overrides)
+    except ValidationError as exc:
+        for e in exc.errors():
+            out.errors["o." + ".".join(str(p) for p in e["loc"])] = e["msg"]
+    if out.errors:
+        return out
+    try:
+        out.request = EstimateRequest.model_validate(body)
+    except ValidationError as exc:
+        for e in exc.errors():
+            key = str(e["loc"][0]) if e["loc"] else "model"
+            out.errors.setdefault(key if key in DEFAULTS else "model", e["msg"])
+    return out
+
+
+def add_service_errors(form: PlannerInput, errors: list[dict[str, Any]]) -> None:
+    """Attach the services' ``{loc, msg}`` errors (loc ``["body", field, …]``) to form fields."""
+    for e in errors:
+        loc = [str(p) for p in e.get("loc", [])]
+        if loc and loc[0] == "body":
+            loc = loc[1:]
+        key = loc[0] if loc else "model"
+        if loc and loc[0] == "overrides":
+            key = "o." + ".".join(loc[1:])
+        if key.startswith("hf_config"):
+            key = "hf_config"
+        if key not in FORM_FIELDS and not key.startswith("o."):
+            key = "model"
+        form.errors.setdefault(key, str(e.get("msg", "")))
+    form.request = None
+
+
+def to_query(values: Mapping[str, str]) -> str:
+    """The URL query of a form: every field in form order; blank overrides left out."""
+    pairs = [(k, values.get(k, DEFAULTS[k])) for k in DEFAULTS]
+    pairs += [(k, values[k]) for k in override_names(values) if values.get(k, "").strip()]
+    return urlencode(pairs)
+
+
+def override_names(values: Mapping[str, str]) -> list[str]:
+    """The planner's override fields, then any other ``o.…`` path the values carry (from the API)."""
+    return list(OVERRIDES) + sorted(k for k in values if k.startswith("o.") and k not in OVERRIDES)
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e6:
+        return str(int(value))
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
+def _flatten(prefix: str, data: Mapping[str, Any], out: dict[str, str]) -> None:
+    for key, value in data.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, Mapping):
+            _flatten(name, value, out)
+        elif value is not None:
+            out[name] = _text(value)
+
+
+def values_from_inputs(
+    inputs: Mapping[str, Any], overrides: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """Form values from a stored scenario (EstimateRequest fields + tokens, and CostOverrides as a dict)."""
+    values = dict(DEFAULTS)
+    values.update({k: "" for k in OVERRIDES})
+    for key, value in inputs.items():
+        if key == "hf_config" and value is not None:
+            values["model"] = HF
+            values["hf_config"] = json.dumps(value, separators=(",", ":"), sort_keys=True)
+        elif key in DEFAULTS and value is not None:
+            values[key] = _text(value)
+    for key in ("dp", "node", "fabric", "shard_group_size"):
+        if inputs.get(key) is None:
+            values[key] = ""
+    flat: dict[str, str] = {}
+    _flatten("o", overrides or {}, flat)
+    values.update(flat)
+    return values
+
+
+def inputs_from_form(form: PlannerInput) -> tuple[dict[str, Any], dict[str, Any]]:
+    """What a scenario stores for a valid form: (inputs, overrides), both JSON-ready."""
+    assert form.request is not None
+    inputs = form.request.model_dump(mode="json", exclude_none=True)
+    inputs["tokens"] = form.tokens
+    overrides = form.overrides.model_dump(mode="json", exclude_defaults=True)
+    return inputs, overrides

@@ -1,0 +1,397 @@
+"""The planner (home page): one GET form whose query string is the whole scenario; results update in place.
+
+``GET /`` renders the page, or only ``{% block results %}`` for htmx partial requests (with out-of-band field
+messages). Invalid input answers 422 with the user's values and a message per field. Config upload and
+exports are plain form posts / links, so everything works without JavaScript.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Annotated, Any
+from urllib.parse import parse_qsl, urlencode
+
+from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+
+from app.deps import get_catalog
+from app.domain.architecture import parameter_counts
+from app.domain.catalog import Catalog
+from app.domain.cost import MonthlyCost, TrainingCost
+from app.domain.estimate import Assumption, Estimate
+from app.domain.export import EXPORT_FORMATS, ExportFormat, export_plan
+from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
+from app.domain.schedule import (
+    Schedule,
+    ScheduleError,
+    displayed_micro_batches,
+    pipeline_schedule,
+    stage_times_from_rank,
+)
+from app.schemas import CostRequest, MonthlyCostRequest
+from app.services import (
+    InputError,
+    plan_document_from_request,
+    resolve_architecture,
+    run_cost,
+    run_estimate,
+    run_monthly_cost,
+)
+from app.web import charts
+from app.web.forms import (
+    DEFAULTS,
+    FORM_FIELDS,
+    HF,
+    MAX_HF_CONFIG_CHARS,
+    OVERRIDES,
+    PlannerInput,
+    add_service_errors,
+    form_values,
+    parse_planner,
+    to_query,
+)
+from app.web.htmx import is_partial, render
+
+router = APIRouter(include_in_schema=False)
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+GIB = 1024**3
+
+STEP_FORMULA = (
+    "step = m·t_mb + (pp − 1)/vpp·t_mb (bubble) + PP send/recv + exposed DP reduction (once per step) + optimizer; "
+    "t_mb = the slowest stage's forward + backward + recompute + exposed TP/CP/EP/FSDP communication"
+)
+
+
+@dataclass(frozen=True)
+class Note:
+    """A shown number with what explains it: the formula, its inputs, and where the figures come from."""
+
+    label: str
+    value: str
+    formula: str
+    provenance: str = "computed by capplan from the figures below"
+
+
+def provenance(a: Assumption, catalog: Catalog) -> str:
+    if a.source == "override":
+        return "your override"
+    src = catalog.sources.get(a.source)
+    if src is None:
+        return {"formula": "formula", "default": "capplan default"}.get(a.source, a.source)
+    parts = [f"{src.title} [{src.key}]"]
+    if a.as_of or src.date:
+        parts.append(f"as of {a.as_of or src.date}")
+    if a.confidence:
+        parts.append(f"confidence {a.confidence}")
+    return " · ".join(parts)
+
+
+def assumption_rows(assumptions: tuple[Assumption, ...], catalog: Catalog) -> list[dict[str, Any]]:
+    rows = []
+    for a in assumptions:
+        value = a.value
+        if a.unit == "bytes" and isinstance(value, int | float):
+            value, unit = f"{value / GIB:,.2f}", "GiB"
+        else:
+            unit = a.unit
+        src = catalog.sources.get(a.source)
+        rows.append({
+            "name": a.name, "value": value, "unit": unit, "source": a.source, "override": a.source == "override",
+            "provenance": provenance(a, catalog), "url": src.url if src else None, "note": a.note or "",
+            "low": a.confidence == "low",
+        })  # fmt: skip
+    return rows
+
+
+def choices(catalog: Catalog) -> dict[str, Any]:
+    hw = catalog.hardware
+    return {
+        "presets": [(a.slug, a.name) for a in catalog.architectures],
+        "accelerators": [(a.slug, a.name) for a in hw.accelerators],
+        "nodes": [(n.slug, n.name, n.accelerator, n.kind) for n in hw.nodes],
+        "fabrics": [(f.slug, f.name) for f in hw.fabrics if not f.is_scale_up],
+        "instances": [n.slug for n in hw.nodes if n.kind == "cloud-instance"],
+        "precisions": [p.value for p in Precision],
+        "optimizers": [o.value for o in Optimizer],
+        "frameworks": [f.value for f in Framework],
+        "shardings": [s.value for s in Sharding],
+        "offloads": [o.value for o in Offload],
+        "recomputes": [r.value for r in Recompute],
+    }
+
+
+def schedule_for(est: Estimate) -> Schedule | None:
+    plan = est.plan
+    ranks = est.step.ranks
+    if not ranks:
+        return None
+    m = displayed_micro_batches(plan.pp, plan.vpp, est.step.micro_batches)
+    times = [stage_times_from_rank(r.micro_batch_s, r.compute_s, r.recompute_s) for r in ranks]
+    if len(times) not in (1, plan.pp):
+        times = times[:1]
+    try:
+        return pipeline_schedule(plan.pp, plan.vpp, m, times)
+    except ScheduleError:
+        return None
+
+
+def model_summary(catalog: Catalog, form: PlannerInput) -> dict[str, Any] | None:
+    """The architecture the form names (preset or config.json), with total and active parameters."""
+    if form.request is None:
+        return None
+    try:
+        arch = resolve_architecture(catalog, form.request)
+    except InputError:
+        return None
+    counts = parameter_counts(arch)
+    return {
+        "name": arch.name, "slug": arch.slug, "total": counts.total, "active": counts.active,
+        "fields": [
+            ("layers", arch.n_layers), ("hidden", arch.hidden_size), ("heads", arch.n_heads),
+            ("KV heads", arch.n_kv_heads), ("head dim", arch.head_dim), ("FFN", arch.ffn_hidden_size),
+            ("activation", arch.activation), ("vocab", arch.vocab_size), ("tied embeddings", arch.tied_embeddings),
+            ("experts", f"{arch.n_experts} (top-{arch.experts_top_k})" if arch.n_experts else "dense"),
+            ("max context", arch.max_context),
+        ],
+    }  # fmt: skip
+
+
+def _gib(b: float) -> str:
+    return f"{b / GIB:,.1f} GiB"
+
+
+def _notes(est: Estimate, catalog: Catalog, cost: TrainingCost | None) -> dict[str, Note]:
+    by_name = {a.name: a for a in est.assumptions}
+    peak_prov = provenance(by_name["peak dense BF16"], catalog) if "peak dense BF16" in by_name else ""
+    mem_prov = (
+        provenance(by_name["usable memory per GPU"], catalog) if "usable memory per GPU" in by_name else ""
+    )
+    p = est.plan
+    peak_stage = (
+        est.memory_by_stage[[s.rank for s in est.memory_by_stage].index(est.peak_stage)]
+        if est.memory_by_stage
+        else None
+    )
+    notes = {
+        "fit": Note(
+            "Fit", ("fits" if est.fits else "does not fit") + f", margin {_gib(est.margin_bytes)}",
+            f"peak {_gib(est.peak_memory_bytes)} on stage {est.peak_stage} (dominant: {est.dominant_term}) vs "
+            f"usable {_gib(est.usable_memory_bytes)}; " + est.memory_formulas.get("fit", ""),
+            "usable memory: " + mem_prov,
+        ),
+        "step": Note("Step time", f"{est.step_time_s:.3g} s", STEP_FORMULA + f"; m = {est.step.micro_batches} "
+                     f"micro-batches of {p.micro_batch} × {p.seq_len} tokens, t_mb = {est.step.micro_batch_s:.3g} s"),
+        "tokens": Note("Tokens/s", f"{est.tokens_per_s:,.0f}",
+                       f"global batch × seq len / step = {p.global_batch} × {p.seq_len} / {est.step_time_s:.3g} s; "
+                       f"{est.tokens_per_s_per_gpu:,.0f} per GPU"),
+        "mfu": Note("MFU", f"{est.mfu:.1%}",
+                    f"model FLOPs/token × tokens/s ÷ (GPUs × peak) = {est.model_flops_per_token:.3g} × "
+                    f"{est.tokens_per_s:,.0f} ÷ ({est.gpus} × peak); FLOPs/token: {est.flops_formula}; "
+                    f"HFU (with recompute) {est.hfu:.1%}; {est.achieved_tflops_per_gpu:.0f} TFLOP/s per GPU",
+                    "peak: " + peak_prov),
+        "params": Note("Parameters", f"{est.parameters_total / 1e9:,.1f} B ({est.parameters_active / 1e9:,.1f} B active)",
+                       "counted layer by layer from the architecture (embedding, attention, MLP/experts, norms, "
+                       "output head unless tied); active = per token (top-k routed + shared experts)"),
+    }  # fmt: skip
+    if est.time_to_train_days is not None:
+        notes["ttt"] = Note("Time to train", f"{est.time_to_train_days:,.1f} days",
+                            f"tokens ÷ tokens/s = {est.tokens_to_train:.3g} ÷ {est.tokens_per_s:,.0f}, "
+                            "before failures (see goodput below)")  # fmt: skip
+    if peak_stage is not None:
+        notes["peak"] = Note(
+            "Peak memory", _gib(peak_stage.total_bytes), est.memory_formulas.get("model states", "")
+        )
+    if cost is not None:
+        rel = cost.reliability
+        rel_prov = {a.name: provenance(a, catalog) for a in rel.assumptions}
+        notes["mtbf"] = Note("Job MTBF", f"{rel.job_mtbf_hours:,.1f} h",
+                             f"1 / (failures per GPU-hour × GPUs + spot interruptions/h + rollbacks/h) = 1 / "
+                             f"({rel.failures_per_gpu_hour:.3g} × {rel.gpus} + {rel.spot_interruptions_per_hour:.3g}"
+                             f" + {rel.rollbacks_per_hour:.3g})",
+                             "failure rate: " + (f"published run {rel.failure_record}" if rel.failure_record else
+                                                 next(iter(rel_prov.values()), "")))  # fmt: skip
+        notes["interval"] = Note("Checkpoint interval", f"{rel.checkpoint_interval_s / 60:,.1f} min",
+                                 f"{rel.interval_formula}; checkpoint {rel.checkpoint_bytes / 1e12:,.2f} TB, write "
+                                 f"{rel.checkpoint_write_s:,.0f} s ({rel.checkpoint_mode}), blocking {rel.checkpoint_blocking_s:,.1f} s")  # fmt: skip
+        notes["goodput"] = Note("Goodput", f"{rel.goodput:.1%}",
+                                f"Daly: τ / (M·e^(R/M)·(e^((τ+δ)/M) − 1)) with τ = {rel.checkpoint_interval_s:,.0f} s, "
+                                f"M = {rel.job_mtbf_hours * 3600:,.0f} s, R (restart) = {rel.restart_s:,.0f} s, "
+                                f"δ = {rel.checkpoint_blocking_s:,.1f} s; expected failures over the run "
+                                f"{cost.expected_failures:,.1f}")  # fmt: skip
+        notes["rule"] = Note("Every-30-min rule", f"+{cost.rule_of_thumb_extra_days:,.2f} days",
+                             f"goodput {rel.rule_of_thumb.goodput:.2%} at τ = 30 min vs {rel.goodput:.2%} at the optimum"
+                             + (f"; +{cost.rule_of_thumb_extra_usd:,.0f} $ on demand" if cost.rule_of_thumb_extra_usd else ""))  # fmt: skip
+    return notes
+
+
+def _stage_rows(est: Estimate) -> list[dict[str, Any]]:
+    rows = []
+    for s in est.memory_by_stage:
+        rows.append({
+            "rank": s.rank, "layers": s.layers, "first": s.first, "last": s.last,
+            "terms": [(label, getattr(s, attr) + (s.workspace_bytes if attr == "buffers_bytes" else 0))
+                      for attr, label, _ in charts.MEMORY_TERMS],
+            "total": s.total_bytes, "margin": s.margin_bytes, "fits": s.fits, "dominant": s.dominant_term,
+        })  # fmt: skip
+    return rows
+
+
+def _step_rows(est: Estimate) -> list[tuple[str, float, float]]:
+    step = est.step
+    return [
+        (label, getattr(step, attr), getattr(step, attr) / step.step_s if step.step_s else 0.0)
+        for attr, label, _ in charts.STEP_TERMS
+    ]
+
+
+def compute_results(catalog: Catalog, form: PlannerInput) -> dict[str, Any] | None:
+    """Everything the results panel shows, or None (and messages on ``form``) for invalid input."""
+    if not form.ok:
+        return None
+    assert form.request is not None
+    req = form.request
+    try:
+        est = run_estimate(catalog, req)
+    except InputError as exc:
+        add_service_errors(form, exc.errors)
+        return None
+    cost: TrainingCost | None = None
+    monthly: MonthlyCost | None = None
+    cost_error = monthly_error = None
+    body = req.model_dump(exclude={"tokens"})
+    try:
+        cost = run_cost(catalog, CostRequest(**body, tokens=form.tokens, overrides=form.overrides))
+    except InputError as exc:
+        cost_error = str(exc)
+    node = catalog.hardware.node(est.node)
+    monthly_node = cost.self_build_node if cost and cost.self_build_node else est.node
+    per_node = catalog.hardware.node(monthly_node).accelerators_per_node
+    try:
+        monthly = run_monthly_cost(catalog, MonthlyCostRequest(
+            node=monthly_node, nodes=max(1, -(-est.gpus // per_node)), overrides=form.overrides, months=36))  # fmt: skip
+    except InputError as exc:
+        monthly_error = str(exc)
+    schedule = schedule_for(est)
+    chart_options: dict[str, Any] = {
+        "memory": charts.memory_bars_option(est.memory_by_stage, est.usable_memory_bytes),
+        "step": charts.step_breakdown_option(est.step),
+    }
+    if schedule is not None:
+        chart_options["gantt"] = charts.gantt_option(schedule)
+    if cost is not None:
+        chart_options["cost"] = charts.cost_options_option(cost.options)
+    if monthly is not None:
+        chart_options["cumulative"] = charts.cumulative_cost_option(
+            monthly.cumulative.months, monthly.cumulative.usd,
+            {r.option.value: r.break_even_month for r in monthly.rows if r.option.value != "self-build"},
+        )  # fmt: skip
+    assumptions = assumption_rows(est.assumptions, catalog)
+    if cost is not None:
+        seen = {a["name"] for a in assumptions}
+        assumptions += [a for a in assumption_rows(cost.assumptions, catalog) if a["name"] not in seen]
+    return {
+        "est": est, "node": node, "cost": cost, "cost_error": cost_error, "monthly": monthly,
+        "monthly_error": monthly_error, "schedule": schedule, "charts": chart_options,
+        "notes": _notes(est, catalog, cost), "stages": _stage_rows(est), "step_rows": _step_rows(est),
+        "assumptions": assumptions, "memory_formulas": est.memory_formulas,
+        "formats": list(EXPORT_FORMATS),
+    }  # fmt: skip
+
+
+def exports_for(catalog: Catalog, form: PlannerInput) -> list[dict[str, str]]:
+    if not form.ok or form.request is None:
+        return []
+    try:
+        doc = plan_document_from_request(catalog, form.request)
+    except InputError:
+        return []
+    out = []
+    for fmt in EXPORT_FORMATS:
+        f = export_plan(doc, fmt)
+        out.append({"format": str(fmt), "filename": f.filename, "content": f.content})
+    return out
+
+
+def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> dict[str, Any]:
+    results = compute_results(catalog, form)
+    return {
+        "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
+        "exports": exports_for(catalog, form) if results else [], "model": model_summary(catalog, form),
+        "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,
+        "partial": is_partial(request), "defaults": DEFAULTS,
+    }  # fmt: skip
+
+
+def render_planner(request: Request, catalog: Catalog, params: dict[str, Any]) -> HTMLResponse:
+    form = parse_planner(params)
+    ctx = planner_context(request, catalog, form)
+    status = 422 if form.errors else 200
+    return render(request, "pages/planner.html", ctx, block="results", status_code=status)
+
+
+@router.get("/", response_class=HTMLResponse)
+def planner_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
+    return render_planner(request, catalog, dict(request.query_params))
+
+
+@router.post("/planner/hf-config")
+async def upload_hf_config(
+    request: Request,
+    catalog: CatalogDep,
+    file: Annotated[UploadFile | None, File(description="a Hugging Face config.json")] = None,
+    current: Annotated[str, Form(max_length=200_000)] = "",
+) -> Response:
+    """Read an uploaded config.json into the form (model = config.json) and show the planner for it.
+    A readable config redirects (303) to the planner URL holding it; an unreadable one re-renders with 422."""
+    params = dict(parse_qsl(current, keep_blank_values=True))
+    raw = b"" if file is None else await file.read(MAX_HF_CONFIG_CHARS * 4 + 1)
+    try:
+        cfg = json.loads(raw.decode("utf-8"))
+        if not isinstance(cfg, dict):
+            raise ValueError("a config.json is a JSON object")
+        text = json.dumps(cfg, separators=(",", ":"), sort_keys=True)
+    except (UnicodeDecodeError, ValueError) as exc:
+        params.update({"model": HF, "hf_config": raw.decode("utf-8", "replace")[:MAX_HF_CONFIG_CHARS]})
+        form = parse_planner(params)
+        form.errors["hf_config"] = (
+            f"not a readable config.json: {exc}" if raw else "choose a config.json file"
+        )
+        form.request = None
+        ctx = planner_context(request, catalog, form)
+        return render(request, "pages/planner.html", ctx, status_code=422)
+    params.update({"model": HF, "hf_config": text})
+    values = form_values(params)
+    return RedirectResponse(f"/?{to_query(values)}", status_code=303)
+
+
+@router.get("/planner/export")
+def planner_export(
+    request: Request,
+    catalog: CatalogDep,
+    fmt: Annotated[ExportFormat, Query(alias="format")] = ExportFormat.json,
+) -> Response:
+    """The plan of the planner URL's inputs as a launch file (the same bytes as POST /api/v1/plans/export)."""
+    params = {k: v for k, v in request.query_params.items() if k != "format"}
+    form = parse_planner(params)
+    if not form.ok or form.request is None:
+        raise InputError(
+            [{"loc": ["query", k], "msg": m, "type": "value_error"} for k, m in form.errors.items()]
+        )
+    exported = export_plan(plan_document_from_request(catalog, form.request), fmt)
+    return Response(
+        content=exported.content.encode("utf-8"),
+        media_type=exported.media_type,
+        headers={"Content-Disposition": f'attachment; filename="{exported.filename}"'},
+    )
+
+
+def planner_url(values: dict[str, str], **changes: Any) -> str:
+    merged = {**values, **{k: str(v) for k, v in changes.items()}}
+    return "/?" + to_query(merged)
+
+
+def query_with(query: str, **changes: Any) -> str:
+    params = dict(parse_qsl(query, keep_blank_values=True))
+    params.update({k: str(v) for k, v in changes.items()})
+    return urlencode(params)

@@ -1,0 +1,204 @@
+"""Saved scenarios in the browser: list, save, open (the planner with its inputs), rename, duplicate, delete
+(with a confirmation page), compare 2–4 side by side. Plain forms and links: all of it works without JS."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import parse_qsl
+
+from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
+
+from app.db.tables import Scenario
+from app.deps import get_catalog, get_session
+from app.domain.catalog import Catalog
+from app.schemas import MonthlyCostRequest
+from app.services import (
+    InputError,
+    ScenarioConflict,
+    ScenarioNotFound,
+    create_scenario,
+    delete_scenario,
+    duplicate_scenario,
+    get_scenario,
+    list_scenarios,
+    run_estimate,
+    run_monthly_cost,
+    update_scenario,
+)
+from app.web import charts
+from app.web.forms import OVERRIDES, parse_planner, to_query, values_from_inputs
+from app.web.htmx import render
+from app.web.planner import planner_context
+
+router = APIRouter(include_in_schema=False)
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+SessionDep = Annotated[Session, Depends(get_session)]
+GIB = 1024**3
+
+
+def _scenario(session: Session, scenario_id: int) -> Scenario:
+    try:
+        return get_scenario(session, scenario_id)
+    except ScenarioNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+
+
+def scenario_values(s: Scenario) -> dict[str, str]:
+    return values_from_inputs(s.inputs, s.overrides)
+
+
+def scenario_query(s: Scenario) -> str:
+    return to_query(scenario_values(s))
+
+
+def overridden_figures(s: Scenario) -> list[tuple[str, str]]:
+    """(label, value) of each catalog figure the scenario overrides."""
+    values = scenario_values(s)
+    return [
+        (OVERRIDES.get(k, (k[2:], ""))[0], v) for k, v in values.items() if k.startswith("o.") and v.strip()
+    ]
+
+
+def _summary(s: Scenario) -> str:
+    i = s.inputs
+    model = i.get("model") or "config.json"
+    return f"{model} · {i.get('gpus')} × {i.get('gpu')} · tp {i.get('tp', 1)} pp {i.get('pp', 1)}"
+
+
+@router.get("/scenarios", response_class=HTMLResponse)
+def scenarios_page(request: Request, session: SessionDep) -> HTMLResponse:
+    rows = [
+        {"s": s, "summary": _summary(s), "query": scenario_query(s), "overrides": overridden_figures(s)}
+        for s in list_scenarios(session)
+    ]
+    return render(
+        request, "pages/scenarios.html", {"rows": rows, "message": request.query_params.get("msg", "")}
+    )
+
+
+@router.post("/scenarios")
+def save_scenario(
+    request: Request,
+    catalog: CatalogDep,
+    session: SessionDep,
+    name: Annotated[str, Form(max_length=200)] = "",
+    query: Annotated[str, Form(max_length=200_000)] = "",
+) -> Response:
+    """Save the planner inputs in ``query`` under ``name`` and open the saved scenario (303)."""
+    form = parse_planner(dict(parse_qsl(query, keep_blank_values=True)))
+    if not name.strip():
+        form.errors.setdefault("name", "give the scenario a name")
+    if not form.ok or form.request is None:
+        ctx = planner_context(request, catalog, form)
+        return render(request, "pages/planner.html", ctx, status_code=422)
+    req = form.request.model_copy(update={"tokens": form.tokens})
+    scenario = create_scenario(session, name, req, form.overrides)
+    return RedirectResponse(f"/scenarios/{scenario.id}", status_code=303)
+
+
+@router.get("/scenarios/compare", response_class=HTMLResponse)
+def compare_page(
+    request: Request,
+    catalog: CatalogDep,
+    session: SessionDep,
+    ids: Annotated[list[int], Query(max_length=4)] = [],  # noqa: B006
+) -> HTMLResponse:
+    """2–4 scenarios side by side: key figures in a table, step time and memory, and cumulative cost overlaid."""
+    chosen = [_scenario(session, i) for i in dict.fromkeys(ids)]
+    if not 2 <= len(chosen) <= 4:
+        return render(
+            request, "pages/scenarios.html",
+            {"rows": [{"s": s, "summary": _summary(s), "query": scenario_query(s), "overrides": overridden_figures(s)}
+                      for s in list_scenarios(session)],
+             "message": "Choose 2 to 4 scenarios to compare."},
+            status_code=422,
+        )  # fmt: skip
+    cols: list[dict[str, Any]] = []
+    for s in chosen:
+        form = parse_planner(scenario_values(s))
+        col: dict[str, Any] = {"s": s, "query": scenario_query(s), "overrides": overridden_figures(s), "est": None,
+                               "error": None, "monthly": None}  # fmt: skip
+        if form.ok and form.request is not None:
+            try:
+                est = run_estimate(catalog, form.request)
+                col["est"] = est
+                node = catalog.hardware.node(est.node)
+                col["monthly"] = run_monthly_cost(catalog, MonthlyCostRequest(
+                    node=est.node, nodes=max(1, -(-est.gpus // node.accelerators_per_node)),
+                    overrides=form.overrides, months=36))  # fmt: skip
+            except InputError as exc:
+                col["error"] = str(exc)
+        else:
+            col["error"] = "; ".join(f"{k}: {m}" for k, m in form.errors.items())
+        cols.append(col)
+    ok = [c for c in cols if c["est"] is not None]
+    chart_options = {}
+    if ok:
+        chart_options["step"] = charts.compare_option(
+            [c["s"].name for c in ok],
+            [c["est"].step for c in ok],
+            [c["est"].peak_memory_bytes / GIB for c in ok],
+        )
+        with_monthly = [c for c in ok if c["monthly"] is not None]
+        if with_monthly:
+            months = with_monthly[0]["monthly"].cumulative.months
+            chart_options["cost"] = charts.compare_cost_option(
+                [c["s"].name for c in with_monthly], months,
+                [c["monthly"].cumulative.usd.get("on-demand") for c in with_monthly],
+            )  # fmt: skip
+    return render(request, "pages/scenario_compare.html", {"cols": cols, "charts": chart_options})
+
+
+@router.get("/scenarios/{scenario_id}", response_class=HTMLResponse)
+def scenario_page(
+    request: Request, scenario_id: int, catalog: CatalogDep, session: SessionDep
+) -> HTMLResponse:
+    """The planner showing the scenario's inputs, under a header with its actions and overridden figures."""
+    s = _scenario(session, scenario_id)
+    form = parse_planner(scenario_values(s))
+    ctx = planner_context(request, catalog, form)
+    ctx.update({"scenario": s, "scenario_overrides": overridden_figures(s),
+                "message": request.query_params.get("msg", "")})  # fmt: skip
+    return render(request, "pages/scenario.html", ctx, block="results")
+
+
+@router.post("/scenarios/{scenario_id}/rename")
+def rename_scenario(
+    request: Request,
+    scenario_id: int,
+    session: SessionDep,
+    name: Annotated[str, Form(min_length=1, max_length=200)],
+    version: Annotated[int, Form(ge=1)],
+) -> Response:
+    try:
+        update_scenario(session, scenario_id, version=version, name=name)
+    except ScenarioNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    except ScenarioConflict as exc:
+        raise HTTPException(409, f"{exc}: someone changed it since you opened it") from None
+    return RedirectResponse(f"/scenarios/{scenario_id}?msg=renamed", status_code=303)
+
+
+@router.post("/scenarios/{scenario_id}/duplicate")
+def duplicate(scenario_id: int, session: SessionDep) -> Response:
+    try:
+        copy = duplicate_scenario(session, scenario_id)
+    except ScenarioNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    return RedirectResponse(f"/scenarios/{copy.id}?msg=duplicated", status_code=303)
+
+
+@router.get("/scenarios/{scenario_id}/delete", response_class=HTMLResponse)
+def confirm_delete(request: Request, scenario_id: int, session: SessionDep) -> HTMLResponse:
+    return render(request, "pages/scenario_delete.html", {"s": _scenario(session, scenario_id)})
+
+
+@router.post("/scenarios/{scenario_id}/delete")
+def delete(scenario_id: int, session: SessionDep) -> Response:
+    try:
+        delete_scenario(session, scenario_id)
+    except ScenarioNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    return RedirectResponse("/scenarios?msg=deleted", status_code=303)

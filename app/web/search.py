@@ -1,0 +1,119 @@
+""" "Find the best plan": the planner's model, hardware and batch, searched over every parallel layout.
+
+``GET /search?<planner query>&objective=…`` renders the page (or ``{% block search_results %}`` for htmx):
+a ranked table whose rows load into the planner, a Pareto scatter (time against cost), and rejected counts
+by reason. It calls :func:`app.services.run_search`; nothing is computed here.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import HTMLResponse
+from pydantic import ValidationError
+
+from app.deps import get_catalog
+from app.domain.catalog import Catalog
+from app.domain.cost import CostOption
+from app.domain.search import Objective
+from app.schemas import PlanSearchRequest
+from app.services import InputError, run_search
+from app.web import charts
+from app.web.forms import DEFAULTS, PlannerInput, parse_planner, to_query
+from app.web.htmx import render
+
+router = APIRouter(include_in_schema=False)
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+
+SEARCH_DEFAULTS = {
+    "objective": Objective.max_tokens_per_s.value,
+    "gpus_range": "",
+    "headroom_gib": "0",
+    "deadline_days": "",
+    "budget_usd": "",
+    "price_option": CostOption.on_demand.value,
+    "top_k": "10",
+}
+SHARED = ("model", "hf_config", "gpu", "node", "fabric", "seq_len", "global_batch", "tokens", "precision",
+          "optimizer", "framework", "flash_attention")  # fmt: skip
+"""Planner inputs the search keeps fixed; the parallel layout (tp, pp, dp, …) is what it searches."""
+
+
+def search_request(
+    form: PlannerInput, opts: dict[str, str]
+) -> tuple[PlanSearchRequest | None, dict[str, str]]:
+    errors: dict[str, str] = {}
+    if not form.ok or form.request is None:
+        return None, dict(form.errors)
+    r = form.request
+    body: dict[str, Any] = {
+        "model": r.model, "hf_config": r.hf_config, "gpu": r.gpu, "node": r.node, "fabric": r.fabric,
+        "seq_len": r.seq_len, "global_batch": r.global_batch, "tokens": form.tokens, "precision": r.precision,
+        "optimizer": r.optimizer, "framework": r.framework, "flash_attention": r.flash_attention,
+        "objective": opts["objective"], "price_option": opts["price_option"],
+    }  # fmt: skip
+    if opts["gpus_range"].strip():
+        body["gpus_range"] = opts["gpus_range"].strip()
+    else:
+        body["gpus"] = r.gpus
+    for key, kind in (
+        ("headroom_gib", float),
+        ("deadline_days", float),
+        ("budget_usd", float),
+        ("top_k", int),
+    ):
+        text = opts[key].strip()
+        if text:
+            try:
+                body[key] = kind(float(text)) if kind is int else kind(text)
+            except ValueError:
+                errors[key] = "a number"
+    if errors:
+        return None, errors
+    try:
+        return PlanSearchRequest.model_validate(body), {}
+    except ValidationError as exc:
+        return None, {str(e["loc"][0]) if e["loc"] else "objective": e["msg"] for e in exc.errors()}
+
+
+def load_url(values: dict[str, str], c: Any) -> str:
+    """The planner URL of one candidate: the search's fixed inputs plus the candidate's layout."""
+    p = c.plan
+    layout = {
+        "gpus": c.gpus, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "dp": p.dp, "cp": p.cp, "ep": p.ep,
+        "sharding": p.sharding.value, "shard_group_size": p.shard_group_size or "", "offload": p.offload.value,
+        "micro_batch": p.micro_batch, "global_batch": p.global_batch, "recompute": p.recompute.value,
+        "sequence_parallel": "on" if p.sequence_parallel else "off",
+    }  # fmt: skip
+    return "/?" + to_query({**values, **{k: str(v) for k, v in layout.items()}})
+
+
+@router.get("/search", response_class=HTMLResponse)
+def search_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
+    params = dict(request.query_params)
+    form = parse_planner(params)
+    opts = {k: params.get(k, v) for k, v in SEARCH_DEFAULTS.items()}
+    req, errors = search_request(form, opts)
+    result = None
+    if req is not None:
+        try:
+            result = run_search(catalog, req)
+        except InputError as exc:
+            for e in exc.errors:
+                loc = [str(p) for p in e.get("loc", []) if p != "body"]
+                errors[loc[0] if loc else "objective"] = str(e.get("msg", ""))
+    rows = []
+    option = None
+    if result is not None:
+        rows = [{"c": c, "url": load_url(form.values, c)} for c in result.plans]
+        if result.plans:
+            option = charts.pareto_option(result.plans, result.pareto)
+    ctx = {
+        "v": form.values, "opts": opts, "errors": errors, "result": result, "rows": rows, "pareto": option,
+        "shared": SHARED, "objectives": [o.value for o in Objective], "price_options": [o.value for o in CostOption],
+        "planner_query": to_query(form.values), "defaults": DEFAULTS,
+    }  # fmt: skip
+    return render(
+        request, "pages/search.html", ctx, block="search_results", status_code=422 if errors else 200
+    )
