@@ -53,9 +53,9 @@ bench: install-dev
 fuzz: install-dev
 	CAPPLAN_FUZZ_EXAMPLES=$${CAPPLAN_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest -q -n 2 tests/api/test_fuzz.py
 
-## loadtest: 2 uvicorn workers on loopback, 32 clients for 30 s; prints requests/s, p50/p95/p99, errors
+## loadtest: 2 uvicorn workers on loopback, 8 clients for 30 s (CONCURRENCY=32 make loadtest for more); prints requests/s, p50/p95/p99, errors
 loadtest: install-app
-	$(BIN)/python scripts/loadtest.py --seconds $${SECONDS_:-30} --concurrency $${CONCURRENCY:-32} --workers 2
+	$(BIN)/python scripts/loadtest.py --seconds $${SECONDS_:-30} --concurrency $${CONCURRENCY:-8} --workers 2
 
 ## lock: regenerate constraints.txt from a fresh resolve of pyproject.toml (run after changing dependencies)
 lock:

@@ -111,6 +111,62 @@ def db_check() -> None:
     typer.echo("models match migrations")
 
 
+@db_app.command("export")
+def db_export(
+    output: Annotated[
+        Path | None, typer.Option("-o", "--output", help="file to write (default: stdout)")
+    ] = None,
+) -> None:
+    """Every scenario, custom catalog entry and benchmark run as one JSON document (capplan.backup/v1)."""
+    from app.db.backup import export_backup
+    from app.db.engine import build_engine, session_factory
+
+    engine = build_engine(Settings().database_url)
+    try:
+        with session_factory(engine)() as session:
+            backup = export_backup(session)
+    finally:
+        engine.dispose()
+    text = backup.model_dump_json(by_alias=True, indent=2)
+    if output is None:
+        typer.echo(text)
+        return
+    output.write_text(text + "\n", encoding="utf-8")
+    typer.echo(f"wrote {output}: {len(backup.scenarios)} scenarios, {len(backup.custom_catalog_entries)} custom "
+               f"catalog entries, {len(backup.benchmark_runs)} benchmark runs", err=True)  # fmt: skip
+
+
+@db_app.command("import")
+def db_import(
+    path: Annotated[Path, typer.Argument(help="a file written by `capplan db export`")],
+    replace: Annotated[bool, typer.Option("--replace", help="empty the tables first")] = False,
+) -> None:
+    """Restore a backup in one transaction (ids kept). Without --replace an existing id aborts the import."""
+    from sqlalchemy.exc import IntegrityError
+
+    from app.db.backup import Backup, import_backup
+    from app.db.engine import build_engine, session_factory
+
+    if not path.is_file():
+        raise UsageError(f"no such file {path}")
+    try:
+        backup = Backup.model_validate_json(path.read_bytes())
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise UsageError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
+    engine = build_engine(Settings().database_url)
+    try:
+        with session_factory(engine)() as session:
+            counts = import_backup(session, backup, replace=replace)
+    except IntegrityError:
+        raise UsageError(
+            f"{path}: rows with these ids already exist; nothing was imported (use --replace)"
+        ) from None
+    finally:
+        engine.dispose()
+    typer.echo("imported " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()))
+
+
 @catalog_app.command("list")
 def catalog_list(
     kind: Annotated[CatalogKind, typer.Argument(help="What to list")],

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Annotated
 
-from fastapi import Request
+from fastapi import Path, Request
 from sqlalchemy.orm import Session
 
 from app.domain.catalog import Catalog
@@ -15,5 +16,9 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-def get_catalog(request: Request) -> Catalog:
+async def get_catalog(request: Request) -> Catalog:  # async: no I/O, and no threadpool hop per request
     return request.app.state.catalog
+
+
+RowId = Annotated[int, Path(ge=1, le=2_147_483_647, description="row id (32-bit, as the database stores it)")]
+"""A database id in a URL path: out-of-range values are a 422, never an overflow in the database driver."""

@@ -25,7 +25,7 @@ from app.api import search as api_search
 from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
 from app.metrics import build_metrics
-from app.services import InputError
+from app.services import CalibrationCache, InputError
 from app.settings import REPO_ROOT, Settings
 from app.web import benchmarks as web_benchmarks
 from app.web import planner as web_planner
@@ -47,6 +47,29 @@ SECURITY_HEADERS = {
     "Referrer-Policy": "same-origin",
     "X-Frame-Options": "DENY",
 }
+
+
+class SecurityHeaders:
+    """Pure ASGI middleware adding SECURITY_HEADERS to every HTTP response that lacks them (cheaper than
+    Starlette's BaseHTTPMiddleware, which runs each request through an extra task and stream)."""
+
+    def __init__(self, app) -> None:
+        self.app = app
+        self._headers = [(k.lower().encode(), v.encode()) for k, v in SECURITY_HEADERS.items()]
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_with_headers(message) -> None:
+            if message["type"] == "http.response.start":
+                present = {k.lower() for k, _ in message.get("headers", [])}
+                extra = [(k, v) for k, v in self._headers if k not in present]
+                message = {**message, "headers": [*message.get("headers", []), *extra]}
+            await send(message)
+
+        await self.app(scope, receive, send_with_headers)
 
 
 def _wants_json(request: Request) -> bool:
@@ -138,17 +161,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.catalog = catalog
     app.state.engine = engine
     app.state.session_factory = session_factory(engine)
+    app.state.calibrations = CalibrationCache(app.state.session_factory)
     app.state.metrics = metrics
     app.state.templates = build_templates()
 
-    @app.middleware("http")
-    async def security_headers(request: Request, call_next):
-        response = await call_next(request)
-        for key, value in SECURITY_HEADERS.items():
-            response.headers.setdefault(key, value)
-        return response
-
     app.add_middleware(GZipMiddleware, minimum_size=1024)
+    app.add_middleware(SecurityHeaders)
     _install_error_handlers(app)
     app.include_router(health.router)
     app.include_router(api_catalog.router, prefix=API_PREFIX)

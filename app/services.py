@@ -630,3 +630,30 @@ def active_calibration(catalog: Catalog, calibrations: Calibrations, accelerator
     """The figures the estimator currently replaces on ``accelerator`` (reference node, one GPU)."""
     cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=1)
     return apply_calibration(cluster, calibrations)[1]
+
+
+class CalibrationCache:
+    """The fitted calibrations, reloaded from the database at most every ``ttl_s`` seconds (and right after a
+    benchmark run is ingested by this process), so an estimate does not read every stored run."""
+
+    def __init__(self, session_factory: Any, ttl_s: float = 10.0) -> None:
+        import threading
+
+        self._factory = session_factory
+        self._ttl_s = ttl_s
+        self._lock = threading.Lock()
+        self._value: Calibrations | None = None
+        self._loaded_at = float("-inf")
+
+    def get(self) -> Calibrations | None:
+        if time.monotonic() - self._loaded_at < self._ttl_s:
+            return self._value
+        with self._lock:
+            if time.monotonic() - self._loaded_at >= self._ttl_s:
+                with self._factory() as session:
+                    self._value = load_calibrations_or_none(session)
+                self._loaded_at = time.monotonic() if self._value is not None else float("-inf")
+        return self._value
+
+    def invalidate(self) -> None:
+        self._loaded_at = float("-inf")

@@ -9,7 +9,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
 from sqlalchemy.orm import Session
 
-from app.deps import get_catalog, get_session
+from app.deps import RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.schemas import (
     BenchmarkIngestOut,
@@ -58,6 +58,7 @@ def post_benchmark(
     session: Annotated[Session, Depends(get_session)],
 ) -> BenchmarkIngestOut:
     run = ingest_benchmark(session, catalog, body)
+    request.app.state.calibrations.invalidate()
     request.app.state.metrics.benchmark_ingests_total.labels(accelerator=body.accelerator or "none").inc()
     url = f"/api/v1/benchmarks/{run.id}"
     response.headers["Location"] = url
@@ -87,7 +88,7 @@ def get_benchmarks(
     responses={404: {"model": ErrorOut}},
     summary="One run: configuration, hardware, software and every measured figure next to its prediction",
 )
-def get_benchmark(run_id: int, session: Annotated[Session, Depends(get_session)]) -> BenchmarkRunOut:
+def get_benchmark(run_id: RowId, session: Annotated[Session, Depends(get_session)]) -> BenchmarkRunOut:
     run = get_benchmark_run(session, run_id)
     if run is None:
         raise HTTPException(404, f"no benchmark run {run_id}")

@@ -5,13 +5,12 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from sqlalchemy.orm import Session
 
-from app.deps import get_catalog, get_session
+from app.deps import get_catalog
 from app.domain.catalog import Catalog
 from app.domain.estimate import Estimate
 from app.schemas import EstimateRequest, ValidationErrorOut
-from app.services import load_calibrations_or_none, timed_estimate
+from app.services import timed_estimate
 
 router = APIRouter(tags=["estimate"])
 
@@ -23,12 +22,9 @@ router = APIRouter(tags=["estimate"])
     summary="Estimate memory, step time, tokens/s and MFU for a model, cluster and parallelism plan",
 )
 def post_estimate(
-    body: EstimateRequest,
-    request: Request,
-    catalog: Annotated[Catalog, Depends(get_catalog)],
-    session: Annotated[Session, Depends(get_session)],
+    body: EstimateRequest, request: Request, catalog: Annotated[Catalog, Depends(get_catalog)]
 ) -> Estimate:
     """Calibrated by the stored benchmark runs of the accelerator unless ``calibrated`` is false; the
     ``calibration`` assumption says which run(s)."""
-    calibrations = load_calibrations_or_none(session) if body.calibrated else None
+    calibrations = request.app.state.calibrations.get() if body.calibrated else None
     return timed_estimate(catalog, body, request.app.state.metrics, "api", calibrations=calibrations)

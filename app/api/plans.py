@@ -3,17 +3,19 @@ DeepSpeed, Slurm, Kubernetes).
 
 The body is an estimate request (the plan is estimated first and the estimate summarised in the file) or a
 capplan plan document (``"schema": "capplan.plan/v1"``, exported as it is). ``GET /plans/{id}/export`` for
-saved plans waits for plan storage.
+a saved scenario exports its plan the same way.
 """
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Body, Depends, Query
+from fastapi import APIRouter, Body, Depends, HTTPException, Query
 from fastapi.responses import Response
+from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
-from app.deps import get_catalog
+from app.deps import RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.domain.export import (
     EXPORT_FORMATS,
@@ -22,8 +24,14 @@ from app.domain.export import (
     PlanDocument,
     export_plan,
 )
-from app.schemas import PlanExportBody, ValidationErrorOut
-from app.services import checked_plan_document, plan_document_from_request
+from app.schemas import ErrorOut, EstimateRequest, PlanExportBody, ValidationErrorOut
+from app.services import (
+    InputError,
+    ScenarioNotFound,
+    checked_plan_document,
+    get_scenario,
+    plan_document_from_request,
+)
 
 router = APIRouter(tags=["plans"])
 
@@ -67,3 +75,41 @@ def post_plan_export(
     else:
         doc = plan_document_from_request(catalog, body)
     return exported_response(export_plan(doc, fmt))
+
+
+@router.get(
+    "/plans/{scenario_id}/export",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "the saved plan's file, with Content-Disposition naming it",
+            "content": {m: {"schema": {"type": "string"}} for m in MEDIA_TYPES},
+        },
+        404: {"model": ErrorOut, "description": "no saved scenario with that id"},
+        422: {
+            "model": ValidationErrorOut,
+            "description": "unknown format, or the saved inputs no longer estimate",
+        },
+    },
+    summary="Export a saved scenario's plan (same bytes as POST /plans/export with its inputs)",
+)
+def get_saved_plan_export(
+    scenario_id: RowId,
+    catalog: Annotated[Catalog, Depends(get_catalog)],
+    session: Annotated[Session, Depends(get_session)],
+    fmt: Annotated[
+        ExportFormat, Query(alias="format", description=f"one of {', '.join(EXPORT_FORMATS)}")
+    ] = ExportFormat.json,
+) -> Response:
+    try:
+        scenario = get_scenario(session, scenario_id)
+    except ScenarioNotFound as exc:
+        raise HTTPException(404, str(exc)) from None
+    try:
+        request = EstimateRequest.model_validate(scenario.inputs)
+    except ValidationError as exc:
+        raise InputError(
+            [{"loc": ["scenario", "inputs", *map(str, e["loc"])], "msg": e["msg"], "type": e["type"]}
+             for e in exc.errors()]
+        ) from None  # fmt: skip
+    return exported_response(export_plan(plan_document_from_request(catalog, request), fmt))

@@ -15,7 +15,7 @@ from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from app.db.tables import Scenario
-from app.deps import get_session
+from app.deps import RowId, get_session
 from app.schemas import (
     ErrorOut,
     ScenarioConflictOut,
@@ -98,7 +98,7 @@ def post_scenario(body: ScenarioCreate, session: SessionDep, _: WriteAuth, respo
 @router.get(
     "/scenarios/{scenario_id}", response_model=ScenarioOut, responses=NOT_FOUND, summary="One scenario"
 )
-def get_one_scenario(scenario_id: int, session: SessionDep) -> ScenarioOut:
+def get_one_scenario(scenario_id: RowId, session: SessionDep) -> ScenarioOut:
     return scenario_out(_found(session, scenario_id))
 
 
@@ -107,7 +107,7 @@ def get_one_scenario(scenario_id: int, session: SessionDep) -> ScenarioOut:
     responses={**AUTH_RESPONSES, **NOT_FOUND, 409: {"model": ScenarioConflictOut, "description": "stale version"}},
     summary="Change a scenario's name, inputs or overrides (send the version you read)",
 )  # fmt: skip
-def put_scenario(scenario_id: int, body: ScenarioUpdate, session: SessionDep, _: WriteAuth) -> Response:
+def put_scenario(scenario_id: RowId, body: ScenarioUpdate, session: SessionDep, _: WriteAuth) -> Response:
     _found(session, scenario_id)
     try:
         scenario = update_scenario(
@@ -122,7 +122,7 @@ def put_scenario(scenario_id: int, body: ScenarioUpdate, session: SessionDep, _:
     "/scenarios/{scenario_id}", status_code=204, responses={**AUTH_RESPONSES, **NOT_FOUND},
     summary="Delete a scenario",
 )  # fmt: skip
-def delete_one_scenario(scenario_id: int, session: SessionDep, _: WriteAuth) -> Response:
+def delete_one_scenario(scenario_id: RowId, session: SessionDep, _: WriteAuth) -> Response:
     _found(session, scenario_id)
     delete_scenario(session, scenario_id)
     return Response(status_code=204)

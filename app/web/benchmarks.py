@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy.orm import Session
 
-from app.deps import get_catalog, get_session
+from app.deps import RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.services import (
     active_calibration,
@@ -48,7 +48,7 @@ def benchmarks_page(
 @router.get("/benchmarks/{run_id}", response_class=HTMLResponse)
 def benchmark_run_page(
     request: Request,
-    run_id: int,
+    run_id: RowId,
     catalog: CatalogDep,
     session: SessionDep,
     rank: Annotated[str, Query(max_length=10)] = "all",

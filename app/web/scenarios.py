@@ -11,7 +11,7 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from sqlalchemy.orm import Session
 
 from app.db.tables import Scenario
-from app.deps import get_catalog, get_session
+from app.deps import RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.schemas import MonthlyCostRequest
 from app.services import (
@@ -153,7 +153,7 @@ def compare_page(
 
 @router.get("/scenarios/{scenario_id}", response_class=HTMLResponse)
 def scenario_page(
-    request: Request, scenario_id: int, catalog: CatalogDep, session: SessionDep
+    request: Request, scenario_id: RowId, catalog: CatalogDep, session: SessionDep
 ) -> HTMLResponse:
     """The planner showing the scenario's inputs, under a header with its actions and overridden figures."""
     s = _scenario(session, scenario_id)
@@ -167,7 +167,7 @@ def scenario_page(
 @router.post("/scenarios/{scenario_id}/rename")
 def rename_scenario(
     request: Request,
-    scenario_id: int,
+    scenario_id: RowId,
     session: SessionDep,
     name: Annotated[str, Form(min_length=1, max_length=200)],
     version: Annotated[int, Form(ge=1)],
@@ -182,7 +182,7 @@ def rename_scenario(
 
 
 @router.post("/scenarios/{scenario_id}/duplicate")
-def duplicate(scenario_id: int, session: SessionDep) -> Response:
+def duplicate(scenario_id: RowId, session: SessionDep) -> Response:
     try:
         copy = duplicate_scenario(session, scenario_id)
     except ScenarioNotFound as exc:
@@ -191,12 +191,12 @@ def duplicate(scenario_id: int, session: SessionDep) -> Response:
 
 
 @router.get("/scenarios/{scenario_id}/delete", response_class=HTMLResponse)
-def confirm_delete(request: Request, scenario_id: int, session: SessionDep) -> HTMLResponse:
+def confirm_delete(request: Request, scenario_id: RowId, session: SessionDep) -> HTMLResponse:
     return render(request, "pages/scenario_delete.html", {"s": _scenario(session, scenario_id)})
 
 
 @router.post("/scenarios/{scenario_id}/delete")
-def delete(scenario_id: int, session: SessionDep) -> Response:
+def delete(scenario_id: RowId, session: SessionDep) -> Response:
     try:
         delete_scenario(session, scenario_id)
     except ScenarioNotFound as exc:

@@ -141,3 +141,16 @@ def test_openapi_documents_the_endpoint(client: TestClient) -> None:
     refs = {s["$ref"] for s in op["requestBody"]["content"]["application/json"]["schema"]["oneOf"]}
     assert refs == {"#/components/schemas/EstimateRequest", "#/components/schemas/PlanDocument"}
     assert set(op["responses"]["200"]["content"]) >= set(MEDIA.values())
+
+
+def test_saved_scenario_exports_the_same_bytes(client: TestClient) -> None:
+    headers = {"Authorization": "Bearer test-token"}
+    created = client.post("/api/v1/scenarios", json={"name": "70B", "inputs": BODY}, headers=headers)
+    assert created.status_code == 201, created.text
+    sid = created.json()["id"]
+    for fmt in ("json", "slurm", "prometheus"):
+        saved = client.get(f"/api/v1/plans/{sid}/export", params={"format": fmt})
+        assert saved.status_code == 200, saved.text
+        assert saved.content == export(client, BODY, fmt).content
+    assert client.get("/api/v1/plans/999999/export").status_code == 404
+    assert client.get(f"/api/v1/plans/{sid}/export", params={"format": "pdf"}).status_code == 422
