@@ -283,3 +283,28 @@ def compare_cost_option(
         "series": series,
     })  # fmt: skip
     return option
+
+
+def accuracy_option(rows: Sequence[Any]) -> dict[str, Any]:
+    """Published runs: predicted against published throughput (as a ratio), one point per run, with the
+    ±10 % and ±25 % bands the tests hold the estimator to."""
+    points = [
+        {"name": r.run, "value": [i, _r(100 * r.error, 2)]} for i, r in enumerate(rows) if r.error is not None
+    ]
+    option = _base("Predicted vs published throughput (error, %)")
+    option.update({
+        "tooltip": {"trigger": "item", "formatter": "{b}: {c}"},
+        "xAxis": {"type": "category", "data": [r.run for r in rows if r.error is not None],
+                  "axisLabel": {"rotate": 60, "fontSize": 9}},
+        "yAxis": {"type": "value", "name": "error %", "min": -30, "max": 30},
+        "grid": {"left": 8, "right": 36, "top": 48, "bottom": 8, "containLabel": True},
+        "series": [{
+            "name": "error", "type": "scatter", "symbolSize": 10, "itemStyle": {"color": "#4e79a7"}, "data": points,
+            "markLine": {"silent": True, "symbol": "none", "lineStyle": {"type": "dashed"}, "data": [
+                {"yAxis": 10, "lineStyle": {"color": "#59a14f"}}, {"yAxis": -10, "lineStyle": {"color": "#59a14f"}},
+                {"yAxis": 25, "lineStyle": {"color": "#e15759"}}, {"yAxis": -25, "lineStyle": {"color": "#e15759"}},
+                {"yAxis": 0, "lineStyle": {"color": "#999"}},
+            ]},
+        }],
+    })  # fmt: skip
+    return option

@@ -103,3 +103,13 @@ def api_page(request: Request) -> HTMLResponse:
 @router.get("/favicon.ico")
 def favicon() -> RedirectResponse:
     return RedirectResponse("/static/favicon.svg", status_code=301)
+
+
+@router.get("/accuracy", response_class=HTMLResponse)
+def accuracy_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
+    """`capplan validate` as a page: predicted vs published throughput for every published run."""
+    from app.domain.validation import validate
+    from app.web.charts import accuracy_option
+
+    report = validate(catalog)
+    return render(request, "pages/accuracy.html", {"report": report, "option": accuracy_option(report.rows)})

@@ -97,3 +97,24 @@ def test_static_assets_are_served_gzipped(client: TestClient) -> None:
 def test_api_page_lists_operations(client: TestClient) -> None:
     html = client.get("/api").text
     assert "/api/v1/catalog/{kind}" in html
+
+
+def test_accuracy_page_lists_every_published_run(client: TestClient) -> None:
+    html = client.get("/accuracy").text
+    assert "narayanan2021-t1-1008b" in html and "mpt-h100-7b-128gpu" in html
+    assert "median |error|" in html and 'data-chart="accuracy"' in html
+    assert "global batch and micro-batch were not published" in html  # the excluded run says why
+
+
+def test_accuracy_chart_option_marks_the_bands() -> None:
+    from pathlib import Path
+
+    from app.domain.catalog import load_catalog
+    from app.domain.validation import validate
+    from app.web.charts import accuracy_option
+
+    report = validate(load_catalog(Path(__file__).resolve().parents[2] / "data"))
+    option = accuracy_option(report.rows)
+    series = option["series"][0]
+    assert len(series["data"]) == report.compared
+    assert {line["yAxis"] for line in series["markLine"]["data"]} == {10, -10, 25, -25, 0}
