@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_fastapi_instrumentator import Instrumentator
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -33,6 +34,7 @@ from app.web import routes as web_routes
 from app.web import scenarios as web_scenarios
 from app.web import search as web_search
 from app.web.htmx import render
+from app.web.security import SESSION_COOKIE, needs_login, valid_session
 from app.web.templating import build_templates
 
 API_PREFIX = "/api/v1"
@@ -70,6 +72,26 @@ class SecurityHeaders:
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
+
+
+class LoginRequired:
+    """With CAPPLAN_UI_PASSWORD set, HTML pages need the signed session cookie; others go to /login."""
+
+    def __init__(self, app, secret: str) -> None:
+        self.app = app
+        self.secret = secret
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and needs_login(scope["path"]):
+            request = Request(scope)
+            if not valid_session(self.secret, request.cookies.get(SESSION_COOKIE)):
+                target = scope["path"] + (
+                    f"?{scope['query_string'].decode()}" if scope["query_string"] else ""
+                )
+                response = RedirectResponse(f"/login?next={quote(target, safe='')}", status_code=303)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _wants_json(request: Request) -> bool:
@@ -166,6 +188,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.templates = build_templates()
 
     app.add_middleware(GZipMiddleware, minimum_size=1024)
+    if settings.ui_password is not None:
+        secret = settings.secret_key or settings.ui_password
+        app.add_middleware(LoginRequired, secret=secret.get_secret_value())
     app.add_middleware(SecurityHeaders)
     _install_error_handlers(app)
     app.include_router(health.router)

@@ -24,6 +24,13 @@ class Settings(BaseSettings):
         default=None, description="Bearer token required by write endpoints; writes are refused when unset."
     )
     log_level: str = Field(default="INFO", description="Python logging level name.")
+    ui_password: SecretStr | None = Field(
+        default=None, description="when set, the browser UI asks for this password (shared deployments)"
+    )
+    secret_key: SecretStr | None = Field(
+        default=None,
+        description="signs the UI login cookie; set it (the same on every worker) when ui_password is set",
+    )
     search_max_plans: int = Field(
         default=2_000_000, ge=1_000, description="largest plan-search space served (grid points, ~10 s)"
     )

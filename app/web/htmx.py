@@ -7,6 +7,8 @@ from typing import Any
 from fastapi import Request
 from fastapi.responses import HTMLResponse
 
+from app.web.security import csrf_token, set_csrf_cookie
+
 VARY = "HX-Request-Type"
 
 
@@ -28,6 +30,10 @@ def render(
     kwargs: dict[str, Any] = {"status_code": status_code}
     if block is not None and is_partial(request):
         kwargs["block_name"] = block
-    response = templates.TemplateResponse(request, template, {"request": request, **context}, **kwargs)
+    token = csrf_token(request)
+    response = templates.TemplateResponse(
+        request, template, {"request": request, "csrf_token": token, **context}, **kwargs
+    )
     response.headers["Vary"] = VARY
+    set_csrf_cookie(request, response)
     return response

@@ -53,6 +53,7 @@ from app.web.forms import (
     to_query,
 )
 from app.web.htmx import is_partial, render
+from app.web.security import verify_csrf
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -339,7 +340,7 @@ def planner_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
     return render_planner(request, catalog, dict(request.query_params))
 
 
-@router.post("/planner/hf-config")
+@router.post("/planner/hf-config", dependencies=[Depends(verify_csrf)])
 async def upload_hf_config(
     request: Request,
     catalog: CatalogDep,

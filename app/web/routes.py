@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import hmac
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
-from fastapi.responses import HTMLResponse, RedirectResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import get_catalog
 from app.domain.catalog import CATALOG_KINDS, Catalog, UnknownSlugError, entry_record
 from app.web.htmx import render
+from app.web.security import SESSION_COOKIE, SESSION_SECONDS, session_cookie, verify_csrf
 
 router = APIRouter(include_in_schema=False)
 
@@ -113,3 +115,33 @@ def accuracy_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
 
     report = validate(catalog)
     return render(request, "pages/accuracy.html", {"report": report, "option": accuracy_option(report.rows)})
+
+
+def _safe_next(target: str) -> str:
+    """Only same-site paths: never redirect to another host after login."""
+    return target if target.startswith("/") and not target.startswith("//") else "/"
+
+
+@router.get("/login", response_class=HTMLResponse)
+def login_page(request: Request, next: Annotated[str, Query(max_length=2000)] = "/") -> HTMLResponse:  # noqa: A002
+    return render(request, "pages/login.html", {"next": _safe_next(next), "error": None})
+
+
+@router.post("/login", response_class=HTMLResponse, dependencies=[Depends(verify_csrf)])
+async def login(request: Request) -> Response:
+    settings = request.app.state.settings
+    form = await request.form()
+    target = _safe_next(str(form.get("next") or "/"))
+    password = str(form.get("password") or "")
+    expected = settings.ui_password.get_secret_value() if settings.ui_password else None
+    if expected is None:
+        return RedirectResponse(target, status_code=303)
+    if not hmac.compare_digest(password.encode(), expected.encode()):
+        return render(
+            request, "pages/login.html", {"next": target, "error": "Wrong password."}, status_code=401
+        )
+    secret = (settings.secret_key or settings.ui_password).get_secret_value()
+    response = RedirectResponse(target, status_code=303)
+    response.set_cookie(SESSION_COOKIE, session_cookie(secret), httponly=True, samesite="lax",
+                        max_age=SESSION_SECONDS, path="/")  # fmt: skip
+    return response

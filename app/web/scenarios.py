@@ -31,6 +31,7 @@ from app.web import charts
 from app.web.forms import OVERRIDES, parse_planner, to_query, values_from_inputs
 from app.web.htmx import render
 from app.web.planner import planner_context
+from app.web.security import verify_csrf
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -78,7 +79,7 @@ def scenarios_page(request: Request, session: SessionDep) -> HTMLResponse:
     )
 
 
-@router.post("/scenarios")
+@router.post("/scenarios", dependencies=[Depends(verify_csrf)])
 def save_scenario(
     request: Request,
     catalog: CatalogDep,
@@ -164,7 +165,7 @@ def scenario_page(
     return render(request, "pages/scenario.html", ctx, block="results")
 
 
-@router.post("/scenarios/{scenario_id}/rename")
+@router.post("/scenarios/{scenario_id}/rename", dependencies=[Depends(verify_csrf)])
 def rename_scenario(
     request: Request,
     scenario_id: RowId,
@@ -181,7 +182,7 @@ def rename_scenario(
     return RedirectResponse(f"/scenarios/{scenario_id}?msg=renamed", status_code=303)
 
 
-@router.post("/scenarios/{scenario_id}/duplicate")
+@router.post("/scenarios/{scenario_id}/duplicate", dependencies=[Depends(verify_csrf)])
 def duplicate(scenario_id: RowId, session: SessionDep) -> Response:
     try:
         copy = duplicate_scenario(session, scenario_id)
@@ -195,7 +196,7 @@ def confirm_delete(request: Request, scenario_id: RowId, session: SessionDep) ->
     return render(request, "pages/scenario_delete.html", {"s": _scenario(session, scenario_id)})
 
 
-@router.post("/scenarios/{scenario_id}/delete")
+@router.post("/scenarios/{scenario_id}/delete", dependencies=[Depends(verify_csrf)])
 def delete(scenario_id: RowId, session: SessionDep) -> Response:
     try:
         delete_scenario(session, scenario_id)
