@@ -74,6 +74,60 @@ class SecurityHeaders:
         await self.app(scope, receive, send_with_headers)
 
 
+MAX_BODY_BYTES = 2_000_000  # the largest legitimate body: a config.json upload or a backup-free API call
+
+
+class BodyLimit:
+    """Refuse request bodies over ``MAX_BODY_BYTES`` with 413, whether announced (Content-Length) or streamed."""
+
+    def __init__(self, app, max_bytes: int = MAX_BODY_BYTES) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = dict(scope.get("headers") or []).get(b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_bytes:
+            await self._too_large(scope, receive, send)
+            return
+        seen = 0
+
+        async def counting_receive():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise _BodyTooLarge
+            return message
+
+        try:
+            await self.app(scope, counting_receive, send)
+        except _BodyTooLarge:
+            await self._too_large(scope, receive, send)
+
+    async def _too_large(self, scope, receive, send) -> None:
+        response = JSONResponse(
+            {
+                "detail": [
+                    {
+                        "loc": ["body"],
+                        "msg": f"request body over {self.max_bytes:,} bytes",
+                        "type": "too_large",
+                    }
+                ]
+            },
+            status_code=413,
+        )
+        await response(scope, receive, send)
+
+
+class _BodyTooLarge(Exception):
+    pass
+
+
 class LoginRequired:
     """With CAPPLAN_UI_PASSWORD set, HTML pages need the signed session cookie; others go to /login."""
 
@@ -191,6 +245,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     if settings.ui_password is not None:
         secret = settings.secret_key or settings.ui_password
         app.add_middleware(LoginRequired, secret=secret.get_secret_value())
+    app.add_middleware(BodyLimit)
     app.add_middleware(SecurityHeaders)
     _install_error_handlers(app)
     app.include_router(health.router)

@@ -92,3 +92,35 @@ def test_model_and_hf_config_together_is_422(client: TestClient) -> None:
 def test_openapi_documents_estimate(client: TestClient) -> None:
     op = client.get("/api/v1/openapi.json").json()["paths"]["/api/v1/estimate"]["post"]
     assert "422" in op["responses"] and "200" in op["responses"]
+
+
+def test_oversized_body_is_413(client: TestClient) -> None:
+    huge = {**BASE, "hf_config": {"padding": "x" * 2_100_000}, "model": None}
+    response = client.post("/api/v1/estimate", json=huge)
+    assert response.status_code == 413
+    assert "over 2,000,000 bytes" in response.json()["detail"][0]["msg"]
+
+
+def test_streamed_body_over_the_limit_is_413() -> None:
+    import asyncio
+
+    from app.main import BodyLimit
+
+    async def app(scope, receive, send):  # reads the whole body, then answers 200
+        while (await receive()).get("more_body"):
+            pass
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    chunks = [{"type": "http.request", "body": b"x" * 600, "more_body": True} for _ in range(3)]
+    sent: list[dict] = []
+
+    async def receive():
+        return chunks.pop(0) if chunks else {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message):
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
+    asyncio.run(BodyLimit(app, max_bytes=1000)(scope, receive, send))
+    assert sent[0]["status"] == 413
