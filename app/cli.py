@@ -227,6 +227,20 @@ def _model_argument(model: str) -> dict:
     return {"model": model}
 
 
+def _figure_overrides(assignments: list[str]) -> dict[str, float]:
+    """``--figure KEY=VALUE`` options as a dict (the keys are checked by the estimate)."""
+    out: dict[str, float] = {}
+    for text in assignments:
+        key, sep, value = text.partition("=")
+        try:
+            out[key.strip()] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not key.strip():
+            raise UsageError(f"--figure {text!r}: expected KEY=NUMBER, e.g. efficiency.gemm_efficiency=0.6")
+    return out
+
+
 def _fail_validation(exc: ValidationError) -> None:
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "input"
@@ -362,6 +376,12 @@ def estimate(
     oversubscription: Annotated[float, typer.Option(help="fat-tree oversubscription")] = 1.0,
     power_limit_w: Annotated[float | None, typer.Option(help="GPU power cap in W")] = None,
     allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes")] = False,
+    figure: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--figure", help="override a catalog figure, KEY=VALUE (e.g. efficiency.gemm_efficiency=0.6)"
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Memory per pipeline stage, step time and breakdown, tokens/s and MFU for one plan (or --plan FILE)."""
@@ -409,6 +429,7 @@ def estimate(
         oversubscription=oversubscription,
         power_limit_w=power_limit_w,
         allow_tp_across_nodes=allow_tp_across_nodes,
+        figure_overrides=_figure_overrides(figure or []),
         **_model_argument(model),
     )
     try:

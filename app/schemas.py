@@ -77,6 +77,14 @@ class EstimateRequest(BaseModel):
         description="use the calibration fitted from benchmark runs on this accelerator, when there is one "
         "(false: catalog defaults only, to compare)",
     )
+    figure_overrides: dict[Annotated[str, Field(max_length=80)], Annotated[float, Field(ge=0, le=1e15)]] = (
+        Field(
+            default_factory=dict,
+            max_length=40,
+            description="catalog figures replaced for this plan, e.g. {'accelerator.bf16_dense_tflops': 900, "
+            "'efficiency.gemm_efficiency': 0.6}; see app/domain/overrides.py for the keys",
+        )
+    )
 
     @model_validator(mode="after")
     def _one_model(self) -> EstimateRequest:

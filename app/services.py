@@ -13,6 +13,7 @@ from typing import Any
 from app.domain.architecture import Architecture, ArchitectureImportError, architecture_from_hf_config
 from app.domain.catalog import Catalog, UnknownSlugError
 from app.domain.estimate import Estimate, HardwareError, InvalidPlan, build_cluster, estimate
+from app.domain.overrides import OverrideError, apply_overrides
 from app.domain.plan import Plan
 from app.schemas import EstimateRequest
 
@@ -69,6 +70,13 @@ def run_estimate(
     changes: list[Change] = []
     if request.calibrated and calibrations is not None:
         cluster, changes = apply_calibration(cluster, calibrations)
+    if request.figure_overrides:
+        try:
+            cluster = apply_overrides(cluster, request.figure_overrides)
+        except OverrideError as exc:
+            raise InputError(
+                [_error(f"figure_overrides.{exc.key}", str(exc), "value_error.override")]
+            ) from None
     plan = plan_from_request(request)
     try:
         result = estimate(

@@ -25,7 +25,7 @@ from app.domain.memory import (
 )
 from app.domain.pipeline import inflight_microbatches
 from app.domain.plan import Plan, Violation, plan_violations
-from app.domain.provenance import CatalogEntry, Frozen
+from app.domain.provenance import Frozen
 from app.domain.step import StepTime
 
 SECONDS_PER_DAY = 86_400
@@ -59,13 +59,15 @@ class Assumption:
     as_of: str | None = None
     confidence: str | None = None
     note: str | None = None
+    key: str | None = None  # "part.field" of a catalog figure (what an override names)
 
 
-def _figure(entry: CatalogEntry, field: str, name: str, unit: str) -> Assumption:
+def _figure(cluster: Cluster, part: str, field: str, name: str, unit: str) -> Assumption:
+    entry = getattr(cluster, part)
     prov = entry.figure_provenance(field)
     return Assumption(
         name=name, value=getattr(entry, field), unit=unit, source=prov.source, as_of=prov.as_of,
-        confidence=prov.confidence.value, note=prov.note,
+        confidence=prov.confidence.value, note=prov.note, key=f"{part}.{field}",
     )  # fmt: skip
 
 
@@ -259,27 +261,27 @@ def estimate(
 def _assumptions(
     arch: Architecture, cluster: Cluster, plan: Plan, flops_formula: str
 ) -> tuple[Assumption, ...]:
-    acc, eff, rt = cluster.accelerator, cluster.efficiency, cluster.runtime
+    acc = cluster.accelerator
     per = state_bytes_per_param(plan)
     out = [
-        _figure(acc, "bf16_dense_tflops", "peak dense BF16", "TFLOP/s"),
-        _figure(acc, "memory_usable_bytes", "usable memory per GPU", "bytes"),
-        _figure(acc, "memory_bandwidth_gb_per_s", "HBM bandwidth", "GB/s"),
+        _figure(cluster, "accelerator", "bf16_dense_tflops", "peak dense BF16", "TFLOP/s"),
+        _figure(cluster, "accelerator", "memory_usable_bytes", "usable memory per GPU", "bytes"),
+        _figure(cluster, "accelerator", "memory_bandwidth_gb_per_s", "HBM bandwidth", "GB/s"),
         Assumption(name="scale-up bandwidth per GPU, one direction", value=cluster.scale_up_gb_per_s, unit="GB/s",
                    source=acc.figure_provenance("nvlink_bandwidth_gb_per_s").source, note="half the bidirectional NVLink figure"),
         Assumption(name="scale-out bandwidth per GPU, one direction", value=cluster.scale_out_gb_per_s, unit="GB/s",
                    source=cluster.node.figure_provenance("scale_out_gbit_per_s_per_nic").source,
                    note=f"{cluster.node.scale_out_nics} × {cluster.node.scale_out_gbit_per_s_per_nic:g} Gb/s shared by {cluster.gpus_per_node} GPUs"),
-        _figure(eff, "gemm_efficiency", "GEMM efficiency (large GEMMs)", "fraction of peak"),
-        _figure(eff, "gemm_overhead_us", "overhead per GEMM", "µs"),
-        _figure(eff, "attention_efficiency", "fused attention efficiency", "fraction of peak"),
-        _figure(eff, "hbm_efficiency", "HBM efficiency of memory-bound kernels", "fraction"),
-        _figure(eff, "scale_up_efficiency", "NVLink collective efficiency (busbw/peak)", "fraction"),
-        _figure(cluster.scale_out_network, "efficiency", f"{cluster.scale_out_fabric.kind} collective efficiency", "fraction"),
-        _figure(rt, "cuda_context_bytes", "CUDA context per process", "bytes"),
-        _figure(rt, "nccl_bytes_per_communicator", "NCCL buffers per intra-node communicator", "bytes"),
-        _figure(rt, "nccl_bytes_per_communicator_scale_out", "NCCL buffers per multi-node communicator", "bytes"),
-        _figure(rt, "fragmentation_fraction", "allocator fragmentation reserve", "fraction of allocated"),
+        _figure(cluster, "efficiency", "gemm_efficiency", "GEMM efficiency (large GEMMs)", "fraction of peak"),
+        _figure(cluster, "efficiency", "gemm_overhead_us", "overhead per GEMM", "µs"),
+        _figure(cluster, "efficiency", "attention_efficiency", "fused attention efficiency", "fraction of peak"),
+        _figure(cluster, "efficiency", "hbm_efficiency", "HBM efficiency of memory-bound kernels", "fraction"),
+        _figure(cluster, "efficiency", "scale_up_efficiency", "NVLink collective efficiency (busbw/peak)", "fraction"),
+        _figure(cluster, "scale_out_network", "efficiency", f"{cluster.scale_out_fabric.kind} collective efficiency", "fraction"),
+        _figure(cluster, "runtime", "cuda_context_bytes", "CUDA context per process", "bytes"),
+        _figure(cluster, "runtime", "nccl_bytes_per_communicator", "NCCL buffers per intra-node communicator", "bytes"),
+        _figure(cluster, "runtime", "nccl_bytes_per_communicator_scale_out", "NCCL buffers per multi-node communicator", "bytes"),
+        _figure(cluster, "runtime", "fragmentation_fraction", "allocator fragmentation reserve", "fraction of allocated"),
         Assumption(name="model-state bytes per parameter", value=per.weights + per.grads + per.master + per.optimizer,
                    unit="B/param", source="formula", note=per.formula),
         Assumption(name="model FLOPs per token", value=flops_formula, source="formula"),
@@ -293,4 +295,12 @@ def _assumptions(
                    source="default", note="FSDP/ZeRO-3 re-gather and reduce-scatter every micro-batch"),
         Assumption(name="fat-tree oversubscription", value=cluster.oversubscription, source="default"),
     ]  # fmt: skip
+    listed = {a.key for a in out if a.key}  # overridden figures not already listed under their own name
+    for part in ("accelerator", "node", "efficiency", "scale_up_network", "scale_out_network", "runtime"):
+        entry = getattr(cluster, part)
+        for name, prov in entry.provenance.items():
+            if prov.source == "override" and f"{part}.{name}" not in listed:
+                out.append(Assumption(name=f"{part}.{name}", value=getattr(entry, name), source="override",
+                                      as_of=prov.as_of, confidence=prov.confidence.value, note=prov.note,
+                                      key=f"{part}.{name}"))  # fmt: skip
     return tuple(out)

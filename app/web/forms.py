@@ -61,8 +61,17 @@ OVERRIDES: dict[str, tuple[str, str]] = {
     "o.self_build.colocation_usd_per_kw_month": ("colocation", "$/kW-month"),
     "o.reliability.failures_per_gpu_hour": ("failures per GPU-hour", "1/h"),
     "o.reliability.storage_write_gbyte_per_s_per_node": ("checkpoint write per node", "GB/s"),
+    "o.figure.accelerator.bf16_dense_tflops": ("GPU peak dense BF16", "TFLOP/s"),
+    "o.figure.accelerator.memory_bandwidth_gb_per_s": ("GPU HBM bandwidth", "GB/s"),
+    "o.figure.node.scale_out_gbit_per_s_per_nic": ("NIC speed", "Gb/s"),
+    "o.figure.efficiency.gemm_efficiency": ("GEMM efficiency", "of peak"),
+    "o.figure.efficiency.attention_efficiency": ("attention efficiency", "of peak"),
+    "o.figure.scale_out_network.efficiency": ("scale-out collective efficiency", "of line rate"),
 }
-"""Catalog figures the planner lets a user override (form name → label, unit). Any CostOverrides path works."""
+"""Catalog figures the planner lets a user override (form name → label, unit). ``o.figure.PART.FIELD`` names
+a hardware or efficiency figure of the estimate (EstimateRequest.figure_overrides, keys in
+app/domain/overrides.py); any other ``o.…`` is a CostOverrides path."""
+FIGURE_PREFIX = "o.figure."
 
 BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention")
 INT_FIELDS = (
@@ -205,10 +214,20 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
     if "tokens" not in body:
         out.errors.setdefault("tokens", "required")
     overrides: dict[str, Any] = {}
+    figures: dict[str, float] = {}
     for name in override_names(values):
         text = values[name].strip()
-        if text:
-            _set_path(overrides, name.split(".")[1:], _override_value(name, text))
+        if not text:
+            continue
+        if name.startswith(FIGURE_PREFIX):
+            try:
+                figures[name.removeprefix(FIGURE_PREFIX)] = float(_number(text, float))
+            except ValueError:
+                out.errors[name] = "a number"
+            continue
+        _set_path(overrides, name.split(".")[1:], _override_value(name, text))
+    if figures:
+        body["figure_overrides"] = figures
     try:
         out.overrides = CostOverrides.model_validate(overrides)
     except ValidationError as exc:
@@ -234,6 +253,8 @@ def add_service_errors(form: PlannerInput, errors: list[dict[str, Any]]) -> None
         key = loc[0] if loc else "model"
         if loc and loc[0] == "overrides":
             key = "o." + ".".join(loc[1:])
+        if loc and loc[0] == "figure_overrides":
+            key = FIGURE_PREFIX + ".".join(loc[1:])
         if key.startswith("hf_config"):
             key = "hf_config"
         if key not in FORM_FIELDS and not key.startswith("o."):

@@ -124,3 +124,10 @@ def test_streamed_body_over_the_limit_is_413() -> None:
     scope = {"type": "http", "method": "POST", "path": "/", "headers": [], "query_string": b""}
     asyncio.run(BodyLimit(app, max_bytes=1000)(scope, receive, send))
     assert sent[0]["status"] == 413
+
+
+def test_figure_overrides_over_the_api(client: TestClient) -> None:
+    body = post(client, figure_overrides={"efficiency.gemm_efficiency": 0.7}).json()
+    assert any(a["source"] == "override" for a in body["assumptions"])
+    bad = post(client, figure_overrides={"accelerator.colour": 1}).json()["detail"][0]
+    assert bad["loc"] == ["body", "figure_overrides", "accelerator", "colour"] and "overridable" in bad["msg"]

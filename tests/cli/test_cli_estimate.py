@@ -106,3 +106,12 @@ def test_estimate_from_plan_file_reproduces_the_estimate(monkeypatch, capsys, tm
     assert code == 0 and json.loads(from_file) == json.loads(direct)
     code, _, err = run_cli(monkeypatch, capsys, "estimate", "--plan", str(plan), "--tp", "4")
     assert code == 2 and "--tp" in err
+
+
+def test_figure_overrides_on_the_command_line(monkeypatch, capsys) -> None:
+    code, out, _ = run_cli(monkeypatch, capsys, *ARGS, "--figure", "efficiency.gemm_efficiency=0.8", "--json")
+    assert code == 0
+    overridden = [a for a in json.loads(out)["assumptions"] if a["source"] == "override"]
+    assert [a["value"] for a in overridden] == [0.8]
+    code, _, err = run_cli(monkeypatch, capsys, *ARGS, "--figure", "efficiency.gemm_efficiency")
+    assert code == 2 and "KEY=NUMBER" in err

@@ -145,3 +145,15 @@ def test_estimate_partial_round_trip_is_fast(client: TestClient) -> None:
         times.append(time.perf_counter() - start)
     p95 = statistics.quantiles(times, n=20)[-1]
     assert p95 < 0.25, f"p95 {p95 * 1000:.0f} ms"  # the target is 50 ms on a quiet machine; CI runs 2 workers
+
+
+def test_hardware_figure_override_in_the_planner(client) -> None:
+    """A GEMM-efficiency override changes the result, is marked, survives in the URL; a bad one is inline."""
+    from urllib.parse import urlencode
+
+    base = client.get("/").text
+    html = client.get("/?" + urlencode({"o.figure.efficiency.gemm_efficiency": "0.9"})).text
+    assert html != base and "override" in html
+    assert "o.figure.efficiency.gemm_efficiency=0.9" in html  # the shareable link keeps it
+    bad = client.get("/?" + urlencode({"o.figure.efficiency.gemm_efficiency": "1.7"}))
+    assert bad.status_code == 422 and "less than or equal to 1" in bad.text
