@@ -187,10 +187,15 @@ def pipeline_schedule(pp: int, vpp: int, micro_batches: int, stages: list[StageT
     )  # fmt: skip
 
 
+MAX_BARS = 2048  # forward and backward slots a chart draws at most (keeps the page small and fast)
+
+
 def displayed_micro_batches(pp: int, vpp: int, micro_batches: int, limit: int = 32) -> int:
     """How many micro-batches a chart shows: all of them up to ``limit`` (at least 2·pp, a multiple of pp
-    for interleaving), since the steady state repeats."""
+    for interleaving), since the steady state repeats — and never more than ``MAX_BARS`` slots in all
+    (2 per micro-batch, stage and chunk), which for deep interleaved pipelines shows warm-up and cool-down."""
     cap = max(limit, 2 * pp)
+    cap = min(cap, max(1, MAX_BARS // (2 * pp * max(1, vpp))))
     m = min(micro_batches, cap)
     if vpp > 1 and pp > 1:
         m = max(pp, m - m % pp)
