@@ -28,7 +28,7 @@ from app.services import (
     update_scenario,
 )
 from app.web import charts
-from app.web.forms import OVERRIDES, parse_planner, to_query, values_from_inputs
+from app.web.forms import FORM_FIELDS, OVERRIDES, parse_planner, to_query, values_from_inputs
 from app.web.htmx import render
 from app.web.planner import planner_context
 from app.web.security import verify_csrf
@@ -156,13 +156,43 @@ def compare_page(
 def scenario_page(
     request: Request, scenario_id: RowId, catalog: CatalogDep, session: SessionDep
 ) -> HTMLResponse:
-    """The planner showing the scenario's inputs, under a header with its actions and overridden figures."""
+    """The planner showing the scenario's inputs, under a header with its actions and overridden figures.
+    With planner fields in the query (the user edited the form here) it shows those, unsaved, with a "save
+    changes" action."""
     s = _scenario(session, scenario_id)
-    form = parse_planner(scenario_values(s))
+    edited = {k: v for k, v in request.query_params.items() if k in FORM_FIELDS or k.startswith("o.")}
+    form = parse_planner(edited if edited else scenario_values(s))
     ctx = planner_context(request, catalog, form)
-    ctx.update({"scenario": s, "scenario_overrides": overridden_figures(s),
-                "message": request.query_params.get("msg", "")})  # fmt: skip
-    return render(request, "pages/scenario.html", ctx, block="results")
+    ctx.update({"scenario": s, "scenario_overrides": overridden_figures(s), "edited": bool(edited),
+                "form_action": f"/scenarios/{s.id}", "message": request.query_params.get("msg", "")})  # fmt: skip
+    return render(request, "pages/scenario.html", ctx, block="results", status_code=200 if form.ok else 422)
+
+
+@router.post("/scenarios/{scenario_id}/update", dependencies=[Depends(verify_csrf)])
+def update_scenario_inputs(
+    request: Request,
+    scenario_id: RowId,
+    catalog: CatalogDep,
+    session: SessionDep,
+    version: Annotated[int, Form(ge=1)],
+    query: Annotated[str, Form(max_length=200_000)] = "",
+) -> Response:
+    """Save the edited planner inputs into the scenario (optimistic: a stale version is a 409)."""
+    s = _scenario(session, scenario_id)
+    form = parse_planner(dict(parse_qsl(query, keep_blank_values=True)))
+    if not form.ok or form.request is None:
+        ctx = planner_context(request, catalog, form)
+        ctx.update({"scenario": s, "scenario_overrides": overridden_figures(s), "edited": True,
+                    "form_action": f"/scenarios/{s.id}", "message": ""})  # fmt: skip
+        return render(request, "pages/scenario.html", ctx, status_code=422)
+    req = form.request.model_copy(update={"tokens": form.tokens})
+    try:
+        update_scenario(session, scenario_id, version=version, inputs=req, overrides=form.overrides)
+    except ScenarioConflict as exc:
+        raise HTTPException(
+            409, f"{exc}: someone changed it since you opened it; reload and try again"
+        ) from None
+    return RedirectResponse(f"/scenarios/{scenario_id}?msg=saved", status_code=303)
 
 
 @router.post("/scenarios/{scenario_id}/rename", dependencies=[Depends(verify_csrf)])

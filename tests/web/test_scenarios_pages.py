@@ -81,3 +81,25 @@ def test_compare_two_side_by_side(client: TestClient) -> None:
     )
     assert client.get(f"/scenarios/compare?ids={a}").status_code == 422
     assert client.get("/scenarios/compare?ids=1&ids=2&ids=3&ids=4&ids=5").status_code == 422
+
+
+def test_edit_a_scenario_in_place_and_save_changes(client: TestClient) -> None:
+    """Editing on the scenario page stays on it (the form targets the scenario), shows "unsaved changes" and
+    a "save changes" form; saving bumps the version and stores the new inputs; a stale version is a 409."""
+    url = _save(client, "edit me", gpus="128")
+    sid = url.rsplit("/", 1)[-1]
+    page = client.get(url).text
+    assert f'action="/scenarios/{sid}"' in page and f'hx-get="/scenarios/{sid}"' in page
+    edited = client.get(url + "?" + to_query({**DEFAULTS, "gpus": "256"}))
+    assert edited.status_code == 200 and "Unsaved changes" in edited.text and 'value="256"' in edited.text
+    saved = client.post(f"/scenarios/{sid}/update", data={"version": "1", "query": to_query({**DEFAULTS, "gpus": "256"})},
+                        follow_redirects=False)  # fmt: skip
+    assert saved.status_code == 303 and saved.headers["location"].endswith("msg=saved")
+    api = client.get(f"/api/v1/scenarios/{sid}").json()
+    assert api["version"] == 2 and api["inputs"]["gpus"] == 256
+    stale = client.post(f"/scenarios/{sid}/update", data={"version": "1", "query": to_query(DEFAULTS)})
+    assert stale.status_code == 409
+    bad = client.post(
+        f"/scenarios/{sid}/update", data={"version": "2", "query": to_query({**DEFAULTS, "gpus": "0"})}
+    )
+    assert bad.status_code == 422 and 'value="0"' in bad.text
