@@ -31,3 +31,9 @@ def test_search_partial_and_errors(client: TestClient) -> None:
     assert partial.status_code == 200 and partial.text.lstrip().startswith('<section id="search-results"')
     bad = client.get("/search?" + to_query(DEFAULTS) + "&objective=fastest")
     assert bad.status_code == 422 and "objective" in bad.text
+
+
+def test_forms_carry_a_progress_note(client) -> None:
+    """Shown by CSS while htmx marks the form .htmx-request (long searches, slow estimates)."""
+    for url in ("/", "/search"):
+        assert 'class="busy" role="status"' in client.get(url).text
