@@ -30,6 +30,7 @@ DEFAULTS: dict[str, str] = {
     "gpus": "64",
     "seq_len": "8192",
     "global_batch": "64",
+    "batch_unit": "sequences",
     "tokens": "1e11",
     "precision": "bf16",
     "optimizer": "adamw",
@@ -190,6 +191,21 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
             body[name] = num
         else:
             body[name] = text
+    if (
+        values.get("batch_unit", "sequences").strip() == "tokens"
+        and "global_batch" in body
+        and "seq_len" in body
+    ):
+        tokens_per_step, seq = body["global_batch"], body["seq_len"]
+        if seq > 0 and tokens_per_step % seq == 0:
+            body["global_batch"] = tokens_per_step // seq
+        else:
+            out.errors["global_batch"] = (
+                f"{tokens_per_step:,} tokens is not a whole number of {seq:,}-token sequences"
+            )
+    elif values.get("batch_unit", "sequences").strip() not in ("sequences", "tokens"):
+        out.errors["batch_unit"] = "sequences or tokens"
+    body.pop("batch_unit", None)
     model = values["model"].strip()
     if model == HF:
         raw = values["hf_config"].strip()

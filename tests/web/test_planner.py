@@ -157,3 +157,20 @@ def test_hardware_figure_override_in_the_planner(client) -> None:
     assert "o.figure.efficiency.gemm_efficiency=0.9" in html  # the shareable link keeps it
     bad = client.get("/?" + urlencode({"o.figure.efficiency.gemm_efficiency": "1.7"}))
     assert bad.status_code == 422 and "less than or equal to 1" in bad.text
+
+
+def test_global_batch_in_tokens(client) -> None:
+    """4,194,304 tokens of 8,192-token sequences = 512 sequences; a batch that is no whole number of sequences
+    is an inline error."""
+    from urllib.parse import urlencode
+
+    in_tokens = client.get("/?" + urlencode({"global_batch": "4194304", "batch_unit": "tokens", "seq_len": "8192",
+                                             "gpus": "64", "tp": "8"}))  # fmt: skip
+    in_sequences = client.get(
+        "/?" + urlencode({"global_batch": "512", "seq_len": "8192", "gpus": "64", "tp": "8"})
+    )
+    assert in_tokens.status_code == in_sequences.status_code == 200
+    pick = lambda html: html[html.index('id="results"') :]  # noqa: E731
+    assert pick(in_tokens.text).count("512") >= 1
+    bad = client.get("/?" + urlencode({"global_batch": "1000", "batch_unit": "tokens", "seq_len": "8192"}))
+    assert bad.status_code == 422 and "not a whole number of 8,192-token sequences" in bad.text
