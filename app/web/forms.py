@@ -325,6 +325,8 @@ def values_from_inputs(
     for key in ("dp", "node", "fabric", "shard_group_size"):
         if inputs.get(key) is None:
             values[key] = ""
+    for key, value in (inputs.get("figure_overrides") or {}).items():
+        values[FIGURE_PREFIX + key] = _text(value)
     flat: dict[str, str] = {}
     _flatten("o", overrides or {}, flat)
     values.update(flat)

@@ -103,3 +103,10 @@ def test_edit_a_scenario_in_place_and_save_changes(client: TestClient) -> None:
         f"/scenarios/{sid}/update", data={"version": "2", "query": to_query({**DEFAULTS, "gpus": "0"})}
     )
     assert bad.status_code == 422 and 'value="0"' in bad.text
+
+
+def test_hardware_override_survives_save_and_reopen(client: TestClient) -> None:
+    url = _save(client, "tuned", **{"o.figure.efficiency.gemm_efficiency": "0.6"})
+    page = client.get(url).text
+    assert 'name="o.figure.efficiency.gemm_efficiency"' in page and 'value="0.6"' in page
+    assert 'class="badge override"' in page and "GEMM efficiency = 0.6" in page
