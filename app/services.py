@@ -432,6 +432,9 @@ def get_scenario(session: Session, scenario_id: int) -> Scenario:
     return scenario
 
 
+SQLITE_BUSY_RETRIES = 20
+
+
 def update_scenario(
     session: Session,
     scenario_id: int,
@@ -441,22 +444,35 @@ def update_scenario(
     inputs: EstimateRequest | None = None,
     overrides: CostOverrides | None = None,
 ) -> Scenario:
-    """Apply the change if ``version`` is still current (else :class:`ScenarioConflict`); the version goes up."""
-    scenario = get_scenario(session, scenario_id)
-    if scenario.version != version:
-        raise ScenarioConflict(scenario_id, scenario.version)
-    if name is not None:
-        scenario.name = name.strip()
-    if inputs is not None:
-        scenario.inputs = scenario_inputs(inputs)
-    if overrides is not None:
-        scenario.overrides = scenario_overrides(overrides)
-    try:
-        session.commit()
-    except StaleDataError:
-        session.rollback()
-        raise ScenarioConflict(scenario_id, get_scenario(session, scenario_id).version) from None
-    return scenario
+    """Apply the change if ``version`` is still current (else :class:`ScenarioConflict`); the version goes up.
+
+    On SQLite two concurrent read-then-write transactions cannot both upgrade to a write lock: the one that
+    loses gets "database is locked" at once (the busy timeout does not apply). It is rolled back and retried,
+    and then sees the winner's version and answers a conflict like PostgreSQL does."""
+    from sqlalchemy.exc import OperationalError
+
+    for attempt in range(SQLITE_BUSY_RETRIES + 1):
+        scenario = get_scenario(session, scenario_id)
+        if scenario.version != version:
+            raise ScenarioConflict(scenario_id, scenario.version)
+        if name is not None:
+            scenario.name = name.strip()
+        if inputs is not None:
+            scenario.inputs = scenario_inputs(inputs)
+        if overrides is not None:
+            scenario.overrides = scenario_overrides(overrides)
+        try:
+            session.commit()
+            return scenario
+        except StaleDataError:
+            session.rollback()
+            raise ScenarioConflict(scenario_id, get_scenario(session, scenario_id).version) from None
+        except OperationalError as exc:
+            session.rollback()
+            if "locked" not in str(exc.orig) or attempt == SQLITE_BUSY_RETRIES:
+                raise
+            time.sleep(0.05 * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def duplicate_scenario(session: Session, scenario_id: int, name: str | None = None) -> Scenario:
