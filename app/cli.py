@@ -45,6 +45,32 @@ class UsageError(Exception):
     """Bad input on the command line: printed without a traceback, exit code 2."""
 
 
+# Options shared by `estimate`, `export` and `cost` (one definition each; the commands list them by name).
+FabricOpt = Annotated[str | None, typer.Option(help="scale-out fabric slug (default: the node's)")]
+TpOpt = Annotated[int, typer.Option(help="tensor parallel")]
+PpOpt = Annotated[int, typer.Option(help="pipeline parallel")]
+VppOpt = Annotated[int, typer.Option(help="virtual pipeline chunks per rank")]
+CpOpt = Annotated[int, typer.Option(help="context parallel")]
+EpOpt = Annotated[int, typer.Option(help="expert parallel")]
+DpOpt = Annotated[int | None, typer.Option(help="data parallel (default: gpus / (tp·pp·cp))")]
+ShardingOpt = Annotated[Sharding, typer.Option(help="data-parallel sharding")]
+ShardGroupOpt = Annotated[int | None, typer.Option(help="HSDP shard group size")]
+OffloadOpt = Annotated[Offload, typer.Option()]
+MicroBatchOpt = Annotated[int, typer.Option(help="sequences per micro-batch")]
+RecomputeOpt = Annotated[Recompute, typer.Option()]
+SequenceParallelOpt = Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")]
+FlashAttentionOpt = Annotated[bool, typer.Option("--flash-attention/--no-flash-attention")]
+FusedKernelsOpt = Annotated[
+    bool | None, typer.Option("--fused-kernels/--eager", help="default: by framework")
+]
+PrecisionOpt = Annotated[Precision, typer.Option()]
+OptimizerOpt = Annotated[Optimizer, typer.Option()]
+FrameworkOpt = Annotated[Framework, typer.Option()]
+OversubscriptionOpt = Annotated[float, typer.Option(help="fat-tree oversubscription")]
+PowerLimitOpt = Annotated[float | None, typer.Option(help="GPU power cap in W")]
+TpAcrossNodesOpt = Annotated[bool, typer.Option("--allow-tp-across-nodes")]
+
+
 def fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=2)
@@ -352,30 +378,28 @@ def estimate(
     node: Annotated[
         str | None, typer.Option(help="node or instance slug (default: reference server)")
     ] = None,
-    fabric: Annotated[str | None, typer.Option(help="scale-out fabric slug (default: the node's)")] = None,
-    tp: Annotated[int, typer.Option(help="tensor parallel")] = 1,
-    pp: Annotated[int, typer.Option(help="pipeline parallel")] = 1,
-    vpp: Annotated[int, typer.Option(help="virtual pipeline chunks per rank")] = 1,
-    cp: Annotated[int, typer.Option(help="context parallel")] = 1,
-    ep: Annotated[int, typer.Option(help="expert parallel")] = 1,
-    dp: Annotated[int | None, typer.Option(help="data parallel (default: gpus / (tp·pp·cp))")] = None,
-    sharding: Annotated[Sharding, typer.Option(help="data-parallel sharding")] = Sharding.fsdp_full,
-    shard_group_size: Annotated[int | None, typer.Option(help="HSDP shard group size")] = None,
-    offload: Annotated[Offload, typer.Option()] = Offload.none,
-    micro_batch: Annotated[int, typer.Option(help="sequences per micro-batch")] = 1,
-    recompute: Annotated[Recompute, typer.Option()] = Recompute.none,
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = False,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention")] = True,
-    fused_kernels: Annotated[
-        bool | None, typer.Option("--fused-kernels/--eager", help="default: by framework")
-    ] = None,
-    precision: Annotated[Precision, typer.Option()] = Precision.bf16,
-    optimizer: Annotated[Optimizer, typer.Option()] = Optimizer.adamw,
-    framework: Annotated[Framework, typer.Option()] = Framework.fsdp2,
+    fabric: FabricOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    vpp: VppOpt = 1,
+    cp: CpOpt = 1,
+    ep: EpOpt = 1,
+    dp: DpOpt = None,
+    sharding: ShardingOpt = Sharding.fsdp_full,
+    shard_group_size: ShardGroupOpt = None,
+    offload: OffloadOpt = Offload.none,
+    micro_batch: MicroBatchOpt = 1,
+    recompute: RecomputeOpt = Recompute.none,
+    sequence_parallel: SequenceParallelOpt = False,
+    flash_attention: FlashAttentionOpt = True,
+    fused_kernels: FusedKernelsOpt = None,
+    precision: PrecisionOpt = Precision.bf16,
+    optimizer: OptimizerOpt = Optimizer.adamw,
+    framework: FrameworkOpt = Framework.fsdp2,
     tokens: Annotated[float | None, typer.Option(help="tokens to train, for time to train")] = None,
-    oversubscription: Annotated[float, typer.Option(help="fat-tree oversubscription")] = 1.0,
-    power_limit_w: Annotated[float | None, typer.Option(help="GPU power cap in W")] = None,
-    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes")] = False,
+    oversubscription: OversubscriptionOpt = 1.0,
+    power_limit_w: PowerLimitOpt = None,
+    allow_tp_across_nodes: TpAcrossNodesOpt = False,
     figure: Annotated[
         list[str] | None,
         typer.Option(
@@ -529,28 +553,28 @@ def export_command(
     global_batch: Annotated[int | None, typer.Option(help="without --plan: sequences per step")] = None,
     seq_len: Annotated[int | None, typer.Option(help="without --plan: tokens per sequence")] = None,
     node: Annotated[str | None, typer.Option()] = None,
-    fabric: Annotated[str | None, typer.Option()] = None,
-    tp: Annotated[int, typer.Option()] = 1,
-    pp: Annotated[int, typer.Option()] = 1,
-    vpp: Annotated[int, typer.Option()] = 1,
-    cp: Annotated[int, typer.Option()] = 1,
-    ep: Annotated[int, typer.Option()] = 1,
-    dp: Annotated[int | None, typer.Option()] = None,
-    sharding: Annotated[Sharding, typer.Option()] = Sharding.fsdp_full,
-    shard_group_size: Annotated[int | None, typer.Option()] = None,
-    offload: Annotated[Offload, typer.Option()] = Offload.none,
-    micro_batch: Annotated[int, typer.Option()] = 1,
-    recompute: Annotated[Recompute, typer.Option()] = Recompute.none,
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = False,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention")] = True,
-    fused_kernels: Annotated[bool | None, typer.Option("--fused-kernels/--eager")] = None,
-    precision: Annotated[Precision, typer.Option()] = Precision.bf16,
-    optimizer: Annotated[Optimizer, typer.Option()] = Optimizer.adamw,
-    framework: Annotated[Framework, typer.Option()] = Framework.fsdp2,
+    fabric: FabricOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    vpp: VppOpt = 1,
+    cp: CpOpt = 1,
+    ep: EpOpt = 1,
+    dp: DpOpt = None,
+    sharding: ShardingOpt = Sharding.fsdp_full,
+    shard_group_size: ShardGroupOpt = None,
+    offload: OffloadOpt = Offload.none,
+    micro_batch: MicroBatchOpt = 1,
+    recompute: RecomputeOpt = Recompute.none,
+    sequence_parallel: SequenceParallelOpt = False,
+    flash_attention: FlashAttentionOpt = True,
+    fused_kernels: FusedKernelsOpt = None,
+    precision: PrecisionOpt = Precision.bf16,
+    optimizer: OptimizerOpt = Optimizer.adamw,
+    framework: FrameworkOpt = Framework.fsdp2,
     tokens: Annotated[float | None, typer.Option(help="tokens to train (sets the training steps)")] = None,
-    oversubscription: Annotated[float, typer.Option()] = 1.0,
-    power_limit_w: Annotated[float | None, typer.Option()] = None,
-    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes")] = False,
+    oversubscription: OversubscriptionOpt = 1.0,
+    power_limit_w: PowerLimitOpt = None,
+    allow_tp_across_nodes: TpAcrossNodesOpt = False,
 ) -> None:
     """Write a plan as plan JSON, torchtitan TOML, a torchrun command, Megatron-LM arguments, DeepSpeed JSON,
     a Slurm script or a Kubernetes PyTorchJob — from --plan plan.json, or from the estimate options."""
@@ -783,27 +807,27 @@ def cost_command(
     global_batch: Annotated[int | None, typer.Option(help="sequences per optimizer step")] = None,
     seq_len: Annotated[int | None, typer.Option(help="tokens per sequence")] = None,
     node: Annotated[str | None, typer.Option(help="node or instance slug (--monthly: what to price)")] = None,
-    fabric: Annotated[str | None, typer.Option()] = None,
-    tp: Annotated[int, typer.Option()] = 1,
-    pp: Annotated[int, typer.Option()] = 1,
-    vpp: Annotated[int, typer.Option()] = 1,
-    cp: Annotated[int, typer.Option()] = 1,
-    ep: Annotated[int, typer.Option()] = 1,
-    dp: Annotated[int | None, typer.Option()] = None,
-    sharding: Annotated[Sharding, typer.Option()] = Sharding.fsdp_full,
-    shard_group_size: Annotated[int | None, typer.Option()] = None,
-    offload: Annotated[Offload, typer.Option()] = Offload.none,
-    micro_batch: Annotated[int, typer.Option()] = 1,
-    recompute: Annotated[Recompute, typer.Option()] = Recompute.none,
-    sequence_parallel: Annotated[bool, typer.Option("--sequence-parallel/--no-sequence-parallel")] = False,
-    flash_attention: Annotated[bool, typer.Option("--flash-attention/--no-flash-attention")] = True,
-    fused_kernels: Annotated[bool | None, typer.Option("--fused-kernels/--eager")] = None,
-    precision: Annotated[Precision, typer.Option()] = Precision.bf16,
-    optimizer: Annotated[Optimizer, typer.Option()] = Optimizer.adamw,
-    framework: Annotated[Framework, typer.Option()] = Framework.fsdp2,
-    oversubscription: Annotated[float, typer.Option()] = 1.0,
-    power_limit_w: Annotated[float | None, typer.Option()] = None,
-    allow_tp_across_nodes: Annotated[bool, typer.Option("--allow-tp-across-nodes")] = False,
+    fabric: FabricOpt = None,
+    tp: TpOpt = 1,
+    pp: PpOpt = 1,
+    vpp: VppOpt = 1,
+    cp: CpOpt = 1,
+    ep: EpOpt = 1,
+    dp: DpOpt = None,
+    sharding: ShardingOpt = Sharding.fsdp_full,
+    shard_group_size: ShardGroupOpt = None,
+    offload: OffloadOpt = Offload.none,
+    micro_batch: MicroBatchOpt = 1,
+    recompute: RecomputeOpt = Recompute.none,
+    sequence_parallel: SequenceParallelOpt = False,
+    flash_attention: FlashAttentionOpt = True,
+    fused_kernels: FusedKernelsOpt = None,
+    precision: PrecisionOpt = Precision.bf16,
+    optimizer: OptimizerOpt = Optimizer.adamw,
+    framework: FrameworkOpt = Framework.fsdp2,
+    oversubscription: OversubscriptionOpt = 1.0,
+    power_limit_w: PowerLimitOpt = None,
+    allow_tp_across_nodes: TpAcrossNodesOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Days and dollars to train --tokens with a plan for every AWS option and self-build, after failures and
