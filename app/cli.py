@@ -69,6 +69,25 @@ FrameworkOpt = Annotated[Framework, typer.Option()]
 OversubscriptionOpt = Annotated[float, typer.Option(help="fat-tree oversubscription")]
 PowerLimitOpt = Annotated[float | None, typer.Option(help="GPU power cap in W")]
 TpAcrossNodesOpt = Annotated[bool, typer.Option("--allow-tp-across-nodes")]
+CalibrationOpt = Annotated[
+    bool,
+    typer.Option(
+        "--calibration/--no-calibration",
+        help="use the calibration fitted from benchmark runs (those shipped under data/calibration, "
+        "--calibration-run files, and with --calibration-db the database's); --no-calibration: catalog defaults",
+    ),
+]
+CalibrationRunOpt = Annotated[
+    list[Path] | None,
+    typer.Option(
+        "--calibration-run",
+        help="a runner result JSON (capplan bench run --output) to calibrate with; repeat",
+    ),
+]
+CalibrationDbOpt = Annotated[
+    bool,
+    typer.Option("--calibration-db", help="also calibrate with the runs posted to CAPPLAN_DATABASE_URL"),
+]
 
 
 def fail(message: str) -> None:
@@ -76,8 +95,40 @@ def fail(message: str) -> None:
     raise typer.Exit(code=2)
 
 
-def _catalog() -> Catalog:
-    return load_catalog(Settings().data_dir)
+def _catalog(calibration: bool = False, runs: list[Path] | None = None, from_db: bool = False) -> Catalog:
+    """The catalog; with ``calibration``, fitted from the shipped runs, the ``runs`` files and (``from_db``) the
+    runs stored in the configured database: the same calibration the server uses, from the command line."""
+    settings = Settings()
+    catalog = load_catalog(settings.data_dir)
+    if not calibration:
+        if runs or from_db:
+            raise UsageError("--calibration-run/--calibration-db need --calibration (drop --no-calibration)")
+        return catalog
+    from app.calibration_store import CalibrationFileError, fit_all, load_shipped_runs, result_file_runs
+
+    try:
+        shipped = load_shipped_runs(
+            settings.data_dir, accelerators=[a.slug for a in catalog.hardware.accelerators]
+        )
+        extra = result_file_runs(runs or [])
+    except CalibrationFileError as exc:
+        fail(str(exc))
+    if from_db:
+        from app.calibration_store import stored_calibration_runs_or_none
+        from app.db.engine import build_engine, session_factory
+
+        engine = build_engine(settings.database_url)
+        try:
+            with session_factory(engine)() as session:
+                stored = stored_calibration_runs_or_none(session)
+        finally:
+            engine.dispose()
+        if stored is None:
+            fail(
+                f"--calibration-db: cannot read the benchmark runs in {settings.database_url.split('@')[-1]}"
+            )
+        extra += stored or []
+    return catalog.with_calibrations(fit_all(shipped, extra))
 
 
 @app.command()
@@ -356,6 +407,9 @@ def print_estimate(est) -> None:
         echo(
             f"time to train {est.tokens_to_train:.3g} tokens: {est.time_to_train_days:,.1f} days (before failures)"
         )
+    for a in est.assumptions:
+        if a.name == "calibration":
+            echo(f"calibration: {a.value}" + (f" ({a.note})" if a.source.startswith("calibrated") else ""))
     low = [a for a in est.assumptions if a.confidence == "low"]
     if low:
         echo("low-confidence figures used: " + ", ".join(a.name for a in low))
@@ -406,6 +460,9 @@ def estimate(
             "--figure", help="override a catalog figure, KEY=VALUE (e.g. efficiency.gemm_efficiency=0.6)"
         ),
     ] = None,
+    calibration: CalibrationOpt = True,
+    calibration_run: CalibrationRunOpt = None,
+    calibration_db: CalibrationDbOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Memory per pipeline stage, step time and breakdown, tokens/s and MFU for one plan (or --plan FILE)."""
@@ -418,7 +475,10 @@ def estimate(
             raise UsageError(
                 f"--plan replaces the estimate options; drop {', '.join('--' + g.replace('_', '-') for g in given)}"
             )
-        result = run_estimate(_catalog(), plan_file_to_request(plan_file))
+        request = plan_file_to_request(plan_file)  # calibrated as the plan was, unless told otherwise here
+        if _given_on_command_line(ctx, ("calibration",)):
+            request = request.model_copy(update={"calibrated": calibration})
+        result = run_estimate(_catalog(request.calibrated, calibration_run, calibration_db), request)
         typer.echo(result.model_dump_json(indent=2)) if as_json else print_estimate(result)
         return
     missing = [n for n, v in (("model", model), ("gpu", gpu), ("gpus", gpus), ("global-batch", global_batch),
@@ -454,13 +514,14 @@ def estimate(
         power_limit_w=power_limit_w,
         allow_tp_across_nodes=allow_tp_across_nodes,
         figure_overrides=_figure_overrides(figure or []),
+        calibrated=calibration,
         **_model_argument(model),
     )
     try:
         request = EstimateRequest(**values)
     except ValidationError as exc:
         _fail_validation(exc)
-    result = run_estimate(_catalog(), request)
+    result = run_estimate(_catalog(calibration, calibration_run, calibration_db), request)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
     else:
@@ -575,6 +636,9 @@ def export_command(
     oversubscription: OversubscriptionOpt = 1.0,
     power_limit_w: PowerLimitOpt = None,
     allow_tp_across_nodes: TpAcrossNodesOpt = False,
+    calibration: CalibrationOpt = True,
+    calibration_run: CalibrationRunOpt = None,
+    calibration_db: CalibrationDbOpt = False,
 ) -> None:
     """Write a plan as plan JSON, torchtitan TOML, a torchrun command, Megatron-LM arguments, DeepSpeed JSON,
     a Slurm script or a Kubernetes PyTorchJob — from --plan plan.json, or from the estimate options."""
@@ -600,10 +664,10 @@ def export_command(
             raise UsageError(f"give --plan plan.json, or the estimate options (missing {', '.join(missing)})")
         values = {name: ctx.params[name] for name in ESTIMATE_OPTIONS if name != "model"}
         try:
-            request = EstimateRequest(**values, **_model_argument(model))  # type: ignore[arg-type]
+            request = EstimateRequest(**values, calibrated=calibration, **_model_argument(model))  # type: ignore[arg-type]
         except ValidationError as exc:
             _fail_validation(exc)
-        doc = plan_document_from_request(_catalog(), request)
+        doc = plan_document_from_request(_catalog(calibration, calibration_run, calibration_db), request)
     exported = export_plan(doc, fmt)
     if output is None:
         typer.echo(exported.content, nl=False)
@@ -828,6 +892,9 @@ def cost_command(
     oversubscription: OversubscriptionOpt = 1.0,
     power_limit_w: PowerLimitOpt = None,
     allow_tp_across_nodes: TpAcrossNodesOpt = False,
+    calibration: CalibrationOpt = True,
+    calibration_run: CalibrationRunOpt = None,
+    calibration_db: CalibrationDbOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Days and dollars to train --tokens with a plan for every AWS option and self-build, after failures and
@@ -866,6 +933,8 @@ def cost_command(
                 f"--plan already holds the model, hardware and plan; drop --{given[0].replace('_', '-')}"
             )
         values = plan_file_to_request(plan_file).model_dump(exclude={"tokens"})
+        if _given_on_command_line(ctx, ("calibration",)):
+            values["calibrated"] = calibration
     else:
         required = {
             "model": model,
@@ -878,12 +947,12 @@ def cost_command(
         if missing:
             raise UsageError(f"give --plan plan.json, or the estimate options (missing {', '.join(missing)})")
         values = {name: ctx.params[name] for name in COST_ESTIMATE_OPTIONS if name != "model"}
-        values.update(node=node, **_model_argument(model or ""))
+        values.update(node=node, calibrated=calibration, **_model_argument(model or ""))
     try:
         request = CostRequest(**values, tokens=tokens, options=options, overrides=overrides)
     except ValidationError as exc:
         raise _cost_validation_error(exc) from None
-    result = run_cost(_catalog(), request)
+    result = run_cost(_catalog(request.calibrated, calibration_run, calibration_db), request)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
     else:
@@ -997,6 +1066,9 @@ def plan_command(
     price_option: Annotated[
         str, typer.Option(help="pricing for cost figures, e.g. on-demand, spot")
     ] = "on-demand",
+    calibration: CalibrationOpt = True,
+    calibration_run: CalibrationRunOpt = None,
+    calibration_db: CalibrationDbOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
     """Search every parallelism plan for a model on a cluster (or a range of cluster sizes); best first."""
@@ -1012,11 +1084,12 @@ def plan_command(
             recomputes=_enum_list(recomputes, Recompute, "--recomputes"),
             shardings=_enum_list(shardings, Sharding, "--shardings"), vpps=_int_list(vpps, "--vpps"),
             cps=_int_list(cps, "--cps"), max_pp=max_pp, allow_tp_across_nodes=allow_tp_across_nodes, tokens=tokens,
-            deadline_days=deadline_days, budget_usd=budget_usd, price_option=price_option, **_model_argument(model),
+            deadline_days=deadline_days, budget_usd=budget_usd, price_option=price_option, calibrated=calibration,
+            **_model_argument(model),
         )  # fmt: skip
     except ValidationError as exc:
         _fail_validation(exc)
-    result = run_search(_catalog(), request)
+    result = run_search(_catalog(calibration, calibration_run, calibration_db), request)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
     else:

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from typing import Annotated
 
 from fastapi import Path, Request
+from fastapi.concurrency import run_in_threadpool
 from sqlalchemy.orm import Session
 
 from app.domain.catalog import Catalog
@@ -16,8 +17,16 @@ def get_session(request: Request) -> Iterator[Session]:
         yield session
 
 
-async def get_catalog(request: Request) -> Catalog:  # async: no I/O, and no threadpool hop per request
-    return request.app.state.catalog
+async def get_catalog(request: Request) -> Catalog:
+    """The catalog with the current calibration (shipped runs + stored runs). Async: while the fitted
+    calibration is fresh there is no I/O and no threadpool hop; a refit (every few seconds at most) reads the
+    database in the threadpool."""
+    state = request.app.state
+    cache = state.calibrations
+    calibrations = cache.peek()
+    if calibrations is None:
+        calibrations = await run_in_threadpool(cache.get)
+    return state.catalog.with_calibrations(calibrations)
 
 
 RowId = Annotated[int, Path(ge=1, le=2_147_483_647, description="row id (32-bit, as the database stores it)")]

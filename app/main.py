@@ -23,10 +23,11 @@ from app.api import health
 from app.api import plans as api_plans
 from app.api import scenarios as api_scenarios
 from app.api import search as api_search
+from app.calibration_store import CalibrationCache, load_shipped_runs
 from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
 from app.metrics import build_metrics
-from app.services import CalibrationCache, InputError
+from app.services import InputError
 from app.settings import REPO_ROOT, Settings
 from app.web import benchmarks as web_benchmarks
 from app.web import planner as web_planner
@@ -219,6 +220,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     settings = settings or Settings()
     logging.basicConfig(level=settings.log_level)
     catalog = load_catalog(settings.data_dir)  # fails fast: file, key, reason
+    shipped = load_shipped_runs(
+        settings.data_dir, accelerators=[a.slug for a in catalog.hardware.accelerators]
+    )
     engine = build_engine(settings.database_url)
     metrics = build_metrics()
     for kind, n in catalog.counts().items():
@@ -237,7 +241,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.catalog = catalog
     app.state.engine = engine
     app.state.session_factory = session_factory(engine)
-    app.state.calibrations = CalibrationCache(app.state.session_factory)
+    app.state.calibrations = CalibrationCache(app.state.session_factory, shipped)
     app.state.metrics = metrics
     app.state.templates = build_templates()
 

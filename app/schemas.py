@@ -172,6 +172,10 @@ class PlanSearchRequest(BaseModel):
     fabric: str | None = Field(default=None, max_length=64)
     gpus: int | None = Field(default=None, ge=1, le=1_048_576, description="a fixed GPU count")
     gpus_range: str | None = Field(default=None, pattern=RANGE_PATTERN, description="'A:B' GPUs, whole nodes")
+    calibrated: bool = Field(
+        default=True,
+        description="use the accelerator's calibration from benchmark runs (false: catalog defaults)",
+    )
     global_batch: int | None = Field(default=None, ge=1, le=16_777_216, description="sequences per step")
     global_batch_tokens: str | None = Field(
         default=None, pattern=RANGE_PATTERN, description="'A:B' tokens per step; power-of-two batches inside"
@@ -296,6 +300,37 @@ class BenchmarkRunOut(BenchmarkRunSummary):
     software: dict[str, Any]
     notes: str
     samples: list[BenchmarkMetricOut]
+
+
+class ShippedRunSummary(BaseModel):
+    """A runner result shipped with capplan under data/calibration (measured by the project on real GPUs)."""
+
+    key: str = Field(description="path under data/calibration without .json")
+    url: str = Field(description="the run's page")
+    api_url: str
+    preset: str
+    accelerator: str | None
+    node: str | None
+    world_size: int
+    device_name: str
+    measured_at: datetime
+    metrics: int
+    software: dict[str, Any]
+    median_abs_error: float | None
+
+
+class CalibrationFigureOut(BaseModel):
+    """One catalog figure that calibration replaces now."""
+
+    accelerator: str
+    part: str = Field(description="efficiency | scale_up_network | scale_out_network | runtime")
+    field: str
+    default: float = Field(description="the catalog default")
+    value: float = Field(description="the calibrated value the estimator uses")
+    run: str = Field(description="the run it comes from: 'run N' (stored) or 'shipped KEY'")
+    run_url: str | None
+    measured_at: str
+    method: str
 
 
 class BenchmarkIngestOut(BaseModel):

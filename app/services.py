@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from typing import Any
 
 from app.domain.architecture import Architecture, ArchitectureImportError, architecture_from_hf_config
 from app.domain.catalog import Catalog, UnknownSlugError
+from app.domain.cluster import Cluster
 from app.domain.estimate import Estimate, HardwareError, InvalidPlan, build_cluster, estimate
 from app.domain.overrides import OverrideError, apply_overrides
 from app.domain.plan import Plan
@@ -53,11 +55,9 @@ def plan_from_request(request: EstimateRequest) -> Plan:
     return Plan(dp=dp, **{f: getattr(request, f) for f in PLAN_FIELDS})
 
 
-def run_estimate(
-    catalog: Catalog, request: EstimateRequest, *, calibrations: Calibrations | None = None
-) -> Estimate:
-    """Estimate ``request``. With ``calibrations`` (fitted from stored benchmark runs) and
-    ``request.calibrated``, the accelerator's calibrated figures replace the catalog defaults; the estimate's
+def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:
+    """Estimate ``request``. With ``request.calibrated`` and ``catalog.calibrations`` (fitted from shipped and
+    stored benchmark runs), the accelerator's calibrated figures replace the catalog defaults; the estimate's
     ``calibration`` assumption says whether it is calibrated and by which run(s)."""
     arch = resolve_architecture(catalog, request)
     try:
@@ -68,8 +68,8 @@ def run_estimate(
     except HardwareError as exc:
         raise InputError([_error(exc.field, str(exc), "value_error.hardware")]) from None
     changes: list[Change] = []
-    if request.calibrated and calibrations is not None:
-        cluster, changes = apply_calibration(cluster, calibrations)
+    if request.calibrated:
+        cluster, changes = apply_calibration(cluster, catalog.calibrations)
     if request.figure_overrides:
         try:
             cluster = apply_overrides(cluster, request.figure_overrides)
@@ -94,16 +94,9 @@ def run_estimate(
         ) from None
 
 
-def timed_estimate(
-    catalog: Catalog,
-    request: EstimateRequest,
-    metrics: Any,
-    surface: str,
-    *,
-    calibrations: Calibrations | None = None,
-) -> Estimate:
+def timed_estimate(catalog: Catalog, request: EstimateRequest, metrics: Any, surface: str) -> Estimate:
     start = time.perf_counter()
-    result = run_estimate(catalog, request, calibrations=calibrations)
+    result = run_estimate(catalog, request)
     if metrics is not None:
         metrics.estimates_total.labels(surface=surface).inc()
         metrics.estimate_duration_seconds.observe(time.perf_counter() - start)
@@ -236,6 +229,8 @@ def plan_document_from_request(catalog: Catalog, request: EstimateRequest) -> Pl
         power_limit_w=request.power_limit_w,
         tokens=request.tokens,
         allow_tp_across_nodes=request.allow_tp_across_nodes,
+        figure_overrides=request.figure_overrides,
+        calibrated=request.calibrated,
     )
 
 
@@ -304,23 +299,21 @@ def batch_sizes(request: PlanSearchRequest) -> list[int]:
 
 def run_search(catalog: Catalog, request: PlanSearchRequest, max_plans: int | None = None) -> SearchResult:
     arch = resolve_architecture(catalog, request)  # type: ignore[arg-type]
-    try:
-        probe = build_cluster(catalog.hardware, catalog.efficiency, accelerator=request.gpu, gpus=1,
+    calibrations = catalog.calibrations if request.calibrated else None
+
+    def cluster(gpus: int) -> tuple[Cluster, list[Change]]:
+        built = build_cluster(catalog.hardware, catalog.efficiency, accelerator=request.gpu, gpus=gpus,
                               node=request.node, fabric=request.fabric)  # fmt: skip
+        return apply_calibration(built, calibrations)
+
+    try:
+        probe, changes = cluster(1)
     except HardwareError as exc:
         raise InputError([_error(exc.field, str(exc), "value_error.hardware")]) from None
     sizes, notes = cluster_sizes(request, probe.gpus_per_node)
-    clusters = {
-        g: build_cluster(
-            catalog.hardware,
-            catalog.efficiency,
-            accelerator=request.gpu,
-            gpus=g,
-            node=request.node,
-            fabric=request.fabric,
-        )  # fmt: skip
-        for g in sizes
-    }
+    clusters = {g: cluster(g)[0] for g in sizes}
+    cal = calibration_assumption(request.gpu, changes, enabled=request.calibrated)
+    notes.append(f"calibration: {cal.value}" + (f" ({cal.note})" if changes else ""))
     price = None
     try:
         instance = (
@@ -499,22 +492,30 @@ import statistics  # noqa: E402
 
 from sqlalchemy.orm import selectinload  # noqa: E402
 
+from app.calibration_store import (  # noqa: E402
+    ShippedRun,
+    calibration_run_from,
+    fit_all,
+    shipped_calibration_run,
+    stored_calibration_run,
+    stored_calibration_runs,
+)
 from app.db.tables import BenchmarkRun, BenchmarkSample  # noqa: E402
 from app.domain.calibration import (  # noqa: E402
-    CalibrationRun,
     Calibrations,
     Change,
-    Sample,
     apply_calibration,
     calibration_assumption,
     calibration_changes,
-    fit_calibrations,
+    fit_run,
 )
 from app.schemas import (  # noqa: E402
     BenchmarkMetricOut,
     BenchmarkResultIn,
     BenchmarkRunOut,
     BenchmarkRunSummary,
+    CalibrationFigureOut,
+    ShippedRunSummary,
     relative_error,
 )
 
@@ -588,96 +589,86 @@ def get_benchmark_run(session: Session, run_id: int) -> BenchmarkRunOut | None:
     )  # fmt: skip
 
 
-def calibration_run(run: BenchmarkRun) -> CalibrationRun | None:
-    """A stored run as calibration input (None for runs without a catalog accelerator, e.g. CPU)."""
-    if not run.accelerator_slug:
-        return None
-    config = run.config or {}
-    return CalibrationRun(
-        run_id=run.id, measured_at=run.measured_at.date().isoformat(), accelerator=run.accelerator_slug,
-        world_size=run.world_size, nodes=int(config.get("nodes", 1)), scale_out_kind=config.get("scale_out_kind"),
-        communicators=int(config.get("communicators") or 0),
-        samples=tuple(Sample(s.metric, s.unit, s.rank, s.measured, s.predicted) for s in run.samples),
+def load_calibrations(session: Session, shipped: Sequence[ShippedRun] = ()) -> Calibrations:
+    """Fit every accelerator's calibration from the shipped runs and the runs stored in ``session``'s database
+    (newest evidence wins per figure)."""
+    return fit_all(shipped, stored_calibration_runs(session))
+
+
+def run_calibration_changes(
+    catalog: Catalog, run: BenchmarkRunOut | BenchmarkRun | ShippedRun
+) -> list[Change]:
+    """What this one run (stored or shipped) would change on its accelerator's reference cluster (its page)."""
+    if isinstance(run, ShippedRun):
+        cal = shipped_calibration_run(run)
+        world_size = run.result.world_size
+    elif isinstance(run, BenchmarkRun):
+        cal, world_size = stored_calibration_run(run), run.world_size
+    else:
+        cal = calibration_run_from(
+            run_id=run.id, measured_at=run.measured_at, accelerator=run.accelerator, world_size=run.world_size,
+            config=run.config, samples=run.samples, href=f"/benchmarks/{run.id}",
+        )  # fmt: skip
+        world_size = run.world_size
+    if cal is None:
+        return []
+    cluster = build_cluster(
+        catalog.hardware, catalog.efficiency, accelerator=cal.accelerator, gpus=max(1, world_size)
+    )
+    return calibration_changes(cluster, fit_run(cal))
+
+
+def shipped_run_summary(run: ShippedRun) -> ShippedRunSummary:
+    r = run.result
+    errs = [abs(e) for m in r.metrics if (e := relative_error(m.measured, m.predicted)) is not None]
+    return ShippedRunSummary(
+        key=run.key, url=run.href, api_url=f"/api/v1/benchmarks/shipped/{run.key}", preset=r.preset,
+        accelerator=r.accelerator, node=r.node, world_size=r.world_size, device_name=r.device_name,
+        measured_at=r.measured_at, metrics=len(r.metrics), software=r.software,
+        median_abs_error=statistics.median(errs) if errs else None,
     )  # fmt: skip
 
 
-def load_calibrations(session: Session) -> Calibrations:
-    """Fit the calibration of every accelerator from the stored runs (newest evidence wins per figure)."""
-    query = (
-        select(BenchmarkRun)
-        .where(BenchmarkRun.accelerator_slug.is_not(None))
-        .options(selectinload(BenchmarkRun.samples))
-        .order_by(BenchmarkRun.measured_at, BenchmarkRun.id)
-    )
-    runs = [c for r in session.scalars(query) if (c := calibration_run(r)) is not None]
-    return fit_calibrations(runs)
+def shipped_run_out(run: ShippedRun) -> BenchmarkRunOut:
+    """A shipped file in the shape of a stored run (id 0), for the run page."""
+    r = run.result
+    samples = [
+        BenchmarkMetricOut(metric=m.metric, unit=m.unit, rank=m.rank, measured=m.measured, predicted=m.predicted,
+                           relative_error=relative_error(m.measured, m.predicted))
+        for m in r.metrics
+    ]  # fmt: skip
+    summary = shipped_run_summary(run)
+    return BenchmarkRunOut(
+        id=0, preset=r.preset, accelerator=r.accelerator, node=r.node, world_size=r.world_size,
+        device_name=r.device_name, measured_at=r.measured_at, created_at=r.measured_at, metrics=len(r.metrics),
+        median_abs_error=summary.median_abs_error, config={**r.config, "nodes": r.nodes}, hardware=r.hardware,
+        software=r.software, notes=r.notes, samples=samples,
+    )  # fmt: skip
 
 
-def load_calibrations_or_none(session: Session) -> Calibrations | None:
-    """:func:`load_calibrations`, or None (catalog defaults) when the database cannot be read: an estimate
-    needs no database, so an outage must not stop it."""
-    from sqlalchemy.exc import SQLAlchemyError
-
-    try:
-        return load_calibrations(session)
-    except SQLAlchemyError as exc:
-        import logging
-
-        logging.getLogger("capplan").warning("calibration unavailable (database): %s", exc.__class__.__name__)
-        return None
-
-
-def run_calibration_changes(catalog: Catalog, run: BenchmarkRunOut | BenchmarkRun) -> list[Change]:
-    """What this one run would change on its accelerator's reference cluster (for the run's page)."""
-    slug = run.accelerator if isinstance(run, BenchmarkRunOut) else run.accelerator_slug
-    if not slug:
+def calibration_in_use(catalog: Catalog) -> list[CalibrationFigureOut]:
+    """Every figure the catalog's calibration replaces, per accelerator (reference node, one GPU)."""
+    cal = catalog.calibrations
+    if cal is None:
         return []
-    cluster = build_cluster(
-        catalog.hardware, catalog.efficiency, accelerator=slug, gpus=max(1, run.world_size)
-    )
-    if isinstance(run, BenchmarkRunOut):
-        samples = tuple(Sample(s.metric, s.unit, s.rank, s.measured, s.predicted) for s in run.samples)
-        cal = CalibrationRun(
-            run_id=run.id, measured_at=run.measured_at.date().isoformat(), accelerator=slug,
-            world_size=run.world_size, nodes=int(run.config.get("nodes", 1)),
-            scale_out_kind=run.config.get("scale_out_kind"), communicators=int(run.config.get("communicators") or 0),
-            samples=samples,
+    return [
+        CalibrationFigureOut(
+            accelerator=slug,
+            part=c.part,
+            field=c.field,
+            default=c.default,
+            value=c.value,
+            run=c.run,
+            run_url=c.run_href,
+            measured_at=c.measured_at,
+            method=c.method,
         )  # fmt: skip
-    else:
-        cal = calibration_run(run)  # type: ignore[assignment]
-    from app.domain.calibration import fit_run
-
-    return calibration_changes(cluster, fit_run(cal))
+        for slug in sorted(cal.fits)
+        for c in active_calibration(catalog, cal, slug)
+    ]
 
 
 def active_calibration(catalog: Catalog, calibrations: Calibrations, accelerator: str) -> list[Change]:
     """The figures the estimator currently replaces on ``accelerator`` (reference node, one GPU)."""
     cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=1)
     return apply_calibration(cluster, calibrations)[1]
-
-
-class CalibrationCache:
-    """The fitted calibrations, reloaded from the database at most every ``ttl_s`` seconds (and right after a
-    benchmark run is ingested by this process), so an estimate does not read every stored run."""
-
-    def __init__(self, session_factory: Any, ttl_s: float = 10.0) -> None:
-        import threading
-
-        self._factory = session_factory
-        self._ttl_s = ttl_s
-        self._lock = threading.Lock()
-        self._value: Calibrations | None = None
-        self._loaded_at = float("-inf")
-
-    def get(self) -> Calibrations | None:
-        if time.monotonic() - self._loaded_at < self._ttl_s:
-            return self._value
-        with self._lock:
-            if time.monotonic() - self._loaded_at >= self._ttl_s:
-                with self._factory() as session:
-                    self._value = load_calibrations_or_none(session)
-                self._loaded_at = time.monotonic() if self._value is not None else float("-inf")
-        return self._value
-
-    def invalidate(self) -> None:
-        self._loaded_at = float("-inf")

@@ -1,12 +1,13 @@
-"""Benchmark runs: POST a runner result (bearer token), list and read them. Each stored run calibrates the
-estimates of its accelerator (see app/domain/calibration.py)."""
+"""Benchmark runs: POST a runner result (bearer token), list and read them; the runs shipped under
+data/calibration; the calibration in use. Each run on a catalog accelerator calibrates its estimates (see
+app/domain/calibration.py and app/calibration_store.py)."""
 
 from __future__ import annotations
 
 import secrets
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request, Response
 from sqlalchemy.orm import Session
 
 from app.deps import RowId, get_catalog, get_session
@@ -16,10 +17,19 @@ from app.schemas import (
     BenchmarkResultIn,
     BenchmarkRunOut,
     BenchmarkRunSummary,
+    CalibrationFigureOut,
     ErrorOut,
+    ShippedRunSummary,
     ValidationErrorOut,
 )
-from app.services import get_benchmark_run, ingest_benchmark, list_benchmark_runs, run_calibration_changes
+from app.services import (
+    calibration_in_use,
+    get_benchmark_run,
+    ingest_benchmark,
+    list_benchmark_runs,
+    run_calibration_changes,
+    shipped_run_summary,
+)
 
 router = APIRouter(tags=["benchmarks"])
 
@@ -80,6 +90,38 @@ def get_benchmarks(
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> list[BenchmarkRunSummary]:
     return list_benchmark_runs(session, accelerator=accelerator, limit=limit)
+
+
+@router.get(
+    "/benchmarks/shipped",
+    response_model=list[ShippedRunSummary],
+    summary="The runs shipped with capplan under data/calibration (measured on real GPUs by the project)",
+)
+def get_shipped_benchmarks(request: Request) -> list[ShippedRunSummary]:
+    return [shipped_run_summary(s) for s in request.app.state.calibrations.shipped]
+
+
+@router.get(
+    "/benchmarks/shipped/{key:path}",
+    response_model=BenchmarkResultIn,
+    response_model_by_alias=True,
+    responses={404: {"model": ErrorOut}},
+    summary="One shipped run: the capplan.bench/v1 result file as committed",
+)
+def get_shipped_benchmark(request: Request, key: Annotated[str, Path(max_length=300)]) -> BenchmarkResultIn:
+    run = request.app.state.calibrations.shipped_run(key)
+    if run is None:
+        raise HTTPException(404, f"no shipped run {key!r}")
+    return run.result
+
+
+@router.get(
+    "/calibration",
+    response_model=list[CalibrationFigureOut],
+    summary="The catalog figures calibration replaces now, per accelerator, and the run each comes from",
+)
+def get_calibration(catalog: Annotated[Catalog, Depends(get_catalog)]) -> list[CalibrationFigureOut]:
+    return calibration_in_use(catalog)
 
 
 @router.get(

@@ -24,7 +24,6 @@ router = APIRouter(tags=["estimate"])
 def post_estimate(
     body: EstimateRequest, request: Request, catalog: Annotated[Catalog, Depends(get_catalog)]
 ) -> Estimate:
-    """Calibrated by the stored benchmark runs of the accelerator unless ``calibrated`` is false; the
-    ``calibration`` assumption says which run(s)."""
-    calibrations = request.app.state.calibrations.get() if body.calibrated else None
-    return timed_estimate(catalog, body, request.app.state.metrics, "api", calibrations=calibrations)
+    """Calibrated by the benchmark runs of the accelerator (shipped under data/calibration and posted to this
+    server) unless ``calibrated`` is false; the ``calibration`` assumption says which run(s)."""
+    return timed_estimate(catalog, body, request.app.state.metrics, "api")

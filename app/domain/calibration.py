@@ -78,6 +78,14 @@ class CalibrationRun(Frozen):
     scale_out_kind: str | None = None
     communicators: int = 0
     samples: tuple[Sample, ...]
+    label: str = (
+        ""  # how estimates name the run: "run 12" (stored) or "shipped h200-sxm/…" (data/calibration)
+    )
+    href: str | None = None  # the run's page
+
+    @property
+    def name(self) -> str:
+        return self.label or f"run {self.run_id}"
 
     def values(self, metric: str) -> list[Sample]:
         return [s for s in self.samples if s.metric == metric]
@@ -91,6 +99,8 @@ class FittedFigure(Frozen):
     run_id: int
     measured_at: str
     method: str
+    run_label: str = ""
+    run_href: str | None = None
 
 
 class GemmFit(Frozen):
@@ -114,13 +124,19 @@ class AcceleratorFit(Frozen):
     cuda_context_bytes: FittedFigure | None = None
     nccl_bytes_per_communicator: FittedFigure | None = None
 
-    def run_ids(self) -> tuple[int, ...]:
+    def figures(self) -> list[FittedFigure]:
         figs = [
             self.step_ratio, self.gemm[1] if self.gemm else None, self.scale_up_busbw_gb_per_s,
             self.scale_up_hop_s, self.scale_out_busbw_gb_per_s, self.scale_out_hop_s, self.fragmentation,
             self.cuda_context_bytes, self.nccl_bytes_per_communicator,
         ]  # fmt: skip
-        return tuple(sorted({f.run_id for f in figs if f is not None}))
+        return [f for f in figs if f is not None]
+
+    def run_ids(self) -> tuple[int, ...]:
+        return tuple(sorted({f.run_id for f in self.figures()}))
+
+    def run_labels(self) -> tuple[str, ...]:
+        return tuple(sorted({f.run_label or f"run {f.run_id}" for f in self.figures()}))
 
     def latest_date(self) -> str:
         figs = [self.step_ratio, self.gemm[1] if self.gemm else None, self.fragmentation]
@@ -129,7 +145,7 @@ class AcceleratorFit(Frozen):
 
     @property
     def empty(self) -> bool:
-        return not self.run_ids()
+        return not self.figures()
 
 
 class Calibrations(Frozen):
@@ -142,8 +158,9 @@ class Calibrations(Frozen):
         return None if fit is None or fit.empty else fit
 
 
-def provenance_label(run_id: int, measured_at: str) -> str:
-    return f"calibrated (run {run_id}, {measured_at})"
+def provenance_label(run: str, measured_at: str) -> str:
+    """``calibrated (run 12, 2026-12-02)``; ``run`` is the run's label (``run N`` or ``shipped …``)."""
+    return f"calibrated ({run}, {measured_at})"
 
 
 # -- fitting ---------------------------------------------------------------------------------------------
@@ -241,8 +258,9 @@ def fit_run(run: CalibrationRun) -> AcceleratorFit:
 
     def fig(value: float | None = None, ratio: float | None = None, method: str = "") -> FittedFigure:
         return FittedFigure(
-            value=value, ratio=ratio, run_id=run.run_id, measured_at=run.measured_at, method=method
-        )
+            value=value, ratio=ratio, run_id=run.run_id, measured_at=run.measured_at, method=method,
+            run_label=run.name, run_href=run.href,
+        )  # fmt: skip
 
     step = [s for s in run.values("step_time_s") if s.predicted and s.measured > 0]
     step_ratio = _median(s.predicted / s.measured for s in step)  # type: ignore[operator]
@@ -312,6 +330,12 @@ class Change:
     run_id: int
     measured_at: str
     method: str
+    run_label: str = ""
+    run_href: str | None = None
+
+    @property
+    def run(self) -> str:
+        return self.run_label or f"run {self.run_id}"
 
 
 def _clamp(x: float, lo: float = MIN_EFFICIENCY, hi: float = 1.0) -> float:
@@ -324,7 +348,8 @@ def calibration_changes(cluster: Cluster, fit: AcceleratorFit) -> list[Change]:
     out: list[Change] = []
 
     def add(part: str, field: str, default: float, value: float, f: FittedFigure, method: str = "") -> None:
-        out.append(Change(part, field, default, value, f.run_id, f.measured_at, method or f.method))
+        out.append(Change(part, field, default, value, f.run_id, f.measured_at, method or f.method,
+                          f.run_label, f.run_href))  # fmt: skip
 
     if fit.gemm is not None:
         g, f = fit.gemm
@@ -396,12 +421,16 @@ def apply_calibration(cluster: Cluster, calibrations: Calibrations | None) -> tu
     for c in changes:
         updates[c.part][c.field] = c.value
         prov = FigureProvenance(
-            source=provenance_label(c.run_id, c.measured_at), as_of=c.measured_at[:10],
+            source=provenance_label(c.run, c.measured_at), as_of=c.measured_at[:10],
             confidence=Confidence.medium, note=f"{c.method}; catalog default {c.default:g}",
         )  # fmt: skip
         updates[c.part].setdefault("provenance", dict(parts[c.part].provenance))[c.field] = prov
     new = {p: parts[p].model_copy(update=u) for p, u in updates.items() if u}
     return cluster.model_copy(update=new), changes
+
+
+def _show(field: str, value: float) -> str:
+    return f"{value / 2**30:.2f} GiB" if field.endswith("_bytes") else f"{value:g}"
 
 
 def calibration_assumption(
@@ -418,12 +447,11 @@ def calibration_assumption(
             name="calibration", value="not calibrated (catalog defaults)", source="default",
             note=f"no benchmark run on {accelerator} has been reported; run `capplan bench run` and post it",
         )  # fmt: skip
-    runs = sorted({(c.run_id, c.measured_at) for c in changes})
-    label = ", ".join(f"run {i}" for i, _ in runs)
-    fields = ", ".join(f"{c.field} {c.default:g}→{c.value:g}" for c in changes)
-    latest = max(d for _, d in runs)
+    runs = sorted({(c.measured_at, c.run) for c in changes})
+    label = ", ".join(name for _, name in runs)
+    fields = ", ".join(f"{c.field} {_show(c.field, c.default)}→{_show(c.field, c.value)}" for c in changes)
+    latest = max(d for d, _ in runs)
     return Assumption(
-        name="calibration", value=f"calibrated by {label}",
-        source=provenance_label(runs[-1][0], latest) if len(runs) == 1 else f"calibrated ({label}, {latest})",
+        name="calibration", value=f"calibrated by {label}", source=provenance_label(label, latest),
         as_of=latest[:10], confidence=Confidence.medium.value, note=fields,
     )  # fmt: skip

@@ -6,9 +6,9 @@ Loading fails fast with a :class:`CatalogError` naming the file, the key and the
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.domain.architecture import Architecture, load_architectures
 from app.domain.catalog_io import CatalogError, load_sources
@@ -17,6 +17,9 @@ from app.domain.efficiency import EfficiencyCatalog, load_efficiency
 from app.domain.hardware import HardwareCatalog, load_hardware
 from app.domain.provenance import CatalogEntry, Source
 from app.domain.published import PublishedRun, check_run_architectures, load_published_runs
+
+if TYPE_CHECKING:
+    from app.domain.calibration import Calibrations
 
 __all__ = ["Catalog", "CatalogError", "CATALOG_KINDS", "load_catalog", "entry_record", "UnknownSlugError"]
 
@@ -41,6 +44,13 @@ class Catalog:
     published_runs: tuple[PublishedRun, ...]
     efficiency: EfficiencyCatalog
     data_dir: Path
+    # Fitted from benchmark runs (shipped under data/calibration and stored by the server); estimates whose
+    # request says ``calibrated`` use them. None: catalog defaults only.
+    calibrations: Calibrations | None = None
+
+    def with_calibrations(self, calibrations: Calibrations | None) -> Catalog:
+        """This catalog with ``calibrations`` (the same object when they are already the ones it has)."""
+        return self if calibrations is self.calibrations else replace(self, calibrations=calibrations)
 
     def entries(self, kind: str) -> tuple[CatalogEntry, ...]:
         """Entries of one listable kind (see CATALOG_KINDS)."""

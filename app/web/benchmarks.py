@@ -5,18 +5,21 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request
+from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse
 from sqlalchemy.orm import Session
 
 from app.deps import RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
+from app.schemas import BenchmarkRunOut
 from app.services import (
     active_calibration,
     get_benchmark_run,
     list_benchmark_runs,
     load_calibrations,
     run_calibration_changes,
+    shipped_run_out,
+    shipped_run_summary,
 )
 from app.web.htmx import render
 
@@ -34,15 +37,57 @@ def benchmarks_page(
     accelerator: Annotated[str, Query(max_length=64)] = "",
 ) -> HTMLResponse:
     runs = list_benchmark_runs(session, accelerator=accelerator or None)
-    calibrations = load_calibrations(session)
+    cache = request.app.state.calibrations
+    calibrations = load_calibrations(session, cache.shipped)
     active = {slug: active_calibration(catalog, calibrations, slug) for slug in sorted(calibrations.fits)}
+    shipped = [shipped_run_summary(s) for s in cache.shipped]
     context = {
         "runs": runs,
+        "shipped": [s for s in shipped if not accelerator or s.accelerator == accelerator],
         "accelerator": accelerator,
-        "accelerators": sorted({r.accelerator for r in list_benchmark_runs(session) if r.accelerator}),
+        "accelerators": sorted(
+            {r.accelerator for r in list_benchmark_runs(session) if r.accelerator}
+            | {s.accelerator for s in shipped if s.accelerator}
+        ),
         "active": {k: v for k, v in active.items() if v},
     }
     return render(request, "pages/benchmarks.html", context, block="results")
+
+
+def _run_page(
+    request: Request, catalog: Catalog, session: Session, run: BenchmarkRunOut, changes: list, *,
+    title: str, label: str, page_url: str, json_url: str, rank: str,
+) -> HTMLResponse:  # fmt: skip
+    samples = run.samples if rank == "all" else [s for s in run.samples if str(s.rank) == rank]
+    active = []
+    if run.accelerator:
+        calibrations = load_calibrations(session, request.app.state.calibrations.shipped)
+        active = active_calibration(catalog, calibrations, run.accelerator)
+    in_use = sorted({c.field for c in active if c.run == label})
+    context = {
+        "run": run, "title": title, "page_url": page_url, "json_url": json_url, "samples": samples, "rank": rank,
+        "ranks": ["all", *[str(r) for r in range(run.world_size)]], "changes": changes, "in_use": in_use,
+        "shipped": run.id == 0,
+    }  # fmt: skip
+    return render(request, "pages/benchmarks_run.html", context)
+
+
+@router.get("/benchmarks/shipped/{key:path}", response_class=HTMLResponse)
+def shipped_run_page(
+    request: Request,
+    key: Annotated[str, Path(max_length=300)],
+    catalog: CatalogDep,
+    session: SessionDep,
+    rank: Annotated[str, Query(max_length=10)] = "all",
+) -> HTMLResponse:
+    shipped = request.app.state.calibrations.shipped_run(key)
+    if shipped is None:
+        raise HTTPException(404, f"no shipped run {key!r}")
+    return _run_page(
+        request, catalog, session, shipped_run_out(shipped), run_calibration_changes(catalog, shipped),
+        title=f"Shipped run {key}", label=shipped.label, page_url=shipped.href,
+        json_url=f"/api/v1/benchmarks/shipped/{key}", rank=rank,
+    )  # fmt: skip
 
 
 @router.get("/benchmarks/{run_id}", response_class=HTMLResponse)
@@ -56,18 +101,7 @@ def benchmark_run_page(
     run = get_benchmark_run(session, run_id)
     if run is None:
         raise HTTPException(404, f"no benchmark run {run_id}")
-    samples = run.samples if rank == "all" else [s for s in run.samples if str(s.rank) == rank]
-    changes = run_calibration_changes(catalog, run)
-    active = []
-    if run.accelerator:
-        active = active_calibration(catalog, load_calibrations(session), run.accelerator)
-    in_use = sorted({c.field for c in active if c.run_id == run.id})
-    context = {
-        "run": run,
-        "samples": samples,
-        "rank": rank,
-        "ranks": ["all", *[str(r) for r in range(run.world_size)]],
-        "changes": changes,
-        "in_use": in_use,
-    }
-    return render(request, "pages/benchmarks_run.html", context)
+    return _run_page(
+        request, catalog, session, run, run_calibration_changes(catalog, run), title=f"Run {run.id}",
+        label=f"run {run.id}", page_url=f"/benchmarks/{run.id}", json_url=f"/api/v1/benchmarks/{run.id}", rank=rank,
+    )  # fmt: skip

@@ -17,7 +17,6 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import get_catalog
 from app.domain.architecture import parameter_counts
-from app.domain.calibration import Calibrations
 from app.domain.catalog import Catalog
 from app.domain.cost import MonthlyCost, TrainingCost
 from app.domain.estimate import Assumption, Estimate
@@ -247,17 +246,15 @@ def _step_rows(est: Estimate) -> list[tuple[str, float, float]]:
     ]
 
 
-def compute_results(
-    catalog: Catalog, form: PlannerInput, calibrations: Calibrations | None = None
-) -> dict[str, Any] | None:
+def compute_results(catalog: Catalog, form: PlannerInput) -> dict[str, Any] | None:
     """Everything the results panel shows, or None (and messages on ``form``) for invalid input. The estimate
-    uses ``calibrations`` (fitted from stored benchmark runs) unless the input turns calibration off."""
+    and the cost use the catalog's calibration unless the input turns calibration off."""
     if not form.ok:
         return None
     assert form.request is not None
     req = form.request
     try:
-        est = run_estimate(catalog, req, calibrations=calibrations if req.calibrated else None)
+        est = run_estimate(catalog, req)
     except InputError as exc:
         add_service_errors(form, exc.errors)
         return None
@@ -319,7 +316,7 @@ def exports_for(catalog: Catalog, form: PlannerInput) -> list[dict[str, str]]:
 
 
 def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> dict[str, Any]:
-    results = compute_results(catalog, form, request.app.state.calibrations.get())
+    results = compute_results(catalog, form)
     return {
         "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
         "exports": exports_for(catalog, form) if results else [], "model": model_summary(catalog, form),

@@ -145,3 +145,29 @@ def test_invalid_json_plan_file(monkeypatch, capsys, tmp_path: Path) -> None:
     assert code == 2 and "not valid JSON" in err
     with pytest.raises(UsageError, match="not valid JSON"):
         plan_file_to_request(bad)
+
+
+def test_plan_file_keeps_figure_overrides_and_calibration(monkeypatch, capsys, tmp_path: Path) -> None:
+    """A plan exported with overridden figures (here GEMM efficiency 0.40 instead of H100's 0.55) and with
+    calibration off carries both, so `capplan estimate --plan` reproduces that estimate, not the default one."""
+    from app.schemas import EstimateRequest
+    from app.services import plan_document_from_request
+
+    catalog = load_catalog(REPO_ROOT / "data")
+    base = dict(model="llama3.1-8b", gpu="h100-sxm", gpus=8, global_batch=64, seq_len=8192)
+    request = EstimateRequest(**base, figure_overrides={"efficiency.gemm_efficiency": 0.40}, calibrated=False)
+    doc = plan_document_from_request(catalog, request)
+    assert doc.figure_overrides == {"efficiency.gemm_efficiency": 0.40} and doc.calibrated is False
+    assert doc.estimate.calibration == "off (catalog defaults)"
+    path = tmp_path / "plan.json"
+    path.write_text(doc.model_dump_json(by_alias=True))
+
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", "--plan", str(path), "--json")
+    assert code == 0, err
+    again = json.loads(out)
+    assert again["tokens_per_s"] == pytest.approx(doc.estimate.tokens_per_s, rel=1e-12)
+    default = run_estimate(catalog, EstimateRequest(**base))
+    assert again["tokens_per_s"] < 0.9 * default.tokens_per_s
+    gemm = next(a for a in again["assumptions"] if a["key"] == "efficiency.gemm_efficiency")
+    assert gemm["value"] == 0.40 and gemm["source"] == "override"
+    assert plan_file_to_request(path).figure_overrides == {"efficiency.gemm_efficiency": 0.40}

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
@@ -96,6 +96,9 @@ class EstimateSummary(Frozen):
     parameters_total: int
     parameters_active: int
     time_to_train_days: float | None = None
+    calibration: str | None = Field(
+        default=None, max_length=2000, description="what calibrated the estimate, e.g. 'calibrated by run 12'"
+    )
 
 
 class PlanDocument(Frozen):
@@ -112,6 +115,14 @@ class PlanDocument(Frozen):
     plan: Plan
     tokens: float | None = Field(default=None, gt=0, le=1e16, description="tokens to train")
     allow_tp_across_nodes: bool = False
+    figure_overrides: dict[Annotated[str, Field(max_length=80)], Annotated[float, Field(ge=0, le=1e15)]] = (
+        Field(
+            default_factory=dict,
+            max_length=40,
+            description="catalog figures replaced for this plan ('part.field')",
+        )
+    )
+    calibrated: bool = Field(default=True, description="estimated with the calibration from benchmark runs")
     estimate: EstimateSummary
 
     @property
@@ -142,6 +153,8 @@ def build_plan_document(
     power_limit_w: float | None = None,
     tokens: float | None = None,
     allow_tp_across_nodes: bool = False,
+    figure_overrides: dict[str, float] | None = None,
+    calibrated: bool = True,
 ) -> PlanDocument:
     """The document for an estimate that was just made (``node`` and ``fabric`` as the estimate resolved them)."""
     per_node = node.accelerators_per_node
@@ -172,6 +185,8 @@ def build_plan_document(
         plan=estimate.plan,
         tokens=tokens,
         allow_tp_across_nodes=allow_tp_across_nodes,
+        figure_overrides=dict(figure_overrides or {}),
+        calibrated=calibrated,
         estimate=EstimateSummary(
             fits=estimate.fits,
             peak_memory_bytes=estimate.peak_memory_bytes,
@@ -186,6 +201,7 @@ def build_plan_document(
             parameters_total=estimate.parameters_total,
             parameters_active=estimate.parameters_active,
             time_to_train_days=estimate.time_to_train_days,
+            calibration=next((str(a.value) for a in estimate.assumptions if a.name == "calibration"), None),
         ),
     )
 
@@ -274,4 +290,6 @@ def request_fields(doc: PlanDocument) -> dict[str, Any]:
         "oversubscription": hw.oversubscription,
         "power_limit_w": hw.power_limit_w,
         "allow_tp_across_nodes": doc.allow_tp_across_nodes,
+        "figure_overrides": dict(doc.figure_overrides),
+        "calibrated": doc.calibrated,
     }

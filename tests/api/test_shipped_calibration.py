@@ -1,0 +1,174 @@
+"""Shipped calibration (data/calibration/**.json): runner results committed with capplan calibrate every
+estimate, cost and plan search out of the box, name themselves in the estimate's provenance, are listed and
+readable over the API and the pages, give way to newer posted runs, and stop the app when they are invalid."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from app.calibration_store import CalibrationFileError, load_shipped_runs
+from app.main import create_app
+from app.settings import REPO_ROOT, Settings
+
+
+def _fixtures():
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "bench" / "bench_fixtures.py"
+    spec = importlib.util.spec_from_file_location("capplan_tests_bench_fixtures", path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+synthetic_h100_result = _fixtures().synthetic_h100_result
+
+KEY = "2026-11-h100/llama3_8b_fsdp8_h100"
+AUTH = {"Authorization": "Bearer test-token"}
+ESTIMATE = {"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": 8, "global_batch": 8, "micro_batch": 1,
+            "seq_len": 8192}  # fmt: skip
+SEARCH = {"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": 8, "global_batch": 64, "seq_len": 8192,
+          "top_k": 3, "micro_batches": [1, 2], "recomputes": ["none", "full"]}  # fmt: skip
+
+
+def result_json(slowdown: float, when: datetime) -> str:
+    return (
+        synthetic_h100_result(slowdown)
+        .model_copy(update={"measured_at": when})
+        .model_dump_json(by_alias=True)
+    )
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    """A copy of data/ with one shipped run: the 8B on 8 × H100 whose steps took 1.25 × the prediction."""
+    target = tmp_path / "data"
+    shutil.copytree(REPO_ROOT / "data", target, ignore=shutil.ignore_patterns("calibration"))
+    path = target / "calibration" / f"{KEY}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(result_json(1.25, datetime(2026, 11, 20, tzinfo=UTC)))
+    return target
+
+
+@pytest.fixture
+def shipped_client(data_dir: Path, sqlite_url: str):
+    from app.db.migrate import upgrade
+
+    upgrade(sqlite_url)
+    settings = Settings(
+        database_url=sqlite_url, data_dir=data_dir, api_token="test-token", log_level="WARNING"
+    )
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+def calibration(estimate: dict) -> dict:
+    return next(a for a in estimate["assumptions"] if a["name"] == "calibration")
+
+
+def test_a_shipped_run_calibrates_estimates_and_says_so(shipped_client: TestClient) -> None:
+    est = shipped_client.post("/api/v1/estimate", json=ESTIMATE).json()
+    off = shipped_client.post("/api/v1/estimate", json={**ESTIMATE, "calibrated": False}).json()
+    assert calibration(est)["value"] == f"calibrated by shipped {KEY}"
+    assert calibration(est)["source"] == f"calibrated (shipped {KEY}, 2026-11-20)"
+    gemm = next(a for a in est["assumptions"] if a["name"] == "GEMM efficiency (large GEMMs)")
+    assert gemm["source"] == f"calibrated (shipped {KEY}, 2026-11-20)"
+    # 25 % slower steps than predicted: GEMM and attention efficiency × 0.8, so clearly fewer tokens/s
+    assert est["tokens_per_s"] < 0.9 * off["tokens_per_s"]
+    assert calibration(off)["value"].startswith("off")
+    other = shipped_client.post("/api/v1/estimate", json={**ESTIMATE, "gpu": "a100-80gb"}).json()
+    assert calibration(other)["value"].startswith("not calibrated")
+
+
+def test_cost_and_search_use_the_same_calibration(shipped_client: TestClient) -> None:
+    est = shipped_client.post("/api/v1/estimate", json=ESTIMATE).json()
+    cost = shipped_client.post("/api/v1/cost", json={**ESTIMATE, "node": "p5.48xlarge", "tokens": 1e10})
+    assert cost.status_code == 200, cost.text
+    assert cost.json()["tokens_per_s"] == pytest.approx(
+        shipped_client.post("/api/v1/estimate", json={**ESTIMATE, "node": "p5.48xlarge"}).json()[
+            "tokens_per_s"
+        ]
+    )
+    cost_off = shipped_client.post(
+        "/api/v1/cost", json={**ESTIMATE, "node": "p5.48xlarge", "tokens": 1e10, "calibrated": False}
+    ).json()
+    assert cost.json()["tokens_per_s"] < 0.9 * cost_off["tokens_per_s"]
+
+    found = shipped_client.post("/api/v1/plans/search", json=SEARCH).json()
+    found_off = shipped_client.post("/api/v1/plans/search", json={**SEARCH, "calibrated": False}).json()
+    assert any(n.startswith(f"calibration: calibrated by shipped {KEY}") for n in found["notes"])
+    assert any(n == "calibration: off (catalog defaults)" for n in found_off["notes"])
+    assert found["plans"][0]["tokens_per_s"] < 0.9 * found_off["plans"][0]["tokens_per_s"]
+    assert est["tokens_per_s"] > 0
+
+
+def test_shipped_runs_are_listed_and_readable(shipped_client: TestClient) -> None:
+    runs = shipped_client.get("/api/v1/benchmarks/shipped").json()
+    assert [r["key"] for r in runs] == [KEY]
+    assert runs[0]["url"] == f"/benchmarks/shipped/{KEY}" and runs[0]["software"]["torch"] == "2.13.0"
+    assert runs[0]["median_abs_error"] > 0
+    one = shipped_client.get(f"/api/v1/benchmarks/shipped/{KEY}")
+    assert one.status_code == 200 and one.json()["schema"] == "capplan.bench/v1"
+    assert one.json()["accelerator"] == "h100-sxm"
+    assert shipped_client.get("/api/v1/benchmarks/shipped/nope").status_code == 404
+    assert shipped_client.get("/api/v1/benchmarks/shipped/..%2F..%2Faccelerators").status_code == 404
+    in_use = shipped_client.get("/api/v1/calibration").json()
+    fields = {c["field"] for c in in_use}
+    assert {"gemm_efficiency", "attention_efficiency", "fragmentation_fraction"} <= fields
+    assert {c["run"] for c in in_use} == {f"shipped {KEY}"} and {c["accelerator"] for c in in_use} == {
+        "h100-sxm"
+    }
+    gemm = next(c for c in in_use if c["field"] == "gemm_efficiency")
+    assert gemm["value"] == pytest.approx(gemm["default"] * 0.8)
+
+    page = shipped_client.get("/benchmarks")
+    assert page.status_code == 200 and f'href="/benchmarks/shipped/{KEY}"' in page.text
+    detail = shipped_client.get(f"/benchmarks/shipped/{KEY}")
+    assert detail.status_code == 200
+    assert "Shipped run" in detail.text and "step_time_s" in detail.text and "+25.00 %" in detail.text
+    assert "The estimator uses this run" in detail.text
+    assert shipped_client.get(f"/benchmarks/shipped/{KEY}?rank=3").status_code == 200
+    assert shipped_client.get("/benchmarks/shipped/nope").status_code == 404
+
+
+def test_a_newer_posted_run_replaces_the_shipped_figures(shipped_client: TestClient) -> None:
+    body = json.loads(result_json(1.0, datetime(2026, 12, 1, tzinfo=UTC)))
+    r = shipped_client.post("/api/v1/benchmarks", json=body, headers=AUTH)
+    assert r.status_code == 201, r.text
+    run_id = r.json()["id"]
+    est = shipped_client.post("/api/v1/estimate", json=ESTIMATE).json()
+    gemm = next(a for a in est["assumptions"] if a["name"] == "GEMM efficiency (large GEMMs)")
+    assert gemm["source"] == f"calibrated (run {run_id}, 2026-12-01)"
+    off = shipped_client.post("/api/v1/estimate", json={**ESTIMATE, "calibrated": False}).json()
+    assert est["tokens_per_s"] == pytest.approx(off["tokens_per_s"], rel=0.02)  # measured = predicted now
+    shipped_page = shipped_client.get(f"/benchmarks/shipped/{KEY}").text
+    assert "A newer run on h100-sxm supersedes these figures" in shipped_page
+
+
+def test_an_invalid_shipped_file_stops_the_app(data_dir: Path, sqlite_url: str) -> None:
+    bad = data_dir / "calibration" / "broken.json"
+    bad.write_text('{"schema": "capplan.bench/v1", "preset": "x"}')
+    with pytest.raises(CalibrationFileError, match="broken.json: not a capplan.bench/v1 result"):
+        create_app(Settings(database_url=sqlite_url, data_dir=data_dir))
+    bad.write_text(result_json(1.0, datetime(2026, 11, 1, tzinfo=UTC)).replace('"h100-sxm"', '"h900"'))
+    with pytest.raises(CalibrationFileError, match="unknown accelerator 'h900'"):
+        load_shipped_runs(data_dir, accelerators=["h100-sxm"])
+
+
+def test_the_repository_data_has_valid_shipped_calibration() -> None:
+    """Whatever data/calibration holds (nothing until the first GPU run is committed) loads and names known
+    accelerators, and every shipped run records its GPU, driver and torch version."""
+    from app.domain.catalog import load_catalog
+
+    catalog = load_catalog(REPO_ROOT / "data")
+    for run in load_shipped_runs(
+        REPO_ROOT / "data", accelerators=[a.slug for a in catalog.hardware.accelerators]
+    ):
+        assert run.result.accelerator, run.key
+        assert {"torch", "cuda", "driver"} <= set(run.result.software), run.key
