@@ -1246,6 +1246,79 @@ def bench_submit(
     typer.echo(f"reported: {answer.get('url', '')} (run {answer.get('id')})")
 
 
+@bench_app.command("show")
+def bench_show(
+    files: Annotated[list[Path], typer.Argument(help="result JSON files (capplan bench run --output)")],
+    markdown: Annotated[
+        bool, typer.Option("--markdown", help="one Markdown table (the README's form)")
+    ] = False,
+    all_ranks: Annotated[bool, typer.Option("--all-ranks", help="every rank, not rank 0 only")] = False,
+) -> None:
+    """Print predicted vs measured for result files, as text tables or one Markdown table."""
+    from app.bench.report import markdown_table, result_table
+
+    results = [_load_result(f) for f in files]
+    if markdown:
+        typer.echo(markdown_table(results))
+        return
+    for r in results:
+        typer.echo(f"== {r.preset} on {r.device_name} ({r.world_size} rank(s), {r.measured_at:%Y-%m-%d}) ==")
+        typer.echo(result_table(r, all_ranks=all_ranks) + "\n")
+
+
+SHIP_FOLDER_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+
+
+@bench_app.command("ship")
+def bench_ship(
+    files: Annotated[list[Path], typer.Argument(help="GPU result JSON files (scripts/gpu_calibration.sh)")],
+    folder: Annotated[str, typer.Option(help="folder under data/calibration, e.g. 2026-12-h200")],
+    force: Annotated[bool, typer.Option("--force", help="replace files already shipped there")] = False,
+) -> None:
+    """Copy GPU results under data/calibration/FOLDER, where they calibrate every estimate (API, pages, CLI)
+    from then on; print what they change and the README's predicted-vs-measured table. Only runs on a catalog
+    accelerator that record their torch, CUDA and driver versions are shipped."""
+    import re
+    import shutil
+
+    from app.bench.report import markdown_table
+    from app.calibration_store import SHIPPED_DIR, fit_all, load_shipped_runs
+
+    if not re.match(SHIP_FOLDER_PATTERN, folder):
+        raise UsageError(
+            f"--folder {folder!r}: lowercase letters, digits, '.', '_' and '-' (e.g. 2026-12-h200)"
+        )
+    settings = Settings()
+    catalog = load_catalog(settings.data_dir)
+    known = {a.slug for a in catalog.hardware.accelerators}
+    results = []
+    for f in files:
+        r = _load_result(f)
+        missing = sorted({"torch", "cuda", "driver"} - {k for k, v in r.software.items() if v})
+        if r.accelerator is None or r.accelerator not in known:
+            raise UsageError(
+                f"{f}: not a run on a catalog accelerator ({r.accelerator or r.device_name}); not shipped"
+            )
+        if missing:
+            raise UsageError(f"{f}: the result does not record {', '.join(missing)}; not shipped")
+        results.append((f, r))
+    target = settings.data_dir / SHIPPED_DIR / folder
+    clashes = [target / f.name for f, _ in results if (target / f.name).exists()]
+    if clashes and not force:
+        raise UsageError(f"{clashes[0]} exists; --force replaces it")
+    target.mkdir(parents=True, exist_ok=True)
+    for f, _ in results:
+        shutil.copyfile(f, target / f.name)
+        typer.echo(f"shipped {target / f.name}", err=True)
+    fitted = fit_all(load_shipped_runs(settings.data_dir, accelerators=known))
+    for slug in sorted({r.accelerator for _, r in results if r.accelerator}):
+        from app.services import active_calibration
+
+        for c in active_calibration(catalog, fitted, slug):
+            typer.echo(f"{slug}: {c.field} {c.default:g} → {c.value:g}  ({c.run}; {c.method})", err=True)
+    typer.echo(markdown_table([r for _, r in results]))
+
+
 @bench_app.command("launch-cmd")
 def bench_launch_cmd(
     preset: Annotated[str, typer.Option(help="preset name")],

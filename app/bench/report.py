@@ -319,6 +319,57 @@ def result_table(result: BenchmarkResultIn, *, all_ranks: bool = False) -> str:
     return "\n".join(lines)
 
 
+HEADLINE = (
+    ("step_time_s", "step time"), ("tokens_per_s", "tokens/s"), ("achieved_tflops", "TFLOP/s (FlopCounter)"),
+    ("mfu", "MFU"), ("flops_per_step", "FLOPs per step"), ("param_bytes", "parameter bytes"),
+    ("grad_bytes", "gradient bytes"), ("optimizer_bytes", "optimizer bytes"),
+    ("saved_activation_bytes", "saved activations"), ("peak_allocated_bytes", "peak allocated"),
+    ("peak_reserved_bytes", "peak reserved"), ("outside_tensors_bytes", "outside tensors"),
+)  # fmt: skip
+
+
+def _md(value: float | None, unit: str) -> str:
+    if value is None:
+        return "—"
+    if unit == "B":
+        return f"{value / 2**30:,.2f} GiB"
+    if unit == "fraction":
+        return f"{value:.1%}"
+    if unit == "s":
+        return f"{value * 1e3:,.1f} ms"
+    return f"{value:,.4g}"
+
+
+def markdown_table(results: Iterable[BenchmarkResultIn]) -> str:
+    """The README's predicted-vs-measured table: rank 0's headline figures of each run, and the GEMM sweep's
+    largest square GEMM per dtype."""
+    lines = ["| run | figure | measured | predicted | error |", "| --- | --- | ---: | ---: | ---: |"]
+    for r in results:
+        by = {m.metric: m for m in r.metrics if m.rank == 0}
+        label = f"`{r.preset}` ({r.world_size} × {r.device_name}, {r.measured_at:%Y-%m-%d})"
+        for metric, name in HEADLINE:
+            m = by.get(metric)
+            if m is None:
+                continue
+            err = relative_error(m.measured, m.predicted)
+            lines.append(
+                f"| {label} | {name} | {_md(m.measured, m.unit)} | {_md(m.predicted, m.unit)} | "
+                f"{f'{err:+.1%}' if err is not None else '—'} |"
+            )
+            label = ""
+        gemms: dict[str, tuple[int, float]] = {}
+        for m in by.values():
+            parts = m.metric.split(":")
+            if parts[0] == "gemm" and len(parts) == 3:
+                dims = [int(x) for x in parts[2].split("x")]
+                if len(set(dims)) == 1 and dims[0] > gemms.get(parts[1], (0, 0.0))[0]:
+                    gemms[parts[1]] = (dims[0], m.measured)
+        for dtype, (size, tflops) in sorted(gemms.items()):
+            lines.append(f"| {label} | GEMM {dtype} {size}³ | {tflops:,.0f} TFLOP/s | — | — |")
+            label = ""
+    return "\n".join(lines)
+
+
 # -- launch --------------------------------------------------------------------------------------------------
 
 

@@ -48,21 +48,41 @@ from app.schemas import BenchmarkResultIn
 aten = torch.ops.aten
 
 
-def _cpu_sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
-    return sdpa_flop_count(query_shape, key_shape, value_shape)
+def _kv_heads_as_query(query_shape: Any, kv_shape: Any) -> tuple[int, ...]:
+    """K/V shape with the query's head count: GQA kernels broadcast K/V heads, so the work is per query head.
+    (torch < 2.13's formulas assert equal head counts and would crash on Llama's 32 query / 8 K/V heads.)"""
+    return (kv_shape[0], query_shape[1], *kv_shape[2:])
 
 
-def _cpu_sdpa_backward_flop(
+def _sdpa_flop(query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs) -> int:
+    return sdpa_flop_count(
+        query_shape, _kv_heads_as_query(query_shape, key_shape), _kv_heads_as_query(query_shape, value_shape)
+    )
+
+
+def _sdpa_backward_flop(
     grad_out_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kwargs
 ) -> int:
-    return sdpa_backward_flop_count(grad_out_shape, query_shape, key_shape, value_shape)
+    return sdpa_backward_flop_count(
+        grad_out_shape, query_shape, _kv_heads_as_query(query_shape, key_shape),
+        _kv_heads_as_query(query_shape, value_shape),
+    )  # fmt: skip
 
 
-# FlopCounterMode has no formula for the CPU flash kernel; count it like the CUDA SDPA kernels (non-causal).
-CPU_SDPA_FLOPS: dict[Any, Any] = {
-    aten._scaled_dot_product_flash_attention_for_cpu: _cpu_sdpa_flop,
-    aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_sdpa_backward_flop,
-}
+def _sdpa_ops(*names: str) -> list[Any]:
+    return [getattr(aten, n) for n in names if hasattr(aten, n)]
+
+
+# One formula for every fused SDPA kernel, GQA included, on any torch: the CPU flash kernel (FlopCounterMode has
+# no formula for it) and the CUDA flash / memory-efficient / cuDNN kernels. Non-causal, as torch counts them.
+SDPA_FLOPS: dict[Any, Any] = {
+    **{op: _sdpa_flop for op in _sdpa_ops(
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention")},
+    **{op: _sdpa_backward_flop for op in _sdpa_ops(
+        "_scaled_dot_product_flash_attention_for_cpu_backward", "_scaled_dot_product_flash_attention_backward",
+        "_scaled_dot_product_efficient_attention_backward", "_scaled_dot_product_cudnn_attention_backward")},
+}  # fmt: skip
 
 
 class Progress:
@@ -174,9 +194,16 @@ def _percentile(values: list[float], q: float) -> float:
 
 
 def train_and_measure(
-    preset: Preset, catalog: Catalog, device: torch.device, rank: int, world: int, progress: Progress
+    preset: Preset,
+    catalog: Catalog,
+    device: torch.device,
+    rank: int,
+    world: int,
+    progress: Progress,
+    info: dict[str, Any] | None = None,
 ) -> dict[str, float]:
-    """The training-step measurements of this rank (empty when the preset has no model)."""
+    """The training-step measurements of this rank (empty when the preset has no model). ``info`` receives
+    what is not a number: the attention kernels that ran (``sdpa_kernels``)."""
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     resolved = resolve_architecture(preset, catalog)
@@ -218,15 +245,20 @@ def train_and_measure(
         progress.update("warm-up", time.perf_counter() - t0)
 
     optimizer.zero_grad(set_to_none=True)
-    with FlopCounterMode(display=False, custom_mapping=CPU_SDPA_FLOPS) as counter:
+    with FlopCounterMode(display=False, custom_mapping=SDPA_FLOPS) as counter:
         forward_backward()
     optimizer.step()
     flops = float(counter.get_total_flops())
+    if info is not None:  # which SDPA kernel ran: a fallback to the math kernel changes FLOPs and memory
+        info["sdpa_kernels"] = sorted(
+            str(op) for op in counter.get_flop_counts().get("Global", {}) if "attention" in str(op)
+        )
     progress.update("FLOP count")
 
     if device.type == "cuda":
         torch.cuda.synchronize(device)
         torch.cuda.reset_peak_memory_stats(device)
+        torch.cuda.reset_accumulated_memory_stats(device)  # alloc retries / OOMs of the measured steps only
     times: list[float] = []
     for _ in range(preset.steps):
         if device.type == "cuda":
@@ -306,7 +338,8 @@ def run(preset: Preset, catalog: Catalog, output: Path | None) -> BenchmarkResul
     try:
         steps = preset.warmup_steps + preset.steps + 2 if preset.model != "none" else 0
         progress = Progress(steps + 2, enabled=rank == 0)
-        measured.update(train_and_measure(preset, catalog, device, rank, world, progress))
+        info: dict[str, Any] = {}
+        measured.update(train_and_measure(preset, catalog, device, rank, world, progress, info))
         collectives = []
         if preset.collective_sizes and world > 1:
             collectives = collective_sweep(preset.collective_sizes, preset.collective_ops, device,
@@ -327,7 +360,7 @@ def run(preset: Preset, catalog: Catalog, output: Path | None) -> BenchmarkResul
         result = build_result(
             preset, catalog, world_size=world, nodes=max(1, world // local_world),
             measured=[g or {} for g in gathered], gemm=gemms, collectives=collectives, device_name=name,
-            hardware=hardware_info(device, world, local_world), software=software_versions(device),
+            hardware=hardware_info(device, world, local_world), software={**software_versions(device), **info},
         )  # fmt: skip
         if output is not None:
             output.parent.mkdir(parents=True, exist_ok=True)

@@ -121,6 +121,10 @@ def test_capplan_bench_run_tiny_fsdp2_cpu_two_ranks(tmp_path: Path) -> None:
     stored = BenchmarkResultIn.model_validate_json(out.read_bytes())
     assert printed == stored and stored.world_size == 2 and stored.accelerator is None
     assert stored.software["torch"].startswith("2.") and stored.config["architecture"] == "tiny-llama"
+    assert stored.software["sdpa_kernels"] == [
+        "aten._scaled_dot_product_flash_attention_for_cpu",
+        "aten._scaled_dot_product_flash_attention_for_cpu_backward",
+    ]  # the fused kernel ran (a math-kernel fallback would change FLOPs and memory) and is recorded
     _check_ground_truth(stored)
     metrics = {m.metric for m in stored.metrics}
     assert any(m.startswith("gemm:bf16:") for m in metrics)
@@ -156,3 +160,25 @@ def test_result_json_is_the_api_schema() -> None:
     assert json.loads(parsed.model_dump_json(by_alias=True))["schema"] == "capplan.bench/v1"
     with pytest.raises(ValueError):
         BenchmarkResultIn.model_validate({**sample, "schema": "other/v9"})
+
+
+@torch_needed
+def test_sdpa_flop_formula_counts_gqa_per_query_head() -> None:
+    """Llama 3 8B attention, 32 query heads on 8 K/V heads, b=2, s=4096, d=128: the work is that of 32 heads
+    (the kernels broadcast K/V), forward 2 GEMMs = 4·b·h·s²·d = 5.5e11 FLOPs, backward 5 GEMMs. torch < 2.13's own
+    formulas assert equal head counts; ours broadcasts first, so the one GPU run cannot crash in the FLOP count.
+    Every fused SDPA kernel (CPU flash, CUDA flash / efficient / cuDNN) uses it."""
+    pytest.importorskip("torch")
+    import torch
+
+    from app.bench.runner import SDPA_FLOPS, _sdpa_backward_flop, _sdpa_flop
+
+    b, h, kv, s, d = 2, 32, 8, 4096, 128
+    q, k = (b, h, s, d), (b, kv, s, d)
+    assert _sdpa_flop(q, k, k) == 4 * b * h * s * s * d == 549_755_813_888
+    assert _sdpa_backward_flop(q, q, k, k) == 10 * b * h * s * s * d
+    aten = torch.ops.aten
+    for op in (aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_efficient_attention,
+               aten._scaled_dot_product_flash_attention_for_cpu):  # fmt: skip
+        assert SDPA_FLOPS[op] is _sdpa_flop
+    assert SDPA_FLOPS[aten._scaled_dot_product_flash_attention_backward] is _sdpa_backward_flop
