@@ -49,6 +49,7 @@ DEFAULTS: dict[str, str] = {
     "sequence_parallel": "off",
     "flash_attention": "on",
     "oversubscription": "1",
+    "calibrated": "on",
 }
 
 OVERRIDES: dict[str, tuple[str, str]] = {
@@ -74,7 +75,7 @@ a hardware or efficiency figure of the estimate (EstimateRequest.figure_override
 app/domain/overrides.py); any other ``o.…`` is a CostOverrides path."""
 FIGURE_PREFIX = "o.figure."
 
-BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention")
+BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "calibrated")
 INT_FIELDS = (
     "gpus",
     "seq_len",

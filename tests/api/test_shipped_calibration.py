@@ -172,3 +172,33 @@ def test_the_repository_data_has_valid_shipped_calibration() -> None:
     ):
         assert run.result.accelerator, run.key
         assert {"torch", "cuda", "driver"} <= set(run.result.software), run.key
+
+
+PLANNER = ("/?model=llama3.1-8b&gpu=h100-sxm&node=p5.48xlarge&gpus=8&tp=1&global_batch=64&seq_len=8192"
+           "&recompute=none&tokens=1e10")  # fmt: skip
+
+
+def test_planner_shows_and_toggles_calibration_and_its_cost_agrees(shipped_client: TestClient) -> None:
+    on = shipped_client.get(PLANNER)
+    assert on.status_code == 200
+    assert f'Calibration: <a href="/benchmarks">calibrated by shipped {KEY}</a>' in on.text
+    off = shipped_client.get(PLANNER + "&calibrated=off")
+    assert 'Calibration: <a href="/benchmarks">off (catalog defaults)</a>' in off.text
+    assert "calibration off</summary>" in off.text  # the switch is shown, not hidden in a closed panel
+
+    from app.web.forms import parse_planner
+    from app.web.planner import compute_results
+
+    state = shipped_client.app.state  # type: ignore[attr-defined]
+    catalog = state.catalog.with_calibrations(state.calibrations.get())
+    params = dict(x.split("=") for x in PLANNER[2:].split("&"))
+    results = compute_results(catalog, parse_planner(params))
+    assert results is not None and results["cost"] is not None
+    assert results["cost"].tokens_per_s == pytest.approx(
+        results["est"].tokens_per_s
+    )  # one calibration for both
+    off_results = compute_results(catalog, parse_planner({**params, "calibrated": "off"}))
+    assert off_results is not None and off_results["cost"].tokens_per_s == pytest.approx(
+        off_results["est"].tokens_per_s
+    )
+    assert results["est"].tokens_per_s < 0.9 * off_results["est"].tokens_per_s
