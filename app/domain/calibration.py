@@ -430,7 +430,7 @@ def apply_calibration(cluster: Cluster, calibrations: Calibrations | None) -> tu
 
 
 def _show(field: str, value: float) -> str:
-    return f"{value / 2**30:.2f} GiB" if field.endswith("_bytes") else f"{value:g}"
+    return f"{value / 2**30:.2f} GiB" if "bytes" in field else f"{value:g}"
 
 
 def calibration_assumption(
