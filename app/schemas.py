@@ -281,17 +281,22 @@ class BenchmarkResultIn(BaseModel):
         return self
 
 
-class BenchmarkRunSummary(BaseModel):
-    id: int
+class _RunFacts(BaseModel):
+    """What a list of runs shows of each (stored or shipped)."""
+
     preset: str
     accelerator: str | None
     node: str | None
     world_size: int
     device_name: str
     measured_at: datetime
-    created_at: datetime
     metrics: int = Field(description="number of measured figures")
     median_abs_error: float | None = Field(description="median |relative error| over predicted figures")
+
+
+class BenchmarkRunSummary(_RunFacts):
+    id: int
+    created_at: datetime
 
 
 class BenchmarkRunOut(BenchmarkRunSummary):
@@ -302,21 +307,13 @@ class BenchmarkRunOut(BenchmarkRunSummary):
     samples: list[BenchmarkMetricOut]
 
 
-class ShippedRunSummary(BaseModel):
+class ShippedRunSummary(_RunFacts):
     """A runner result shipped with capplan under data/calibration (measured by the project on real GPUs)."""
 
     key: str = Field(description="path under data/calibration without .json")
     url: str = Field(description="the run's page")
     api_url: str
-    preset: str
-    accelerator: str | None
-    node: str | None
-    world_size: int
-    device_name: str
-    measured_at: datetime
-    metrics: int
     software: dict[str, Any]
-    median_abs_error: float | None
 
 
 class CalibrationFigureOut(BaseModel):

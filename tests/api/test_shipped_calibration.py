@@ -10,24 +10,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bench_fixtures import synthetic_h100_result
 from fastapi.testclient import TestClient
 
 from app.calibration_store import CalibrationFileError, load_shipped_runs
 from app.main import create_app
 from app.settings import REPO_ROOT, Settings
-
-
-def _fixtures():
-    import importlib.util
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_fixtures.py"
-    spec = importlib.util.spec_from_file_location("capplan_tests_bench_fixtures", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-synthetic_h100_result = _fixtures().synthetic_h100_result
 
 KEY = "2026-11-h100/llama3_8b_fsdp8_h100"
 AUTH = {"Authorization": "Bearer test-token"}

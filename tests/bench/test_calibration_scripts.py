@@ -5,7 +5,6 @@ where the next estimate uses them, and refuses results that cannot calibrate any
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -14,6 +13,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bench_fixtures import synthetic_h100_result
 from typer.testing import CliRunner
 
 from app.cli import UsageError
@@ -25,11 +25,7 @@ SCRIPT = REPO_ROOT / "scripts" / "gpu_calibration.sh"
 
 
 def _synthetic(**software: str) -> BenchmarkResultIn:
-    path = Path(__file__).resolve().parent / "bench_fixtures.py"
-    spec = importlib.util.spec_from_file_location("capplan_tests_bench_fixtures", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    r = module.synthetic_h100_result(1.25)
+    r = synthetic_h100_result(1.25)
     return r.model_copy(
         update={"measured_at": datetime(2026, 11, 30, tzinfo=UTC), "software": {**r.software, **software}}
     )

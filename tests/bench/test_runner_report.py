@@ -3,7 +3,6 @@ the token (exit 2, one line), stored and calibrating with it."""
 
 from __future__ import annotations
 
-import importlib.util
 import socket
 import threading
 import time
@@ -11,6 +10,7 @@ from pathlib import Path
 
 import httpx2
 import uvicorn
+from bench_fixtures import synthetic_h100_result
 from typer.testing import CliRunner
 
 from app.cli import app as cli_app
@@ -18,11 +18,7 @@ from app.db.migrate import upgrade
 
 
 def _synthetic():
-    path = Path(__file__).with_name("bench_fixtures.py")
-    spec = importlib.util.spec_from_file_location("capplan_tests_bench_fixtures", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.synthetic_h100_result()
+    return synthetic_h100_result()
 
 
 def _port() -> int:

@@ -4,12 +4,12 @@ the configured database; --no-calibration turns it off."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from bench_fixtures import synthetic_h100_result
 from test_cli_catalog import run_cli
 
 ESTIMATE = ["--model", "llama3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "8",
@@ -17,11 +17,7 @@ ESTIMATE = ["--model", "llama3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--glo
 
 
 def _synthetic(slowdown: float):
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_fixtures.py"
-    spec = importlib.util.spec_from_file_location("capplan_tests_bench_fixtures", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module.synthetic_h100_result(slowdown).model_copy(
+    return synthetic_h100_result(slowdown).model_copy(
         update={"measured_at": datetime(2026, 11, 30, tzinfo=UTC)}
     )
 

@@ -5,22 +5,8 @@ from __future__ import annotations
 import json
 import re
 
+from bench_fixtures import synthetic_h100_result
 from fastapi.testclient import TestClient
-
-
-def _fixtures():
-    """tests/bench/bench_fixtures.py, loaded by path (tests/ is not a package)."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[1] / "bench" / "bench_fixtures.py"
-    spec = importlib.util.spec_from_file_location("capplan_tests_bench_fixtures", path)
-    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
-    spec.loader.exec_module(module)  # type: ignore[union-attr]
-    return module
-
-
-synthetic_h100_result = _fixtures().synthetic_h100_result
 
 
 def post_run(client: TestClient) -> int:
