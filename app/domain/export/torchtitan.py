@@ -178,6 +178,12 @@ def torchtitan_toml(doc: PlanDocument) -> tuple[str, list[str]]:
     activation: dict[str, TomlValue] = {"mode": p.recompute.value}
     if p.recompute is Recompute.selective:
         activation["selective_ac_option"] = "op"
+        notes.append(
+            "torchtitan's selective AC ('op') is per-op: it keeps every other matmul output and the attention "
+            "outputs and recomputes the rest; capplan's 'selective' (Korthikanti et al.) recomputes only the "
+            "attention core, so expect torchtitan to hold less activation memory and recompute more than this "
+            "estimate (capplan models per-op SAC not yet; see README, Accuracy)"
+        )
 
     tables = [
         toml_table("job", {"dump_folder": "./outputs", "description": f"{doc.name}: {arch.name}"}),
