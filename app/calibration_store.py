@@ -83,8 +83,17 @@ def calibration_run_from(
         world_size=world_size, nodes=int(nodes if nodes is not None else config.get("nodes", 1)),
         scale_out_kind=config.get("scale_out_kind"), communicators=int(config.get("communicators") or 0),
         samples=tuple(Sample(s.metric, s.unit, s.rank, s.measured, s.predicted) for s in samples),
-        label=label, href=href,
+        basis=_basis(config.get("prediction_basis")), label=label, href=href,
     )  # fmt: skip
+
+
+def _basis(value: Any) -> dict[str, float]:
+    """``config.prediction_basis`` of a run (the efficiencies its predictions used); {} when absent or odd."""
+    if not isinstance(value, Mapping):
+        return {}
+    return {
+        str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 def shipped_calibration_run(run: ShippedRun) -> CalibrationRun | None:

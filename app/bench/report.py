@@ -182,6 +182,12 @@ def predictions(
     est = estimate(arch, cluster, plan)
     stage = est.memory_by_stage[0]
     info["communicators"] = stage.communicators
+    # the catalog efficiencies these predictions used: a step-time ratio calibrates relative to them, so a
+    # later change of data/efficiency.toml does not shift an old run's calibration
+    info["prediction_basis"] = {
+        "gemm_efficiency": cluster.efficiency.gemm_efficiency,
+        "attention_efficiency": cluster.efficiency.attention_efficiency,
+    }
     info["predicted_step"] = est.step.model_dump(exclude={"ranks", "groups"})
     timing = {
         "step_time_s": est.step_time_s,

@@ -78,9 +78,8 @@ class CalibrationRun(Frozen):
     scale_out_kind: str | None = None
     communicators: int = 0
     samples: tuple[Sample, ...]
-    label: str = (
-        ""  # how estimates name the run: "run 12" (stored) or "shipped h200-sxm/…" (data/calibration)
-    )
+    basis: dict[str, float] = {}  # catalog efficiencies the run's predictions used (config.prediction_basis)
+    label: str = ""  # "run 12" (stored), "shipped 2026-12-h200/…" (data/calibration) or "file r.json"
     href: str | None = None  # the run's page
 
     @property
@@ -101,6 +100,7 @@ class FittedFigure(Frozen):
     method: str
     run_label: str = ""
     run_href: str | None = None
+    basis: dict[str, float] = {}  # for a ratio: the figures it multiplies (those the predictions used)
 
 
 class GemmFit(Frozen):
@@ -280,7 +280,7 @@ def fit_run(run: CalibrationRun) -> AcceleratorFit:
     return AcceleratorFit(
         accelerator=run.accelerator,
         step_ratio=fig(ratio=step_ratio, method=f"median predicted/measured step time over {len(step)} rank(s)")
-        if step_ratio else None,
+        .model_copy(update={"basis": dict(run.basis)}) if step_ratio else None,
         gemm=(gemm, fig(method=f"least squares t = F/(peak·e) + overhead over {gemm.points} GEMMs"))
         if gemm else None,
         scale_up_busbw_gb_per_s=fig(value=up_bw, method="asymptotic busbw of the intra-node sweep")
@@ -355,18 +355,17 @@ def calibration_changes(cluster: Cluster, fit: AcceleratorFit) -> list[Change]:
         g, f = fit.gemm
         add("efficiency", "gemm_overhead_us", eff.gemm_overhead_us, round(g.overhead_s * 1e6, 3), f)
     if fit.step_ratio is not None and fit.step_ratio.ratio:
-        r = fit.step_ratio.ratio
-        note = f"catalog default × {r:.3f} ({fit.step_ratio.method})"
-        add(
-            "efficiency",
-            "gemm_efficiency",
-            eff.gemm_efficiency,
-            _clamp(eff.gemm_efficiency * r),
-            fit.step_ratio,
-            note,
-        )
-        add("efficiency", "attention_efficiency", eff.attention_efficiency,
-            _clamp(eff.attention_efficiency * r), fit.step_ratio, note)  # fmt: skip
+        r, basis = fit.step_ratio.ratio, fit.step_ratio.basis
+        for field in ("gemm_efficiency", "attention_efficiency"):
+            default = getattr(eff, field)
+            base = basis.get(
+                field, default
+            )  # what the run's predictions assumed (today's default if unknown)
+            origin = (
+                "catalog default" if base == default else f"{base:g} (the figure the run was predicted with)"
+            )
+            add("efficiency", field, default, _clamp(base * r), fit.step_ratio,
+                f"{origin} × {r:.3f} ({fit.step_ratio.method})")  # fmt: skip
     elif fit.gemm is not None:
         g, f = fit.gemm
         peak = cluster.peak_flops_for("bf16")

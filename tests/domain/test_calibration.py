@@ -122,3 +122,33 @@ def test_calibrated_cluster_changes_the_estimate_and_other_accelerators_do_not()
     assert apply_calibration(a100, cals) == (a100, [])
     assert calibration_assumption("a100-80gb", []).value.startswith("not calibrated")
     assert calibration_assumption("h100-sxm", [], enabled=False).value.startswith("off")
+
+
+def test_step_ratio_calibrates_relative_to_the_figures_the_run_was_predicted_with():
+    """A run predicted with GEMM efficiency 0.60 (an older efficiency.toml) whose steps took 1.25 × the
+    prediction calibrates to 0.60 × 0.8 = 0.48, not to today's default 0.55 × 0.8 = 0.44: retuning the catalog
+    must not shift an old run's calibration. Without a recorded basis, today's default is the basis."""
+    c = cluster(1)
+    step = [Sample("step_time_s", "s", 0, 1.25, 1.0)]
+    recorded = run(3, step, basis={"gemm_efficiency": 0.60, "attention_efficiency": 0.30})
+    cal, changes = apply_calibration(c, fit_calibrations([recorded]))
+    assert cal.efficiency.gemm_efficiency == pytest.approx(0.48)
+    assert cal.efficiency.attention_efficiency == pytest.approx(0.24)
+    gemm = next(ch for ch in changes if ch.field == "gemm_efficiency")
+    assert gemm.default == 0.55 and gemm.method.startswith(
+        "0.6 (the figure the run was predicted with) × 0.800"
+    )
+    cal, _ = apply_calibration(c, fit_calibrations([run(4, step)]))
+    assert cal.efficiency.gemm_efficiency == pytest.approx(0.55 * 0.8)
+
+
+def test_runner_results_record_their_prediction_basis():
+    from bench_fixtures import synthetic_h100_result
+
+    from app.calibration_store import calibration_run_from
+
+    r = synthetic_h100_result()
+    assert r.config["prediction_basis"] == {"gemm_efficiency": 0.55, "attention_efficiency": 0.25}
+    cal = calibration_run_from(run_id=1, measured_at=r.measured_at, accelerator=r.accelerator,
+                               world_size=r.world_size, config=r.config, samples=r.metrics)  # fmt: skip
+    assert cal is not None and cal.basis == {"gemm_efficiency": 0.55, "attention_efficiency": 0.25}
