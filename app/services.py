@@ -550,7 +550,8 @@ def ingest_benchmark(session: Session, catalog: Catalog, result: BenchmarkResult
     return run
 
 
-def _median_abs_error(samples: list[BenchmarkSample]) -> float | None:
+def _median_abs_error(samples: Sequence[Any]) -> float | None:
+    """Median |measured/predicted − 1| over the samples (stored rows or result metrics) that have a prediction."""
     errs = [abs(e) for s in samples if (e := relative_error(s.measured, s.predicted)) is not None]
     return statistics.median(errs) if errs else None
 
@@ -620,12 +621,11 @@ def run_calibration_changes(
 
 def shipped_run_summary(run: ShippedRun) -> ShippedRunSummary:
     r = run.result
-    errs = [abs(e) for m in r.metrics if (e := relative_error(m.measured, m.predicted)) is not None]
     return ShippedRunSummary(
         key=run.key, url=run.href, api_url=f"/api/v1/benchmarks/shipped/{run.key}", preset=r.preset,
         accelerator=r.accelerator, node=r.node, world_size=r.world_size, device_name=r.device_name,
         measured_at=r.measured_at, metrics=len(r.metrics), software=r.software,
-        median_abs_error=statistics.median(errs) if errs else None,
+        median_abs_error=_median_abs_error(r.metrics),
     )  # fmt: skip
 
 
