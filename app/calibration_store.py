@@ -213,10 +213,10 @@ class CalibrationCache:
             if time.monotonic() - self._loaded_at >= self._ttl_s:
                 with self._factory() as session:
                     stored = stored_calibration_runs_or_none(session)
-                if stored is None:  # database unreadable: shipped only, retry on the next call
-                    self._value, self._loaded_at = self._shipped_only, float("-inf")
-                else:
-                    self._value, self._loaded_at = fit_all(self.shipped, stored), time.monotonic()
+                # database unreadable: the shipped calibration alone until the next try, one TTL later (so an
+                # outage costs one failed connection per TTL, not one per request)
+                self._value = self._shipped_only if stored is None else fit_all(self.shipped, stored)
+                self._loaded_at = time.monotonic()
         return self._value
 
     def peek(self) -> Calibrations | None:

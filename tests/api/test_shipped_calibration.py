@@ -190,3 +190,33 @@ def test_planner_shows_and_toggles_calibration_and_its_cost_agrees(shipped_clien
         off_results["est"].tokens_per_s
     )
     assert results["est"].tokens_per_s < 0.9 * off_results["est"].tokens_per_s
+
+
+def test_cache_keeps_the_shipped_calibration_through_a_database_outage(data_dir: Path) -> None:
+    """The stored runs cannot be read: estimates keep the shipped calibration, and the database is tried again
+    once per TTL, not on every request."""
+    from sqlalchemy.exc import OperationalError
+
+    from app.calibration_store import CalibrationCache
+
+    tries = []
+
+    class Down:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def scalars(self, *args, **kwargs):
+            tries.append(1)
+            raise OperationalError("select", {}, Exception("connection refused"))
+
+    shipped = load_shipped_runs(data_dir)
+    cache = CalibrationCache(Down, shipped, ttl_s=3600)
+    first = cache.get()
+    assert first.for_accelerator("h100-sxm") is not None  # the shipped run still calibrates
+    assert cache.get() is first and cache.peek() is first and len(tries) == 1
+    cache.invalidate()
+    cache.get()
+    assert len(tries) == 2
