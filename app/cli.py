@@ -144,7 +144,13 @@ def serve(
     import uvicorn
 
     settings = Settings()
-    load_catalog(settings.data_dir)  # fail before binding the port
+    catalog = load_catalog(settings.data_dir)  # fail before binding the port: the catalog, the shipped runs
+    from app.calibration_store import CalibrationFileError, load_shipped_runs
+
+    try:
+        load_shipped_runs(settings.data_dir, accelerators=[a.slug for a in catalog.hardware.accelerators])
+    except CalibrationFileError as exc:
+        fail(str(exc))
     if upgrade_db:
         from app.db.migrate import upgrade
 

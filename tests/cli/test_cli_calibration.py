@@ -118,3 +118,16 @@ def test_calibration_db_reads_the_posted_runs(monkeypatch, capsys, tmp_path: Pat
     monkeypatch.setenv("CAPPLAN_DATABASE_URL", f"sqlite:///{tmp_path / 'missing' / 'x.db'}")
     code, _, err = run_cli(monkeypatch, capsys, "estimate", *ESTIMATE, "--calibration-db")
     assert code == 2 and "--calibration-db: cannot read the benchmark runs" in err
+
+
+def test_serve_refuses_an_invalid_shipped_file_before_binding(monkeypatch, capsys, tmp_path: Path) -> None:
+    import shutil
+
+    from app.settings import REPO_ROOT
+
+    data = tmp_path / "data"
+    shutil.copytree(REPO_ROOT / "data", data)
+    (data / "calibration" / "broken.json").write_text("{}")
+    monkeypatch.setenv("CAPPLAN_DATA_DIR", str(data))
+    code, _, err = run_cli(monkeypatch, capsys, "serve", "--port", "1", "--no-upgrade-db")
+    assert code == 2 and "broken.json: not a capplan.bench/v1 result" in err
