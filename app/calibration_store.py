@@ -17,6 +17,7 @@ file that does not validate stops the app at start-up, like a bad catalog file: 
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -31,10 +32,11 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
 from app.db.tables import BenchmarkRun
-from app.domain.calibration import CalibrationRun, Calibrations, Sample, fit_calibrations
+from app.domain.calibration import CalibrationRun, Calibrations, Sample, fit_calibrations, fit_run
 from app.schemas import BenchmarkResultIn
 
 SHIPPED_DIR = "calibration"
+SHIPPED_KEY = re.compile(r"[A-Za-z0-9._-]{1,100}(/[A-Za-z0-9._-]{1,100})?")  # folder/file: safe in URLs
 FILE_RUN_IDS = 2**31  # files named on the command line sort after stored runs (ids < 2**31) of the same date
 MAX_SHIPPED_BYTES = 16 * 2**20
 
@@ -74,17 +76,31 @@ def calibration_run_from(
     nodes: int | None = None,
 ) -> CalibrationRun | None:
     """One run as calibration input, from any of its shapes (stored row, API output, runner file): ``samples``
-    are objects with metric, unit, rank, measured and predicted. None without a catalog accelerator (CPU runs)."""
+    are objects with metric, unit, rank, measured and predicted. None without a catalog accelerator (CPU runs).
+    ``config`` is what the poster sent: an odd value there (a string where a count belongs) reads as unknown,
+    it never fails the fit of every other run."""
     if not accelerator:
         return None
-    config = config or {}
+    config = config if isinstance(config, Mapping) else {}
+    kind = config.get("scale_out_kind")
     return CalibrationRun(
-        run_id=run_id, measured_at=measured_at.date().isoformat(), accelerator=accelerator,
-        world_size=world_size, nodes=int(nodes if nodes is not None else config.get("nodes", 1)),
-        scale_out_kind=config.get("scale_out_kind"), communicators=int(config.get("communicators") or 0),
+        run_id=run_id, measured_at=measured_at.date().isoformat(), timestamp=measured_at.isoformat(),
+        accelerator=accelerator, world_size=world_size,
+        nodes=max(1, _count(nodes if nodes is not None else config.get("nodes"), 1)),
+        scale_out_kind=kind if isinstance(kind, str) else None, communicators=_count(config.get("communicators"), 0),
         samples=tuple(Sample(s.metric, s.unit, s.rank, s.measured, s.predicted) for s in samples),
         basis=_basis(config.get("prediction_basis")), label=label, href=href,
     )  # fmt: skip
+
+
+def _count(value: Any, default: int) -> int:
+    if isinstance(value, bool):
+        return default
+    if isinstance(value, int):
+        return max(0, value)
+    if isinstance(value, float) and value.is_integer():
+        return max(0, int(value))
+    return default
 
 
 def _basis(value: Any) -> dict[str, float]:
@@ -92,8 +108,9 @@ def _basis(value: Any) -> dict[str, float]:
     if not isinstance(value, Mapping):
         return {}
     return {
-        str(k): float(v) for k, v in value.items() if isinstance(v, int | float) and not isinstance(v, bool)
-    }
+        str(k): float(v) for k, v in value.items()
+        if isinstance(v, int | float) and not isinstance(v, bool) and 0 < v <= 1
+    }  # fmt: skip
 
 
 def shipped_calibration_run(run: ShippedRun) -> CalibrationRun | None:
@@ -133,7 +150,16 @@ def load_shipped_runs(data_dir: Path, *, accelerators: Iterable[str] | None = No
         if known is not None and result.accelerator is not None and result.accelerator not in known:
             raise CalibrationFileError(f"{path}: unknown accelerator {result.accelerator!r}")
         key = path.relative_to(root).with_suffix("").as_posix()
-        out.append(ShippedRun(key=key, path=path, result=result))
+        if not SHIPPED_KEY.fullmatch(key):
+            raise CalibrationFileError(f"{path}: name it with letters, digits, '.', '_', '-' and one folder")
+        shipped = ShippedRun(key=key, path=path, result=result)
+        try:
+            cal = shipped_calibration_run(shipped)
+            if cal is not None:
+                fit_run(cal)
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            raise CalibrationFileError(f"{path}: cannot be fitted: {exc}") from None
+        out.append(shipped)
     return tuple(out)
 
 
@@ -143,12 +169,21 @@ def fit_all(shipped: Sequence[ShippedRun], stored: Iterable[CalibrationRun] = ()
     return fit_calibrations([*runs, *stored])
 
 
-def result_file_runs(paths: Sequence[Path]) -> list[CalibrationRun]:
+def result_file_runs(
+    paths: Sequence[Path], accelerators: Iterable[str] | None = None
+) -> list[CalibrationRun]:
     """Runner result files given on the command line (``--calibration-run``) as calibration input, labelled by
-    their file name (runs on no catalog accelerator are skipped). Raises :class:`CalibrationFileError`."""
+    their file name. A file that cannot calibrate anything (a CPU run, an accelerator not in ``accelerators``)
+    is an error: the user named it to calibrate. Raises :class:`CalibrationFileError`."""
+    known = set(accelerators) if accelerators is not None else None
     out = []
     for i, path in enumerate(paths, start=1):
         result = read_result_file(path)
+        if result.accelerator is None:
+            raise CalibrationFileError(f"{path}: not run on a catalog accelerator ({result.device_name}); "
+                                       "it calibrates nothing")  # fmt: skip
+        if known is not None and result.accelerator not in known:
+            raise CalibrationFileError(f"{path}: unknown accelerator {result.accelerator!r}")
         run = calibration_run_from(
             run_id=FILE_RUN_IDS + i, measured_at=result.measured_at, accelerator=result.accelerator,
             world_size=result.world_size, config=result.config, samples=result.metrics,
@@ -160,14 +195,24 @@ def result_file_runs(paths: Sequence[Path]) -> list[CalibrationRun]:
 
 
 def stored_calibration_runs(session: Session) -> list[CalibrationRun]:
-    """The runs posted to this server, as calibration input (oldest first; runs without an accelerator skipped)."""
+    """The runs posted to this server, as calibration input (oldest first; runs without an accelerator skipped,
+    and a run whose figures cannot be read is logged and skipped)."""
     query = (
         select(BenchmarkRun)
         .where(BenchmarkRun.accelerator_slug.is_not(None))
         .options(selectinload(BenchmarkRun.samples))
         .order_by(BenchmarkRun.measured_at, BenchmarkRun.id)
     )
-    return [c for r in session.scalars(query) if (c := stored_calibration_run(r)) is not None]
+    out = []
+    for r in session.scalars(query):
+        try:
+            c = stored_calibration_run(r)
+            if c is not None:
+                fit_run(c)  # what the fit will do with it: a run it cannot fit is left out, not fatal
+                out.append(c)
+        except (ValueError, TypeError, ArithmeticError) as exc:
+            log.warning("benchmark run %s left out of the calibration: %s", r.id, exc)
+    return out
 
 
 def stored_calibration_run(run: BenchmarkRun) -> CalibrationRun | None:
@@ -207,16 +252,25 @@ class CalibrationCache:
         self._loaded_at = float("-inf")
 
     def get(self) -> Calibrations:
+        """The fitted calibrations, refitted when stale. One thread refits; the others meanwhile get the last
+        value at once instead of waiting on the database."""
         if time.monotonic() - self._loaded_at < self._ttl_s:
             return self._value
-        with self._lock:
+        if not self._lock.acquire(blocking=False):
+            return self._value
+        try:
             if time.monotonic() - self._loaded_at >= self._ttl_s:
-                with self._factory() as session:
-                    stored = stored_calibration_runs_or_none(session)
-                # database unreadable: the shipped calibration alone until the next try, one TTL later (so an
-                # outage costs one failed connection per TTL, not one per request)
-                self._value = self._shipped_only if stored is None else fit_all(self.shipped, stored)
+                try:
+                    with self._factory() as session:
+                        stored = stored_calibration_runs_or_none(session)
+                    # database unreadable: the shipped calibration alone until the next try, one TTL later
+                    # (an outage costs one failed connection per TTL, not one per request)
+                    self._value = self._shipped_only if stored is None else fit_all(self.shipped, stored)
+                except Exception:  # a bug in one run's data must not take every page down: keep the last fit
+                    log.exception("calibration refit failed; keeping the previous calibration")
                 self._loaded_at = time.monotonic()
+        finally:
+            self._lock.release()
         return self._value
 
     def peek(self) -> Calibrations | None:

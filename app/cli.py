@@ -102,15 +102,17 @@ def _catalog(calibration: bool = False, runs: list[Path] | None = None, from_db:
     catalog = load_catalog(settings.data_dir)
     if not calibration:
         if runs or from_db:
-            raise UsageError("--calibration-run/--calibration-db need --calibration (drop --no-calibration)")
+            raise UsageError(
+                "--calibration-run/--calibration-db need calibration on (--no-calibration or the plan file "
+                "turned it off; give --calibration)"
+            )
         return catalog
     from app.calibration_store import CalibrationFileError, fit_all, load_shipped_runs, result_file_runs
 
     try:
-        shipped = load_shipped_runs(
-            settings.data_dir, accelerators=[a.slug for a in catalog.hardware.accelerators]
-        )
-        extra = result_file_runs(runs or [])
+        known = [a.slug for a in catalog.hardware.accelerators]
+        shipped = load_shipped_runs(settings.data_dir, accelerators=known)
+        extra = result_file_runs(runs or [], accelerators=known)
     except CalibrationFileError as exc:
         fail(str(exc))
     if from_db:
@@ -485,6 +487,11 @@ def estimate(
         if _given_on_command_line(ctx, ("calibration",)):
             request = request.model_copy(update={"calibrated": calibration})
         result = run_estimate(_catalog(request.calibrated, calibration_run, calibration_db), request)
+        was = load_plan_file(plan_file).estimate.calibration
+        now = next((str(a.value) for a in result.assumptions if a.name == "calibration"), None)
+        if was is not None and now != was:
+            typer.echo(f"note: the plan file's estimate was {was!r}, this one is {now!r}: "
+                       "the figures differ by that calibration", err=True)  # fmt: skip
         typer.echo(result.model_dump_json(indent=2)) if as_json else print_estimate(result)
         return
     missing = [n for n, v in (("model", model), ("gpu", gpu), ("gpus", gpus), ("global-batch", global_batch),
@@ -650,9 +657,11 @@ def export_command(
     a Slurm script or a Kubernetes PyTorchJob — from --plan plan.json, or from the estimate options."""
     given = _given_on_command_line(ctx, ESTIMATE_OPTIONS)
     if plan_file is not None:
+        given += _given_on_command_line(ctx, ("calibration", "calibration_run", "calibration_db"))
         if given:
             raise UsageError(
-                f"--plan already holds the model, hardware and plan; drop --{given[0].replace('_', '-')}"
+                f"--plan already holds the model, hardware and plan (exported as estimated); "
+                f"drop --{given[0].replace('_', '-')}"
             )
         doc = load_plan_file(plan_file)
     else:
@@ -1272,7 +1281,8 @@ def bench_show(
         typer.echo(result_table(r, all_ranks=all_ranks) + "\n")
 
 
-SHIP_FOLDER_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"
+SHIP_FOLDER_PATTERN = r"[a-z0-9][a-z0-9._-]{0,62}"
+SHIP_FILE_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}\.json"  # the run's key in URLs: no quoting needed
 
 
 @bench_app.command("ship")
@@ -1290,7 +1300,7 @@ def bench_ship(
     from app.bench.report import markdown_table
     from app.calibration_store import SHIPPED_DIR, fit_all, load_shipped_runs
 
-    if not re.match(SHIP_FOLDER_PATTERN, folder):
+    if not re.fullmatch(SHIP_FOLDER_PATTERN, folder):
         raise UsageError(
             f"--folder {folder!r}: lowercase letters, digits, '.', '_' and '-' (e.g. 2026-12-h200)"
         )
@@ -1299,6 +1309,10 @@ def bench_ship(
     known = {a.slug for a in catalog.hardware.accelerators}
     results = []
     for f in files:
+        if not re.fullmatch(SHIP_FILE_PATTERN, f.name):
+            raise UsageError(
+                f"{f}: name the file with letters, digits, '.', '_' and '-' and .json (its URL key)"
+            )
         r = _load_result(f)
         missing = sorted({"torch", "cuda", "driver"} - {k for k, v in r.software.items() if v})
         if r.accelerator is None or r.accelerator not in known:

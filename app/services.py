@@ -71,6 +71,8 @@ def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:
     if request.calibrated:
         cluster, changes = apply_calibration(cluster, catalog.calibrations)
     if request.figure_overrides:
+        # an overridden figure is the user's, not the calibration's: the calibration note leaves it out
+        changes = [c for c in changes if f"{c.part}.{c.field}" not in request.figure_overrides]
         try:
             cluster = apply_overrides(cluster, request.figure_overrides)
         except OverrideError as exc:
@@ -164,11 +166,14 @@ def run_cost(catalog: Catalog, request: CostRequest) -> TrainingCost:
             plan_checkpoint_bytes_per_param=plan_checkpoint_bytes_per_param(est.plan), fits=cloud.fits,
             seq_len=est.plan.seq_len, cloud_estimate_node=cloud.node, self_build_estimate_node=own.node,
         )  # fmt: skip
-        return training_cost(
+        result = training_cost(
             catalog.cost, catalog.hardware, job, options=request.options, overrides=o, arch=arch
         )
     except CostInputError as exc:
         raise _cost_error(exc) from None
+    # the throughput behind every option: say what calibrated it
+    calibration = [a for a in cloud.assumptions if a.name == "calibration"]
+    return result.model_copy(update={"assumptions": (*calibration, *result.assumptions)})
 
 
 def run_monthly_cost(catalog: Catalog, request: MonthlyCostRequest) -> MonthlyCost:
@@ -353,7 +358,10 @@ def run_search(catalog: Catalog, request: PlanSearchRequest, max_plans: int | No
         result = search(arch, clusters, spec, flops)
     except SearchTooLarge as exc:
         raise InputError([_error("gpus", str(exc), "value_error.search_too_large")]) from None
-    return result.model_copy(update={"notes": tuple(notes)})
+    best = result.best
+    if best is not None:  # the winner's estimate states its calibration, as a single estimate does
+        best = best.model_copy(update={"assumptions": (*best.assumptions, cal)})
+    return result.model_copy(update={"notes": tuple(notes), "best": best})
 
 
 def timed_search(
@@ -602,21 +610,34 @@ def run_calibration_changes(
     """What this one run (stored or shipped) would change on its accelerator's reference cluster (its page)."""
     if isinstance(run, ShippedRun):
         cal = shipped_calibration_run(run)
-        world_size = run.result.world_size
+        world_size, node = run.result.world_size, run.result.node
     elif isinstance(run, BenchmarkRun):
-        cal, world_size = stored_calibration_run(run), run.world_size
+        cal, world_size, node = stored_calibration_run(run), run.world_size, run.node_slug
     else:
         cal = calibration_run_from(
             run_id=run.id, measured_at=run.measured_at, accelerator=run.accelerator, world_size=run.world_size,
             config=run.config, samples=run.samples, href=f"/benchmarks/{run.id}",
         )  # fmt: skip
-        world_size = run.world_size
+        world_size, node = run.world_size, run.node
     if cal is None:
         return []
-    cluster = build_cluster(
-        catalog.hardware, catalog.efficiency, accelerator=cal.accelerator, gpus=max(1, world_size)
-    )
-    return calibration_changes(cluster, fit_run(cal))
+    cluster = reference_cluster(catalog, cal.accelerator, gpus=max(1, world_size), node=node)
+    return calibration_changes(cluster, fit_run(cal)) if cluster is not None else []
+
+
+def reference_cluster(
+    catalog: Catalog, accelerator: str, gpus: int = 1, node: str | None = None
+) -> Cluster | None:
+    """The cluster a calibration is shown on: ``node`` (the run's) or the accelerator's reference node; None
+    when the catalog has no node for the accelerator (its runs are stored, but nothing can be estimated on it)."""
+    for candidate in (node, None) if node else (None,):
+        try:
+            return build_cluster(
+                catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=gpus, node=candidate
+            )
+        except (HardwareError, KeyError):
+            continue
+    return None
 
 
 def shipped_run_summary(run: ShippedRun) -> ShippedRunSummary:
@@ -670,5 +691,5 @@ def calibration_in_use(catalog: Catalog) -> list[CalibrationFigureOut]:
 
 def active_calibration(catalog: Catalog, calibrations: Calibrations, accelerator: str) -> list[Change]:
     """The figures the estimator currently replaces on ``accelerator`` (reference node, one GPU)."""
-    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=1)
-    return apply_calibration(cluster, calibrations)[1]
+    cluster = reference_cluster(catalog, accelerator)
+    return apply_calibration(cluster, calibrations)[1] if cluster is not None else []

@@ -4,7 +4,7 @@
 # travel as one archive, plus the log and the tables to read at once).
 #
 # Here first:  scripts/device_wheels.sh          (fills .whl/, ~3 MB)
-# Then the device tool's run with carry [".whl"], timeout_s 540:
+# Then the device tool's run with carry [".whl"], timeout_s 580:
 #              bash scripts/device_run.sh
 # Back here:   tar xzf <files_at>/calibration.tgz -C var/gpu-calibration/
 #              capplan bench ship var/gpu-calibration/*.json --folder YYYY-MM-h200
@@ -20,7 +20,7 @@ fi
 export PY=${PY:-$(command -v python3)}
 WORK=/tmp/capplan-calibration
 rm -rf "$WORK"
-timeout -k 20 480 bash scripts/gpu_calibration.sh "$WORK"
+timeout -k 20 520 bash scripts/gpu_calibration.sh "$WORK"
 status=$?
 tar czf "$OUT/calibration.tgz" -C "$WORK" .
 cp "$WORK/log.txt" "$OUT/log.txt" 2>/dev/null

@@ -16,11 +16,15 @@
 # On this project's lent H200 machine: scripts/device_run.sh (it installs the wheels that machine lacks).
 set -uo pipefail
 
+OUT_DIR=$(realpath -m "${1:-$(dirname "$0")/../var/gpu-calibration/$(date -u +%Y-%m-%d)}")  # before the cd
 cd "$(dirname "$0")/.."
 DEVICE=${DEVICE:-cuda}
-OUT_DIR=${1:-var/gpu-calibration/$(date -u +%Y-%m-%d)}
 ACCELERATOR=${ACCELERATOR:-h200-sxm}
 export PYTHONUNBUFFERED=1 NCCL_DEBUG=${NCCL_DEBUG:-WARN}
+if compgen -G "$OUT_DIR/*.json" >/dev/null; then
+  echo "$OUT_DIR already holds results; give an empty or new folder (they would be tabled and shipped too)" >&2
+  exit 2
+fi
 mkdir -p "$OUT_DIR"
 START=$(date +%s)
 log() { echo "[$(( $(date +%s) - START ))s] $*" | tee -a "$OUT_DIR/log.txt"; }
@@ -35,7 +39,7 @@ fi
 
 # Preflight (seconds): the imports the runner needs and, on GPU, one NCCL process group. A missing package or a
 # broken driver stops here instead of costing every preset its timeout.
-if ! timeout -k 5 90 "$PY" - "$DEVICE" <<'EOF' 2>&1 | tee "$OUT_DIR/versions.txt"
+if ! timeout -k 5 60 "$PY" - "$DEVICE" <<'EOF' 2>&1 | tee "$OUT_DIR/versions.txt"
 import sys
 import torch, torch.distributed as dist
 import pydantic, pydantic_settings  # noqa: F401  (the runner validates its result with the API schema)
@@ -93,11 +97,13 @@ if [ "$DEVICE" = cpu ]; then
   # The same flow on CPU with the CI preset: proves the script, not the hardware.
   run tiny_fsdp2_cpu 240 2
 else
-  # 1. Llama 3.1 8B scaled to 8 layers, one GPU, seq 4096, micro-batch 2: step time, memory, FLOPs, GEMM sweep
+  # Worst case on one GPU: 60 + 120 + 180 s plus kill margins, inside device_run.sh's 520 s.
+  # 1. Llama 3.1 8B scaled to 8 layers with selective recompute (the recompute FLOPs and activation terms on
+  #    GPU), 5 steps (~40 s). First, so that run 2, the newer, supplies the figures both measure.
+  run llama3_8b_fsdp1_h200_selective 120 1 --steps 5
+  # 2. The same without recompute, one GPU, seq 4096, micro-batch 2: step time, memory, FLOPs, GEMM sweep
   #    (~1 min: model init on the GPU, 3 warm-up + 10 measured steps, 11 GEMM shapes).
-  run llama3_8b_fsdp1_h200 210 1
-  # 2. The same with selective recompute (recompute FLOPs and activation terms on GPU), fewer steps (~40 s).
-  run llama3_8b_fsdp1_h200_selective 150 1 --steps 5
+  run llama3_8b_fsdp1_h200 180 1
   # 3. Collective sweep: needs >= 2 GPUs on the node (one GPU has nothing to communicate with).
   if [ "$GPUS" -ge 2 ]; then
     run gemm_sweep_gpu 150 "$GPUS"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -75,9 +76,24 @@ def database_url(request: pytest.FixtureRequest, tmp_path: Path, worker_id: str)
     return url
 
 
+@pytest.fixture(scope="session", autouse=True)
+def data_without_shipped_calibration(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """data/ as committed minus data/calibration, for every test (CAPPLAN_DATA_DIR and ``settings``): tests check
+    behaviour, so the GPU runs shipped later must not move the figures they assert. Tests of shipped calibration
+    bring their own runs; tests/api/test_shipped_calibration.py also validates the committed ones."""
+    target = tmp_path_factory.mktemp("catalog") / "data"
+    shutil.copytree(DATA_DIR, target, ignore=shutil.ignore_patterns("calibration"))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CAPPLAN_DATA_DIR", str(target))
+        yield target
+
+
 @pytest.fixture
-def settings(sqlite_url: str) -> Settings:
-    return Settings(database_url=sqlite_url, data_dir=DATA_DIR, api_token="test-token", log_level="WARNING")
+def settings(sqlite_url: str, data_without_shipped_calibration: Path) -> Settings:
+    return Settings(
+        database_url=sqlite_url, data_dir=data_without_shipped_calibration, api_token="test-token",
+        log_level="WARNING",
+    )  # fmt: skip
 
 
 @pytest.fixture

@@ -18,7 +18,9 @@ def build_engine(database_url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30})
         _sqlite_hooks(engine)
         return engine
-    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10)
+    # a server that does not answer fails a connection in 5 s instead of the TCP timeout (minutes)
+    connect_args = {"connect_timeout": 5} if url.get_backend_name() == "postgresql" else {}
+    return create_engine(url, pool_pre_ping=True, pool_size=5, max_overflow=10, connect_args=connect_args)
 
 
 def _sqlite_hooks(engine: Engine) -> None:

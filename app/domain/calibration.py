@@ -72,6 +72,7 @@ class CalibrationRun(Frozen):
 
     run_id: int
     measured_at: str  # YYYY-MM-DD
+    timestamp: str = ""  # ISO 8601 with time: orders runs of the same day (the newest evidence wins)
     accelerator: str
     world_size: int = 1
     nodes: int = 1
@@ -312,7 +313,7 @@ def merge_fits(older: AcceleratorFit, newer: AcceleratorFit) -> AcceleratorFit:
 def fit_calibrations(runs: Iterable[CalibrationRun]) -> Calibrations:
     """One fit per accelerator from every run on it, oldest first (the newest evidence wins per figure)."""
     fits: dict[str, AcceleratorFit] = {}
-    for run in sorted(runs, key=lambda r: (r.measured_at, r.run_id)):
+    for run in sorted(runs, key=lambda r: (r.measured_at, r.timestamp, r.run_id)):
         fit = fit_run(run)
         fits[run.accelerator] = merge_fits(fits[run.accelerator], fit) if run.accelerator in fits else fit
     return Calibrations(fits=fits)

@@ -58,9 +58,11 @@ def apply_overrides(cluster: Cluster, overrides: dict[str, float], *, on: date |
         provenance = dict(entry.provenance)
         for name in figures:
             default = getattr(entry, name)
+            was = entry.figure_provenance(name).source if name in entry.provenance else ""
+            origin = "calibrated" if was.startswith("calibrated") else "catalog"
             provenance[name] = FigureProvenance(
                 source="override", as_of=stamp, confidence=Confidence.high,
-                note=f"set for this plan; catalog {default:g}" if default is not None else "set for this plan",
+                note=f"set for this plan; {origin} {default:g}" if default is not None else "set for this plan",
             )  # fmt: skip
         try:
             updates[part] = type(entry).model_validate(

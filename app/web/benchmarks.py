@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, HTTPException, Path, Query, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse
 from sqlalchemy.orm import Session
 
 from app.deps import RowId, get_catalog, get_session
@@ -70,6 +70,12 @@ def _run_page(
         "shipped": run.id == 0,
     }  # fmt: skip
     return render(request, "pages/benchmarks_run.html", context)
+
+
+@router.get("/benchmarks/shipped", include_in_schema=False)
+def shipped_runs_list() -> RedirectResponse:
+    """The shipped runs are listed on the runs page."""
+    return RedirectResponse("/benchmarks#shipped", status_code=302)
 
 
 @router.get("/benchmarks/shipped/{key:path}", response_class=HTMLResponse)

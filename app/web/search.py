@@ -36,7 +36,7 @@ SEARCH_DEFAULTS = {
     "top_k": "10",
 }
 SHARED = ("model", "hf_config", "gpu", "node", "fabric", "seq_len", "global_batch", "tokens", "precision",
-          "optimizer", "framework", "flash_attention")  # fmt: skip
+          "optimizer", "framework", "flash_attention", "calibrated")  # fmt: skip
 """Planner inputs the search keeps fixed; the parallel layout (tp, pp, dp, …) is what it searches."""
 
 
@@ -51,7 +51,7 @@ def search_request(
         "model": r.model, "hf_config": r.hf_config, "gpu": r.gpu, "node": r.node, "fabric": r.fabric,
         "seq_len": r.seq_len, "global_batch": r.global_batch, "tokens": form.tokens, "precision": r.precision,
         "optimizer": r.optimizer, "framework": r.framework, "flash_attention": r.flash_attention,
-        "objective": opts["objective"], "price_option": opts["price_option"],
+        "calibrated": r.calibrated, "objective": opts["objective"], "price_option": opts["price_option"],
     }  # fmt: skip
     if opts["gpus_range"].strip():
         body["gpus_range"] = opts["gpus_range"].strip()

@@ -159,7 +159,7 @@ def test_the_repository_data_has_valid_shipped_calibration() -> None:
         REPO_ROOT / "data", accelerators=[a.slug for a in catalog.hardware.accelerators]
     ):
         assert run.result.accelerator, run.key
-        assert {"torch", "cuda", "driver"} <= set(run.result.software), run.key
+        assert all(run.result.software.get(k) for k in ("torch", "cuda", "driver")), run.key
 
 
 PLANNER = ("/?model=llama3.1-8b&gpu=h100-sxm&node=p5.48xlarge&gpus=8&tp=1&global_batch=64&seq_len=8192"
@@ -220,3 +220,74 @@ def test_cache_keeps_the_shipped_calibration_through_a_database_outage(data_dir:
     cache.invalidate()
     cache.get()
     assert len(tries) == 2
+
+
+def test_odd_posted_runs_never_take_pages_down(shipped_client: TestClient) -> None:
+    """A posted run with an unreadable config (a string where a count belongs) and one on an accelerator the
+    catalog has no node for (h100-pcie) are stored; every page and estimate keeps working."""
+    odd = json.loads(result_json(1.0, datetime(2026, 12, 1, tzinfo=UTC)))
+    odd["config"]["communicators"] = "two"
+    odd["config"]["prediction_basis"] = {"gemm_efficiency": "fast"}
+    assert shipped_client.post("/api/v1/benchmarks", json=odd, headers=AUTH).status_code == 201
+    pcie = json.loads(result_json(1.0, datetime(2026, 12, 1, tzinfo=UTC)))
+    pcie["accelerator"] = "h100-pcie"
+    assert shipped_client.post("/api/v1/benchmarks", json=pcie, headers=AUTH).status_code == 201
+    for path in ("/api/v1/catalog/accelerators", "/", "/benchmarks", "/benchmarks/1", "/benchmarks/2",
+                 "/api/v1/calibration"):  # fmt: skip
+        assert shipped_client.get(path).status_code == 200, path
+    est = shipped_client.post("/api/v1/estimate", json=ESTIMATE).json()
+    # the odd run still calibrates what it can read (its NCCL figure needs the communicator count: shipped's stays)
+    assert calibration(est)["value"] == f"calibrated by shipped {KEY}, run 1"
+    gemm = next(a for a in est["assumptions"] if a["key"] == "efficiency.gemm_efficiency")
+    assert gemm["source"] == "calibrated (run 1, 2026-12-01)"
+
+
+def test_runs_of_the_same_day_are_ordered_by_time(data_dir: Path, sqlite_url: str) -> None:
+    """Two shipped runs measured the same day: the later one (by time, not by file name) wins."""
+    from app.calibration_store import fit_all
+
+    folder = data_dir / "calibration" / "2026-11-h100"
+    (folder / "a_later.json").write_text(result_json(2.0, datetime(2026, 11, 20, 18, tzinfo=UTC)))
+    (folder / "z_earlier.json").write_text(result_json(1.0, datetime(2026, 11, 20, 6, tzinfo=UTC)))
+    fit = fit_all(load_shipped_runs(data_dir)).for_accelerator("h100-sxm")
+    assert fit is not None and fit.step_ratio is not None
+    assert (
+        fit.step_ratio.run_label == "shipped 2026-11-h100/a_later"
+        and fit.step_ratio.ratio == pytest.approx(0.5)
+    )
+
+
+def test_an_override_is_not_reported_as_calibrated(shipped_client: TestClient) -> None:
+    est = shipped_client.post(
+        "/api/v1/estimate", json={**ESTIMATE, "figure_overrides": {"efficiency.gemm_efficiency": 0.7}}
+    ).json()
+    assert (
+        "gemm_efficiency" not in calibration(est)["note"]
+        and "attention_efficiency" in calibration(est)["note"]
+    )
+    gemm = next(a for a in est["assumptions"] if a["key"] == "efficiency.gemm_efficiency")
+    assert gemm["value"] == 0.7 and gemm["source"] == "override"
+    assert gemm["note"] == "set for this plan; calibrated 0.44"
+
+
+def test_search_best_and_cost_state_their_calibration(shipped_client: TestClient) -> None:
+    found = shipped_client.post("/api/v1/plans/search", json=SEARCH).json()
+    assert calibration(found["best"])["value"] == f"calibrated by shipped {KEY}"
+    cost = shipped_client.post("/api/v1/cost", json={**ESTIMATE, "tokens": 1e10}).json()
+    assert calibration(cost)["value"] == f"calibrated by shipped {KEY}"
+
+
+def test_web_search_follows_the_calibration_switch_and_says_so(shipped_client: TestClient) -> None:
+    query = ("/search?model=llama3.1-8b&gpu=h100-sxm&gpus=8&global_batch=64&seq_len=8192&tokens=1e10"
+             "&objective=max-tokens-per-s")  # fmt: skip
+    on = shipped_client.get(query)
+    off = shipped_client.get(query + "&calibrated=off")
+    assert on.status_code == off.status_code == 200
+    assert f"calibration: calibrated by shipped {KEY}" in on.text
+    assert "calibration: off (catalog defaults)" in off.text
+    assert "calibrated=off" in off.text  # the links to the planner keep the switch
+
+
+def test_shipped_list_url_goes_to_the_runs_page(shipped_client: TestClient) -> None:
+    r = shipped_client.get("/benchmarks/shipped", follow_redirects=False)
+    assert r.status_code == 302 and r.headers["location"] == "/benchmarks#shipped"

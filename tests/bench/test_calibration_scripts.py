@@ -62,6 +62,13 @@ def test_gpu_calibration_script_stops_when_the_preflight_fails(tmp_path: Path) -
     assert not list(out.glob("*.json"))
 
 
+def test_gpu_calibration_script_refuses_a_folder_with_results(tmp_path: Path) -> None:
+    (tmp_path / "old.json").write_text("{}")
+    proc = subprocess.run(["bash", str(SCRIPT), str(tmp_path)], cwd=REPO_ROOT, capture_output=True, text=True,
+                          timeout=60, check=False)  # fmt: skip
+    assert proc.returncode == 2 and "already holds results" in proc.stderr
+
+
 def test_bench_show_markdown(tmp_path: Path) -> None:
     path = tmp_path / "r.json"
     path.write_text(_synthetic().model_dump_json(by_alias=True))
@@ -121,6 +128,13 @@ def test_bench_ship_puts_gpu_results_under_data_calibration(tmp_path: Path, monk
     )
     res = runner.invoke(cli_app, ["bench", "ship", str(cpu), "--folder", "x"])
     assert "not a run on a catalog accelerator" in refused(res)
+    res = runner.invoke(cli_app, ["bench", "ship", str(good), "--folder", "2026-12-h200\n"])
+    assert "--folder" in refused(res)
+    odd = tmp_path / "run #1.json"
+    odd.write_bytes(good.read_bytes())
+    assert "name the file with letters" in refused(
+        runner.invoke(cli_app, ["bench", "ship", str(odd), "--folder", "x"])
+    )
     res = runner.invoke(cli_app, ["bench", "ship", str(good), "--folder", "../evil"])
     assert "--folder '../evil'" in refused(res)
     assert not (tmp_path / "evil").exists()

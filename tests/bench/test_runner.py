@@ -182,3 +182,23 @@ def test_sdpa_flop_formula_counts_gqa_per_query_head() -> None:
                aten._scaled_dot_product_flash_attention_for_cpu):  # fmt: skip
         assert SDPA_FLOPS[op] is _sdpa_flop
     assert SDPA_FLOPS[aten._scaled_dot_product_flash_attention_backward] is _sdpa_backward_flop
+
+
+@torch_needed
+def test_flop_counter_with_our_sdpa_formula_counts_a_gqa_call() -> None:
+    """The mapping as the runner uses it: FlopCounterMode over a real GQA SDPA call (8 query heads on 2 K/V heads,
+    b=1, s=64, d=16) counts 4·b·h·s²·d forward and 10·b·h·s²·d backward (non-causal, per query head)."""
+    pytest.importorskip("torch")
+    import torch
+    import torch.nn.functional as F
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from app.bench.runner import SDPA_FLOPS
+
+    b, h, g, s, d = 1, 8, 2, 64, 16
+    q = torch.randn(b, h, s, d, requires_grad=True)
+    k = torch.randn(b, g, s, d, requires_grad=True)
+    v = torch.randn(b, g, s, d, requires_grad=True)
+    with FlopCounterMode(display=False, custom_mapping=SDPA_FLOPS) as counter:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
+    assert counter.get_total_flops() == 14 * b * h * s * s * d

@@ -57,7 +57,11 @@ def test_calibration_options_are_checked(monkeypatch, capsys, slow_run: Path, tm
     code, _, err = run_cli(
         monkeypatch, capsys, "estimate", *ESTIMATE, "--no-calibration", "--calibration-run", str(slow_run)
     )
-    assert code == 2 and "--calibration-run/--calibration-db need --calibration" in err
+    assert code == 2 and "--calibration-run/--calibration-db need calibration on" in err
+    cpu = tmp_path / "cpu.json"
+    cpu.write_text(_synthetic(1.0).model_copy(update={"accelerator": None}).model_dump_json(by_alias=True))
+    code, _, err = run_cli(monkeypatch, capsys, "estimate", *ESTIMATE, "--calibration-run", str(cpu))
+    assert code == 2 and "cpu.json: not run on a catalog accelerator" in err and "calibrates nothing" in err
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     code, _, err = run_cli(monkeypatch, capsys, "estimate", *ESTIMATE, "--calibration-run", str(bad))
@@ -131,3 +135,24 @@ def test_serve_refuses_an_invalid_shipped_file_before_binding(monkeypatch, capsy
     monkeypatch.setenv("CAPPLAN_DATA_DIR", str(data))
     code, _, err = run_cli(monkeypatch, capsys, "serve", "--port", "1", "--no-upgrade-db")
     assert code == 2 and "broken.json: not a capplan.bench/v1 result" in err
+
+
+def test_plan_files_and_calibration(monkeypatch, capsys, slow_run: Path, tmp_path: Path) -> None:
+    """estimate --plan keeps the plan's calibration setting and says when its calibration differs from the one
+    the plan was exported with; export --plan writes the plan as estimated, so calibration options are refused."""
+    plan = tmp_path / "plan.json"
+    code, _, err = run_cli(monkeypatch, capsys, "export", *ESTIMATE, "--format", "json", "-o", str(plan))
+    assert code == 0, err
+    assert json.loads(plan.read_text())["estimate"]["calibration"] == "not calibrated (catalog defaults)"
+    code, out, err = run_cli(monkeypatch, capsys, "estimate", "--plan", str(plan), "--json")
+    assert code == 0 and "note:" not in err
+    code, out, err = run_cli(
+        monkeypatch, capsys, "estimate", "--plan", str(plan), "--calibration-run", str(slow_run), "--json"
+    )
+    assert code == 0, err
+    assert "note: the plan file's estimate was 'not calibrated (catalog defaults)', this one is " in err
+    assert "'calibrated by file h100-run.json'" in err
+    code, _, err = run_cli(
+        monkeypatch, capsys, "export", "--plan", str(plan), "--calibration-run", str(slow_run)
+    )
+    assert code == 2 and "drop --calibration-run" in err
