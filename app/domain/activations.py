@@ -299,6 +299,29 @@ def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle) -> None:
             )
 
 
+def _layer_terms(
+    sh: _Shape, style: FrameworkStyle, kind: LayerKind, recompute: Recompute, flash: bool, dropout: bool
+) -> _Terms:
+    """What one layer saves with no recompute or selective recompute (``recompute`` only changes the
+    attention core): norms, attention, the MLP or MoE block, Megatron's MLP-out dropout mask."""
+    arch = sh.arch
+    terms = _Terms()
+    _norm_terms(terms, sh, style, 1 if arch.parallel_residual else 2, 2)
+    _attention_terms(terms, sh, style, recompute, flash, dropout)
+    if kind == "moe":
+        _moe_terms(terms, sh, style)
+    else:
+        _mlp_terms(terms, sh, style, arch.ffn_hidden_size, "mlp", with_input=True)
+    if style == "megatron" and dropout:
+        terms.add(
+            "dropout_masks",
+            "mlp-out dropout mask",
+            f"{sh.tr}·h·1",
+            sh.tokens_rep * arch.hidden_size * MASK_BYTES,
+        )
+    return terms
+
+
 def _grad_working_set(arch: Architecture, kind: LayerKind, sh: _Shape) -> int:
     """Gradient tensors alive at once inside one layer's backward (estimate).
 
@@ -366,21 +389,7 @@ def layer_activation_bytes(
         raise ValueError("the torch reference model has no dropout; use framework_style='megatron'")
     sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
 
-    full = _Terms()
-    n_norm_inputs = 1 if arch.parallel_residual else 2
-    _norm_terms(full, sh, style, n_norm_inputs, 2)
-    _attention_terms(full, sh, style, Recompute.none, flash_attention, dropout)
-    if kind == "moe":
-        _moe_terms(full, sh, style)
-    else:
-        _mlp_terms(full, sh, style, arch.ffn_hidden_size, "mlp", with_input=True)
-    if style == "megatron" and dropout:
-        full.add(
-            "dropout_masks",
-            "mlp-out dropout mask",
-            f"{sh.tr}·h·1",
-            sh.tokens_rep * arch.hidden_size * MASK_BYTES,
-        )
+    full = _layer_terms(sh, style, kind, Recompute.none, flash_attention, dropout)
 
     grads = _grad_working_set(arch, kind, sh)
     legend = (
@@ -398,20 +407,7 @@ def layer_activation_bytes(
             formula=f"full recompute: {kept.render()}; peak re-materialises {full.total()} + grads {grads} {legend}",
         )
     if recompute is Recompute.selective:
-        terms = _Terms()
-        _norm_terms(terms, sh, style, n_norm_inputs, 2)
-        _attention_terms(terms, sh, style, Recompute.selective, flash_attention, dropout)
-        if kind == "moe":
-            _moe_terms(terms, sh, style)
-        else:
-            _mlp_terms(terms, sh, style, arch.ffn_hidden_size, "mlp", with_input=True)
-        if style == "megatron" and dropout:
-            terms.add(
-                "dropout_masks",
-                "mlp-out dropout mask",
-                f"{sh.tr}·h·1",
-                sh.tokens_rep * arch.hidden_size * MASK_BYTES,
-            )
+        terms = _layer_terms(sh, style, kind, Recompute.selective, flash_attention, dropout)
         core = _core_recompute_bytes(sh, style, flash_attention, dropout)
         return ActivationTerms(
             saved_bytes=terms.total(),
