@@ -498,37 +498,9 @@ def estimate(
                               ("seq-len", seq_len)) if v is None]  # fmt: skip
     if missing:
         raise UsageError(f"missing {', '.join('--' + m for m in missing)} (or give --plan plan.json)")
-    values = dict(
-        gpu=gpu,
-        node=node,
-        fabric=fabric,
-        gpus=gpus,
-        tp=tp,
-        pp=pp,
-        vpp=vpp,
-        dp=dp,
-        cp=cp,
-        ep=ep,
-        sharding=sharding,
-        shard_group_size=shard_group_size,
-        offload=offload,
-        micro_batch=micro_batch,
-        global_batch=global_batch,
-        seq_len=seq_len,
-        recompute=recompute,
-        sequence_parallel=sequence_parallel,
-        flash_attention=flash_attention,
-        fused_kernels=fused_kernels,
-        precision=precision,
-        optimizer=optimizer,
-        framework=framework,
-        tokens=tokens,
-        oversubscription=oversubscription,
-        power_limit_w=power_limit_w,
-        allow_tp_across_nodes=allow_tp_across_nodes,
-        figure_overrides=_figure_overrides(figure or []),
-        calibrated=calibration,
-        **_model_argument(model),
+    values = {name: ctx.params[name] for name in ESTIMATE_OPTIONS if name != "model"}
+    values.update(
+        figure_overrides=_figure_overrides(figure or []), calibrated=calibration, **_model_argument(model)
     )
     try:
         request = EstimateRequest(**values)
@@ -697,12 +669,8 @@ def export_command(
 
 from app.domain.cost import CostOption, CostOverrides  # noqa: E402
 
-COST_ESTIMATE_OPTIONS = (
-    "model", "gpu", "gpus", "global_batch", "seq_len", "fabric", "tp", "pp", "vpp", "cp", "ep", "dp", "sharding",
-    "shard_group_size", "offload", "micro_batch", "recompute", "sequence_parallel", "flash_attention",
-    "fused_kernels", "precision", "optimizer", "framework", "oversubscription", "power_limit_w",
-    "allow_tp_across_nodes",
-)  # fmt: skip
+COST_ESTIMATE_OPTIONS = tuple(n for n in ESTIMATE_OPTIONS if n not in ("node", "tokens"))
+"""`capplan cost` takes the estimate options but its own --tokens and a --node that also serves --monthly."""
 MAX_OVERRIDES_FILE_BYTES = 1_000_000
 
 
