@@ -201,15 +201,7 @@ def cumulative_cost_option(
     for s in series:
         if s["name"] == "self-build" and points:
             s["markPoint"] = {"symbol": "pin", "symbolSize": 38, "data": points, "label": {"fontSize": 10}}
-    option = _base("Cumulative cost over months (self-build: capex up front)")
-    option.update({
-        "tooltip": {"trigger": "axis"},
-        "legend": {"top": 28, "type": "scroll"},
-        "xAxis": {"type": "category", "name": "month", "data": list(months), "boundaryGap": False},
-        "yAxis": {"type": "value", "name": "$"},
-        "series": series,
-    })  # fmt: skip
-    return option
+    return _months_option("Cumulative cost over months (self-build: capex up front)", months, series)
 
 
 def pareto_option(candidates: Sequence[Any], pareto: Sequence[Any]) -> dict[str, Any]:
@@ -274,7 +266,12 @@ def compare_cost_option(
         for i, (n, u) in enumerate(zip(names, usd, strict=True))
         if u is not None
     ]  # fmt: skip
-    option = _base("Cumulative on-demand cost of each scenario's cluster")
+    return _months_option("Cumulative on-demand cost of each scenario's cluster", months, series)
+
+
+def _months_option(title: str, months: Sequence[int], series: list[dict[str, Any]]) -> dict[str, Any]:
+    """Dollar lines over months (the cumulative-cost charts of the planner and the scenario comparison)."""
+    option = _base(title)
     option.update({
         "tooltip": {"trigger": "axis"},
         "legend": {"top": 28, "type": "scroll"},
