@@ -503,10 +503,8 @@ from sqlalchemy.orm import selectinload  # noqa: E402
 from app.calibration_store import (  # noqa: E402
     ShippedRun,
     calibration_run_from,
-    fit_all,
     shipped_calibration_run,
     stored_calibration_run,
-    stored_calibration_runs,
 )
 from app.db.tables import BenchmarkRun, BenchmarkSample  # noqa: E402
 from app.domain.calibration import (  # noqa: E402
@@ -596,12 +594,6 @@ def get_benchmark_run(session: Session, run_id: int) -> BenchmarkRunOut | None:
         **_summary(run), config=run.config, hardware=run.hardware, software=run.software, notes=run.notes,
         samples=samples,
     )  # fmt: skip
-
-
-def load_calibrations(session: Session, shipped: Sequence[ShippedRun] = ()) -> Calibrations:
-    """Fit every accelerator's calibration from the shipped runs and the runs stored in ``session``'s database
-    (newest evidence wins per figure)."""
-    return fit_all(shipped, stored_calibration_runs(session))
 
 
 def run_calibration_changes(

@@ -16,7 +16,6 @@ from app.services import (
     active_calibration,
     get_benchmark_run,
     list_benchmark_runs,
-    load_calibrations,
     run_calibration_changes,
     shipped_run_out,
     shipped_run_summary,
@@ -37,10 +36,10 @@ def benchmarks_page(
     accelerator: Annotated[str, Query(max_length=64)] = "",
 ) -> HTMLResponse:
     runs = list_benchmark_runs(session, accelerator=accelerator or None)
-    cache = request.app.state.calibrations
-    calibrations = load_calibrations(session, cache.shipped)
-    active = {slug: active_calibration(catalog, calibrations, slug) for slug in sorted(calibrations.fits)}
-    shipped = [shipped_run_summary(s) for s in cache.shipped]
+    calibrations = catalog.calibrations  # what estimates use now (the app's cache: shipped + posted runs)
+    fits = calibrations.fits if calibrations else {}
+    active = {slug: active_calibration(catalog, calibrations, slug) for slug in sorted(fits)}  # type: ignore[arg-type]
+    shipped = [shipped_run_summary(s) for s in request.app.state.calibrations.shipped]
     context = {
         "runs": runs,
         "shipped": [s for s in shipped if not accelerator or s.accelerator == accelerator],
@@ -55,14 +54,13 @@ def benchmarks_page(
 
 
 def _run_page(
-    request: Request, catalog: Catalog, session: Session, run: BenchmarkRunOut, changes: list, *,
+    request: Request, catalog: Catalog, run: BenchmarkRunOut, changes: list, *,
     title: str, label: str, page_url: str, json_url: str, rank: str,
 ) -> HTMLResponse:  # fmt: skip
     samples = run.samples if rank == "all" else [s for s in run.samples if str(s.rank) == rank]
     active = []
-    if run.accelerator:
-        calibrations = load_calibrations(session, request.app.state.calibrations.shipped)
-        active = active_calibration(catalog, calibrations, run.accelerator)
+    if run.accelerator and catalog.calibrations is not None:
+        active = active_calibration(catalog, catalog.calibrations, run.accelerator)
     in_use = sorted({c.field for c in active if c.run == label})
     context = {
         "run": run, "title": title, "page_url": page_url, "json_url": json_url, "samples": samples, "rank": rank,
@@ -83,14 +81,13 @@ def shipped_run_page(
     request: Request,
     key: Annotated[str, Path(max_length=300)],
     catalog: CatalogDep,
-    session: SessionDep,
     rank: Annotated[str, Query(max_length=10)] = "all",
 ) -> HTMLResponse:
     shipped = request.app.state.calibrations.shipped_run(key)
     if shipped is None:
         raise HTTPException(404, f"no shipped run {key!r}")
     return _run_page(
-        request, catalog, session, shipped_run_out(shipped), run_calibration_changes(catalog, shipped),
+        request, catalog, shipped_run_out(shipped), run_calibration_changes(catalog, shipped),
         title=f"Shipped run {key}", label=shipped.label, page_url=shipped.href,
         json_url=f"/api/v1/benchmarks/shipped/{key}", rank=rank,
     )  # fmt: skip
@@ -108,6 +105,6 @@ def benchmark_run_page(
     if run is None:
         raise HTTPException(404, f"no benchmark run {run_id}")
     return _run_page(
-        request, catalog, session, run, run_calibration_changes(catalog, run), title=f"Run {run.id}",
+        request, catalog, run, run_calibration_changes(catalog, run), title=f"Run {run.id}",
         label=f"run {run.id}", page_url=f"/benchmarks/{run.id}", json_url=f"/api/v1/benchmarks/{run.id}", rank=rank,
     )  # fmt: skip
