@@ -123,6 +123,13 @@ def test_malformed_plan_document_is_422_naming_the_field(client: TestClient, pla
     assert ["body", "plan", "tp"] in locs and ["body", "plan", "dp"] in locs
 
     doc = json.loads(plan_json)
+    doc["figure_overrides"] = {"efficiency.gemm_efficiency": 0.6, "bogus.figure": 1.0}
+    response = export(client, doc, "torchrun")
+    assert response.status_code == 422
+    item = response.json()["detail"][0]
+    assert item["loc"] == ["body", "figure_overrides", "bogus", "figure"] and "cannot override" in item["msg"]
+
+    doc = json.loads(plan_json)
     doc["schema"] = "capplan.plan/v0"
     response = export(client, doc, "json")
     assert response.status_code == 422

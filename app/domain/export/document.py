@@ -22,6 +22,7 @@ from pydantic import ConfigDict, Field, ValidationError
 from app.domain.architecture import Architecture
 from app.domain.estimate import Estimate
 from app.domain.hardware import Fabric, Node
+from app.domain.overrides import OVERRIDE_KEYS
 from app.domain.plan import Plan, plan_violations
 from app.domain.provenance import SLUG_PATTERN, Frozen
 
@@ -231,6 +232,11 @@ def plan_document_problems(doc: PlanDocument) -> list[tuple[str, str]]:
         allow_tp_across_nodes=doc.allow_tp_across_nodes,
     )  # fmt: skip
     out.extend((f"plan.{v.field}", f"{v.message} (fix: {v.fix})") for v in violations)
+    out.extend(
+        (f"figure_overrides.{key}", f"cannot override {key!r}; overridable: {', '.join(OVERRIDE_KEYS)}")
+        for key in doc.figure_overrides
+        if key not in OVERRIDE_KEYS
+    )
     return out
 
 
