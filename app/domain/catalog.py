@@ -16,7 +16,12 @@ from app.domain.cost_catalog import CostCatalog, load_cost_catalog
 from app.domain.efficiency import EfficiencyCatalog, load_efficiency
 from app.domain.hardware import HardwareCatalog, load_hardware
 from app.domain.provenance import CatalogEntry, Source
-from app.domain.published import PublishedRun, check_run_architectures, load_published_runs
+from app.domain.published import (
+    PublishedRun,
+    check_run_architectures,
+    check_run_nodes,
+    load_published_runs,
+)
 
 if TYPE_CHECKING:
     from app.domain.calibration import Calibrations
@@ -95,6 +100,7 @@ def load_catalog(data_dir: Path) -> Catalog:
     architectures = load_architectures(data_dir, sources)
     published = load_published_runs(data_dir, sources)
     check_run_architectures(published, architectures)
+    check_run_nodes(published, hardware)
     efficiency = load_efficiency(data_dir, sources, {a.slug for a in hardware.accelerators})
     return Catalog(
         sources=sources,

@@ -30,8 +30,11 @@ DEFAULT_NODE = {
 }
 FRAMEWORK = {
     "megatron-lm": Framework.megatron,
+    "nemo": Framework.megatron,
     "megatron-deepspeed": Framework.deepspeed,
+    "deepspeed": Framework.deepspeed,
     "torchtitan": Framework.fsdp2,
+    "pytorch-fsdp": Framework.fsdp2,
     "composer": Framework.fsdp2,
 }
 
@@ -64,7 +67,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     """The capplan plan for a published run, with the choices made where the source is silent."""
     notes: list[str] = []
     framework = FRAMEWORK.get(str(run.framework), Framework.megatron)
-    tp, pp, cp = run.tp or 1, run.pp or 1, run.cp or 1
+    tp, pp, cp, ep = run.tp or 1, run.pp or 1, run.cp or 1, run.ep or 1
     dp = run.dp or run.n_gpus // (tp * pp * cp)
     micro = run.micro_batch
     if micro is None:
@@ -100,7 +103,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         else Precision.bf16
     )
     plan = Plan(
-        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, sharding=sharding, micro_batch=micro,
+        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=Recompute(str(run.recompute)),
         sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused,
@@ -144,7 +147,7 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
     plan, notes = run_plan(run)
     cluster = build_cluster(
         catalog.hardware, catalog.efficiency, accelerator=run.accelerator, gpus=run.n_gpus,
-        node=DEFAULT_NODE.get(run.accelerator), power_limit_w=run.gpu_power_limit_w,
+        node=run.node or DEFAULT_NODE.get(run.accelerator), power_limit_w=run.gpu_power_limit_w,
     )  # fmt: skip
     summary = (f"tp{plan.tp} pp{plan.pp} vpp{plan.vpp} dp{plan.dp} cp{plan.cp} mb{plan.micro_batch} "
                f"gb{plan.global_batch} s{plan.seq_len} {plan.recompute.value} {plan.sharding.value} {plan.framework.value}")  # fmt: skip
