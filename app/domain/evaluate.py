@@ -130,6 +130,10 @@ class Consts:
     host_link_bytes_per_s: float  # PCIe (or C2C) per GPU, one direction
     cpu_optimizer_bytes_per_s: float
     nvme_bytes_per_s: float
+    tp_overlap: float = 0.0  # the stack's fraction of TP collectives hidden behind GEMMs
+    dp_overlap: float = 1.0  # the stack's fraction of overlappable DP/FSDP traffic actually hidden
+    comm_slowdown: float = 0.0  # compute stretched by this fraction of the communication it hides
+    straggler_cv: float = 0.0  # per-rank step jitter: a synchronous step waits ≈ cv·√(2 ln N) longer
 
 
 def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, Num]:
@@ -271,7 +275,10 @@ def rank_time(
     compute = compute + xp.where(rq.last, kq.head_fwd + kq.head_bwd, 0)
     recompute = rq.n_dense * kq.rec_dense + rq.n_moe * kq.rec_moe
     n_layers = rq.n_dense + rq.n_moe
-    tp_s = n_layers * comm["tp_layer"]
+    tp_total = n_layers * comm["tp_layer"]
+    # Hidden communication still costs: compute that shares the GPU with NCCL kernels runs slower (they take
+    # SMs and HBM bandwidth), by comm_slowdown × the hidden time; counted with the exposed part.
+    tp_s = tp_total * (1 - c.tp_overlap) + c.comm_slowdown * c.tp_overlap * tp_total
     ring = (pq.cp - 1) * comm["cp_hop"]
 
     def cp_exposed(attn: Num) -> Num:
@@ -291,7 +298,12 @@ def rank_time(
     fsdp_comm = fsdp_comm + collective_seconds(
         xp, Collective.reduce_scatter, total_local * c.grad_reduce_b, *comm["dp_shard"]
     )
-    fsdp = xp.maximum(0.0, fsdp_comm - mb_compute) + fsdp_comm / (xp.maximum(1, n_layers) + 1)
+    fsdp_overlappable = xp.minimum(fsdp_comm, mb_compute)
+    fsdp = (
+        xp.maximum(0.0, fsdp_comm - mb_compute)
+        + (1 - c.dp_overlap) * fsdp_overlappable
+        + fsdp_comm / (xp.maximum(1, n_layers) + 1)
+    )
     hsdp_dp = xp.where(
         pq.hybrid,
         collective_seconds(
@@ -306,8 +318,16 @@ def rank_time(
         collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"])
         + collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"]),
     )
-    ddp_dp = xp.maximum(0.0, ddp_comm - compute * 2 / 3) + ddp_comm / xp.maximum(1, n_layers)
-    fsdp_s = xp.where(xp.logical_and(pq.shards_params, multi_dp), fsdp, 0)
+    ddp_overlappable = xp.minimum(ddp_comm, compute * 2 / 3)
+    ddp_dp = (
+        xp.maximum(0.0, ddp_comm - compute * 2 / 3)
+        + (1 - c.dp_overlap) * ddp_overlappable
+        + ddp_comm / xp.maximum(1, n_layers)
+        + c.comm_slowdown * c.dp_overlap * ddp_overlappable
+    )
+    uses_fsdp = xp.logical_and(pq.shards_params, multi_dp)
+    fsdp = fsdp + c.comm_slowdown * c.dp_overlap * fsdp_overlappable
+    fsdp_s = xp.where(uses_fsdp, fsdp, 0)
     dp_s = xp.where(multi_dp, xp.where(pq.shards_params, hsdp_dp, ddp_dp), 0)
     sharded_params = xp.where(pq.shards_optimizer, total_local / pq.shard, total_local)
     offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
@@ -332,9 +352,17 @@ def rank_time(
     }  # fmt: skip
 
 
+def straggler_factor(xp, gpus: Num, cv: float) -> Num:
+    """Expected slowest-of-N stretch of a synchronous step: cv·√(2 ln N) (maximum of N Gaussians, N ≥ 2)."""
+    return cv * xp.sqrt(2 * xp.log(xp.maximum(gpus, 1)))
+
+
 def combine_step(
-    pq: PlanQ, micro_batch_s: Num, pp_p2p_s: Num, dp_s: Num, optimizer_s: Num
-) -> tuple[Num, Num]:
-    """(step seconds, bubble seconds): m·t_mb + (pp − 1)/vpp·t_mb + p2p + exposed DP + optimizer."""
+    xp, pq: PlanQ, c: Consts, micro_batch_s: Num, pp_p2p_s: Num, dp_s: Num, optimizer_s: Num
+) -> tuple[Num, Num, Num]:
+    """(step, bubble, synchronisation seconds): base = m·t_mb + (pp − 1)/vpp·t_mb + p2p + exposed DP + optimizer;
+    step = base · (1 + cv·√(2 ln N)) — every rank waits for the slowest at each synchronous collective."""
     bubble = (pq.pp - 1) / pq.vpp * micro_batch_s
-    return pq.micro_batches * micro_batch_s + bubble + pp_p2p_s + dp_s + optimizer_s, bubble
+    base = pq.micro_batches * micro_batch_s + bubble + pp_p2p_s + dp_s + optimizer_s
+    sync = base * straggler_factor(xp, pq.gpus, c.straggler_cv)
+    return base + sync, bubble, sync
