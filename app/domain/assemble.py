@@ -133,7 +133,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         hbm_bytes_per_s=cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency,
         host_link_bytes_per_s=rt.host_link_gb_per_s(cluster.accelerator.pcie_generation) * 1e9,
         cpu_optimizer_bytes_per_s=rt.cpu_optimizer_gb_per_s * 1e9, nvme_bytes_per_s=rt.nvme_gb_per_s * 1e9,
-        tp_overlap=stack.tp_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
+        tp_overlap=stack.tp_overlap, ep_overlap=stack.ep_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
         straggler_cv=cluster.scale.straggler_cv,
     )  # fmt: skip
 
@@ -213,6 +213,29 @@ def evaluate_plan(
         ep_exposed_s=m * slow.ep_s, fsdp_exposed_s=m * slow.fsdp_s, pp_p2p_s=comm["pp_p2p"], bubble_s=bubble,
         dp_exposed_s=dp_exposed, optimizer_s=optimizer, sync_s=sync, slowest_rank=slow.rank, ranks=tuple(ranks), groups=groups,
     )  # fmt: skip
+
+
+def step_seconds(
+    arch: Architecture,
+    cluster: Cluster,
+    plan: Plan,
+    mq: ModelQ,
+    pq: PlanQ,
+    ranks: tuple[RankLayers, ...],
+) -> float:
+    """The step time alone, as :func:`evaluate_plan` computes it (same formulas, no memory): for fitting, where
+    the model, plan and ranks (``mq``, ``pq``, ``ranks``) are fixed and only the cluster's efficiencies change."""
+    kq, c = key_q(arch, plan, cluster), consts(cluster, plan)
+    comm = plan_comm(SCALAR, mq, pq, c)
+    times: dict[tuple, dict] = {}
+    for rank in ranks:
+        signature = (rank.dense_layers, rank.moe_layers, rank.first, rank.last)
+        if signature not in times:
+            times[signature] = rank_time(SCALAR, mq, pq, rank_q(rank), kq, c, comm)
+    slow = max(t["micro_batch"] for t in times.values())
+    dp = max(t["dp"] for t in times.values())
+    optimizer = max(t["optimizer"] for t in times.values())
+    return combine_step(SCALAR, pq, c, slow, comm["pp_p2p"], dp, optimizer)[0]
 
 
 def memory_by_stage(arch: Architecture, cluster: Cluster, plan: Plan) -> tuple[StageMemory, ...]:

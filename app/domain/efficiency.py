@@ -61,10 +61,12 @@ class StackProfile(CatalogEntry):
     Engine's userbuffers overlap; 0 for stacks that issue TP collectives on the critical path).
     ``dp_overlap``: fraction of the overlappable data-parallel traffic (FSDP/ZeRO-3 parameter gathers, gradient
     reduce-scatter or all-reduce) that the stack actually hides behind compute; the rest is exposed.
+    ``ep_overlap``: fraction of the MoE token all-to-alls (dispatch and combine) hidden behind compute.
     """
 
     tp_overlap: float = Field(ge=0, le=1)
     dp_overlap: float = Field(ge=0, le=1)
+    ep_overlap: float = Field(default=0.0, ge=0, le=1)
 
 
 class ScaleTerms(CatalogEntry):

@@ -79,6 +79,8 @@ PARAMETERS: tuple[Parameter, ...] = (
     ),
     Parameter("tp_overlap.megatron", "stack", ("megatron",), "tp_overlap", 0.0, 0.95, 1.0,
               "fraction of TP collectives Megatron-Core + TE hides behind GEMMs"),
+    Parameter("ep_overlap.megatron", "stack", ("megatron",), "ep_overlap", 0.0, 0.95, 1.0,
+              "fraction of MoE token all-to-alls Megatron-Core hides behind compute"),
     Parameter("dp_overlap.megatron", "stack", ("megatron",), "dp_overlap", 0.0, 1.0, 1.0,
               "fraction of the overlappable DP traffic Megatron's (distributed) optimizer hides"),
     Parameter("dp_overlap.fsdp2", "stack", ("fsdp2",), "dp_overlap", 0.0, 1.0, 1.0,

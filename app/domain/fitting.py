@@ -20,15 +20,22 @@ from __future__ import annotations
 import math
 import statistics
 from collections import Counter, defaultdict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
+from app.domain.architecture import Architecture, parameter_counts
+from app.domain.assemble import model_q, plan_q, step_seconds
 from app.domain.catalog import Catalog
+from app.domain.cluster import Cluster
+from app.domain.efficiency import EfficiencyCatalog
+from app.domain.evaluate import ModelQ, PlanQ
 from app.domain.fitted import PARAMETERS, FitRecord, Parameter, apply_values
+from app.domain.pipeline import RankLayers, rank_layers
+from app.domain.plan import Plan
 from app.domain.provenance import Frozen
-from app.domain.published import PublishedRun
-from app.domain.validation import validate_run
+from app.domain.published import PublishedRun, architecture_for_run
+from app.domain.validation import published_iteration_s, run_cluster, run_plan, validate_run
 
 NOISE = 0.10  # run-to-run scatter of published throughput the model cannot explain (log units); loss scale
 MAX_ITERATIONS = 30
@@ -55,16 +62,50 @@ def scorable_runs(catalog: Catalog) -> tuple[PublishedRun, ...]:
     return tuple(runs)
 
 
-def _with_values(catalog: Catalog, priors, values: dict[str, float]) -> Catalog:
-    return replace(catalog, efficiency=apply_values(priors, values), fit=None)
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What scoring one run needs that no fitted constant changes: its model, plan, ranks and cluster, and the
+    iteration time its published figure implies (``validate_run`` rebuilds all of it on every call)."""
+
+    run: PublishedRun
+    arch: Architecture
+    plan: Plan
+    mq: ModelQ
+    pq: PlanQ
+    ranks: tuple[RankLayers, ...]
+    cluster: Cluster
+    metric: str
+    published: float
+    published_step_s: float
 
 
-def _log_errors(catalog: Catalog, runs: tuple[PublishedRun, ...]) -> np.ndarray:
-    out = np.empty(len(runs))
-    for i, run in enumerate(runs):
-        row = validate_run(run, catalog)
-        out[i] = math.log1p(row.error) if row.error is not None and row.error > -1 else math.nan
-    return out
+def _prepare(catalog: Catalog, runs: tuple[PublishedRun, ...]) -> tuple[_Prepared, ...]:
+    out = []
+    for run in runs:
+        arch = architecture_for_run(run, catalog.architectures)
+        plan, _ = run_plan(run)
+        cluster = run_cluster(run, catalog)
+        metric, published, t_pub = published_iteration_s(run, cluster.accelerator.bf16_dense_tflops)
+        ranks = tuple(rank_layers(arch, plan.pp, plan.vpp))
+        mq, pq = model_q(arch, parameter_counts(arch)), plan_q(arch, plan)
+        out.append(_Prepared(run, arch, plan, mq, pq, ranks, cluster, metric, published, t_pub))
+    return tuple(out)
+
+
+def _step_s(p: _Prepared, efficiency: EfficiencyCatalog) -> float:
+    cluster = p.cluster.model_copy(
+        update={
+            "efficiency": efficiency.for_accelerator(p.cluster.accelerator.slug),
+            "stacks": efficiency.stacks,
+            "scale": efficiency.scale,
+        }
+    )
+    return step_seconds(p.arch, cluster, p.plan, p.mq, p.pq, p.ranks)
+
+
+def _log_errors(prepared: tuple[_Prepared, ...], efficiency: EfficiencyCatalog) -> np.ndarray:
+    """log(predicted / published) per run = log(published step time / predicted step time)."""
+    return np.array([math.log(p.published_step_s / _step_s(p, efficiency)) for p in prepared])
 
 
 def _priors(catalog: Catalog):
@@ -75,8 +116,10 @@ def fit(
     catalog: Catalog,
     runs: tuple[PublishedRun, ...],
     parameters: tuple[Parameter, ...] = PARAMETERS,
+    start: dict[str, float] | None = None,
 ) -> FitResult:
-    """Fit ``parameters`` on ``runs`` (see the module docstring); the priors come from ``catalog``."""
+    """Fit ``parameters`` on ``runs`` (see the module docstring); the priors come from ``catalog``. ``start``:
+    where the search begins (e.g. the full fit, for the cross-validation folds); the priors stay the priors."""
     priors = _priors(catalog)
     x0 = np.array([p.to_free(p.prior(priors)) for p in parameters])
     sigma = np.array([p.prior_sigma for p in parameters])
@@ -86,13 +129,14 @@ def fit(
     def values_of(x: np.ndarray) -> dict[str, float]:
         return {p.name: p.from_free(float(v)) for p, v in zip(parameters, x, strict=True)}
 
+    prepared = _prepare(catalog, runs)
+
     def errors(x: np.ndarray, subset: np.ndarray | None = None) -> np.ndarray:
-        cat = _with_values(catalog, priors, values_of(x))
+        efficiency = apply_values(priors, values_of(x))
         if subset is None:
-            return _log_errors(cat, runs)
+            return _log_errors(prepared, efficiency)
         out = np.zeros(len(runs))
-        picked = tuple(runs[i] for i in np.flatnonzero(subset))
-        out[subset] = _log_errors(cat, picked)
+        out[subset] = _log_errors(tuple(prepared[i] for i in np.flatnonzero(subset)), efficiency)
         return out
 
     def residuals(e: np.ndarray, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -106,7 +150,11 @@ def fit(
         data = 2 * (np.sqrt(1 + z**2) - 1)
         return float(np.sum(weights * data) + np.sum(((x - x0) / sigma) ** 2))
 
-    x = x0.copy()
+    x = (
+        x0.copy()
+        if start is None
+        else np.array([p.to_free(start.get(p.name, p.prior(priors))) for p in parameters])
+    )
     e = errors(x)
     f = objective(e, x)
     step = 1e-3
@@ -214,19 +262,22 @@ def cross_validate(catalog: Catalog, full: FitResult | None = None) -> CVReport:
     """Leave-one-source-family-out: refit without each family, score that family; and the full fit in sample."""
     runs = scorable_runs(catalog)
     priors = _priors(catalog)
+    prepared = {p.run.slug: p for p in _prepare(catalog, runs)}
     full = full or fit(catalog, runs)
-    full_cat = _with_values(catalog, priors, full.values)
-    in_sample = {r.slug: validate_run(r, full_cat) for r in runs}
+    full_eff = apply_values(priors, full.values)
+    in_sample = {r.slug: _step_s(prepared[r.slug], full_eff) for r in runs}
     out_sample = {}
     for family in sorted({r.family for r in runs}):
         train = tuple(r for r in runs if r.family != family)
-        held = [r for r in runs if r.family == family]
-        cat = _with_values(catalog, priors, fit(catalog, train).values)
-        for r in held:
-            out_sample[r.slug] = validate_run(r, cat)
+        eff = apply_values(priors, fit(catalog, train, start=full.values).values)
+        for r in runs:
+            if r.family == family:
+                out_sample[r.slug] = _step_s(prepared[r.slug], eff)
     rows = []
     for r in runs:
-        a, b = in_sample[r.slug], out_sample[r.slug]
+        p = prepared[r.slug]
+        fit_pred = p.published * p.published_step_s / in_sample[r.slug]
+        cv_pred = p.published * p.published_step_s / out_sample[r.slug]
         rows.append(
             CVRow(
                 run=r.slug,
@@ -236,12 +287,12 @@ def cross_validate(catalog: Catalog, full: FitResult | None = None) -> CVReport:
                 accelerator=r.accelerator or "",
                 gpus=r.n_gpus,
                 moe=r.n_experts > 0,
-                metric=a.metric,
-                published=a.published or 0.0,
-                predicted_fit=a.predicted or 0.0,
-                predicted_cv=b.predicted or 0.0,
-                fit_error=a.error or 0.0,
-                cv_error=b.error or 0.0,
+                metric=p.metric,
+                published=p.published,
+                predicted_fit=fit_pred,
+                predicted_cv=cv_pred,
+                fit_error=fit_pred / p.published - 1,
+                cv_error=cv_pred / p.published - 1,
             )  # fmt: skip
         )
     worst = max(rows, key=lambda row: abs(row.cv_error))
