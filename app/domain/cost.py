@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import Field
 
 from app.domain.architecture import Architecture, kv_cache_width
-from app.domain.cost_catalog import CostCatalog, InstancePrice, Tier
+from app.domain.cost_catalog import CostCatalog, InstancePrice, SelfBuild, Tier
 from app.domain.estimate import Assumption
 from app.domain.hardware import FatTreeSize, HardwareCatalog, Node, fat_tree_switch_counts
 from app.domain.provenance import CatalogEntry, FigureProvenance, Frozen
@@ -613,6 +613,24 @@ def _server_price(
     )
 
 
+def _max_kw_per_node(sb: SelfBuild, node: Node, override: float | None) -> tuple[float, Assumption]:
+    """Maximum power per node: the override when given (read before looking for a catalog figure), else the
+    system power entry of the node, else the node's own figure; CostInputError asking for the override."""
+    if override is not None:
+        return override, _override("max power per node", override, "kW")
+    try:
+        power_entry = sb.system_power_for(node.slug)
+    except KeyError:
+        if node.max_power_kw is None:
+            raise CostInputError(
+                "overrides.self_build.max_kw_per_node",
+                f"no power figure for {node.slug}; give overrides.self_build.max_kw_per_node",
+            ) from None
+        return node.max_power_kw, _entry(node, "max_power_kw", "max power per node", node.max_power_kw, "kW")
+    kw = power_entry.max_kw.mid / power_entry.servers
+    return kw, _entry(power_entry, "max_kw", "max power per node", kw, "kW")
+
+
 def self_build_inputs(
     cost_catalog: CostCatalog, hardware: HardwareCatalog, node: Node, overrides: SelfBuildOverrides | None = None,
     *, storage_tb: float = 0.0,
@@ -671,25 +689,7 @@ def self_build_inputs(
                       (DEFAULT_INSTALLATION_FRACTION, _default("installation", DEFAULT_INSTALLATION_FRACTION,
                                                                "fraction of hardware capex", "unsourced")))  # fmt: skip
     out.append(a)
-    try:
-        power_entry = sb.system_power_for(node.slug)
-        kw_default = (
-            power_entry.max_kw.mid / power_entry.servers,
-            _entry(
-                power_entry,
-                "max_kw",
-                "max power per node",
-                power_entry.max_kw.mid / power_entry.servers,
-                "kW",
-            ),
-        )
-    except KeyError:
-        if node.max_power_kw is None:
-            raise CostInputError(
-                "overrides.self_build.max_kw_per_node", f"no power figure for {node.slug}"
-            ) from None
-        kw_default = (node.max_power_kw, _entry(node, "max_power_kw", "max power per node", node.max_power_kw, "kW"))  # fmt: skip
-    kw, a = _choose(o.max_kw_per_node, "max power per node", "kW", kw_default)
+    kw, a = _max_kw_per_node(sb, node, o.max_kw_per_node)
     out.append(a)
     f = sb.factors
     avg, a = _choose(o.avg_power_fraction, "average draw while training", "fraction of max",

@@ -29,7 +29,7 @@ INSTANCES = {
     "g5.48xlarge",
     "g6e.48xlarge",
 }
-SERVERS = {"dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72"}
+SERVERS = {"dgx-a100", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72"}
 NODES = INSTANCES | SERVERS
 BEFORE_CUT = date(2025, 1, 15)
 AFTER_CUT = date(2025, 9, 1)
