@@ -750,10 +750,11 @@ def print_training_cost(result) -> None:
         if result.rule_of_thumb_extra_usd is None
         else f", +${result.rule_of_thumb_extra_usd:,.0f} on-demand"
     )
-    echo(
-        f"  checkpointing every {rule.interval_s / 60:g} min instead: goodput {rule.goodput:.1%}, "
-        f"+{result.rule_of_thumb_extra_days:.1f} days{extra}"
-    )
+    if not rule.same_as_interval:
+        echo(
+            f"  checkpointing every {rule.interval_s / 60:g} min instead: goodput {rule.goodput:.1%}, "
+            f"+{result.rule_of_thumb_extra_days:.1f} days{extra}"
+        )
     echo("")
     echo(f"{'option':18s} {'$/GPU-h':>8s} {'days':>8s} {'goodput':>8s} {'total $':>16s} {'$/1B tokens':>12s}")
     for row in result.options:
@@ -767,6 +768,8 @@ def print_training_cost(result) -> None:
         for note in row.notes:
             echo(f"{'':18s}   {note}")
     echo(f"\ncheapest: {result.cheapest}; fastest: {result.fastest}")
+    for note in result.notes:
+        echo(f"note: {note}")
     serving = result.serving
     if serving is not None:
         fit = next((f for f in serving.instances if f.instance == serving.cheapest_fitting), None)

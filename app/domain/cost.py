@@ -169,18 +169,21 @@ class SelfBuildOverrides(Frozen):
     cost_of_capital_per_year: float | None = Field(default=None, ge=0, le=1)
 
 
+PRICE_OVERRIDE = "USD per instance-hour, > 0 (a $0 price is refused: omit the override to use the catalog's)"
+
+
 class CostOverrides(Frozen):
     """Every cost input; ``None`` means the catalog default. Prices are per instance-hour (USD)."""
 
     instance: str | None = Field(default=None, max_length=64, description="AWS instance slug")
     prices_as_of: date | None = Field(default=None, description="prices in force that day (default: current)")
-    on_demand_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
-    commit_1yr_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
-    commit_3yr_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
+    on_demand_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
+    commit_1yr_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
+    commit_3yr_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
     commit_1yr_discount: float | None = Field(default=None, ge=0, lt=1)
     commit_3yr_discount: float | None = Field(default=None, ge=0, lt=1)
-    spot_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
-    capacity_block_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
+    spot_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
+    capacity_block_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
     off_peak_discount: float | None = Field(default=None, ge=0, lt=1)
     off_peak_hours_per_day: float = Field(default=24.0, gt=0, le=24)
     reserved_fraction: float | None = Field(default=None, ge=0, le=1, description="reserved-spot-mix")
@@ -250,6 +253,7 @@ class CloudPrices(Frozen):
     reserved_fraction: float
     off_peak_discount: float
     assumptions: tuple[Assumption, ...]
+    notes: tuple[str, ...] = Field(default=(), description="warnings about these prices (dates, inversions)")
 
     def usd_per_hour(self, option: CostOption) -> float | None:
         if option is CostOption.self_build:
@@ -368,12 +372,37 @@ def cloud_prices(
     out.append(a)
     c1 = commits[CostOption.commit_1yr]
     mix = None if c1 is None or spot is None else reserved_fraction * c1 + (1.0 - reserved_fraction) * spot
+    notes = _price_notes(price, on, on_demand, spot, commits)
     return CloudPrices(
         instance=instance, gpus_per_instance=price.gpus_per_instance, region=price.region, on=on,
         on_demand=on_demand, commit_1yr=c1, commit_3yr=commits[CostOption.commit_3yr], spot=spot,
         capacity_block=block, off_peak=off_peak, reserved_spot_mix=mix, reserved_fraction=reserved_fraction,
-        off_peak_discount=off_discount, assumptions=tuple(out),
+        off_peak_discount=off_discount, assumptions=tuple(out), notes=notes,
     )  # fmt: skip
+
+
+def _price_notes(
+    price: InstancePrice, on: date | None, on_demand: float | None, spot: float | None,
+    commits: dict[CostOption, float | None],
+) -> tuple[str, ...]:  # fmt: skip
+    """Warnings about resolved prices: a date before the instance existed, spot or a commitment above
+    on-demand (after overrides, or in a catalog snapshot where an AZ had no spot capacity)."""
+    notes: list[str] = []
+    if on is not None and price.available_from is not None and on < price.available_from:
+        notes.append(f"prices_as_of {on} is before {price.slug} existed (available from {price.available_from}): "
+                     "the catalog has no price in force then, so only overrides price it")  # fmt: skip
+    elif on is not None and price.on_demand and price.on_demand_price(on) is None and on_demand is None:
+        first = min((p.effective_from for p in price.on_demand if p.effective_from), default=None)
+        notes.append(f"{price.slug} had no on-demand price in force on {on}"
+                     + (f" (first listed from {first})" if first else ""))  # fmt: skip
+    if on_demand is not None and spot is not None and spot > on_demand:
+        notes.append(f"spot ${spot:,.2f}/h is above on-demand ${on_demand:,.2f}/h: spot would cost more; check the "
+                     "figures (an AZ without spot capacity quotes on-demand)")  # fmt: skip
+    for option, rate in commits.items():
+        if on_demand is not None and rate is not None and rate > on_demand:
+            notes.append(f"{option.value} ${rate:,.2f}/h is above on-demand ${on_demand:,.2f}/h: a commitment that "
+                         "costs more than paying per hour; check the figures")  # fmt: skip
+    return tuple(notes)
 
 
 def commitment_usd(
@@ -1014,6 +1043,9 @@ class TrainingCost(Frozen):
     storage: StorageCost
     serving: ServingCheck | None
     assumptions: tuple[Assumption, ...]
+    notes: tuple[str, ...] = Field(
+        default=(), description="warnings: partial instances, price dates and inversions"
+    )
 
 
 def _unavailable(option: CostOption, reason: str, instance: str | None = None) -> OptionCost:
@@ -1035,6 +1067,8 @@ def _cloud_option(
     if option is CostOption.spot:
         spot_instances = instances
         notes.append(SPOT_CAPACITY_RISK)
+        if prices.on_demand is not None and rate > prices.on_demand:
+            notes.append(f"spot ${rate:,.2f}/h is above on-demand ${prices.on_demand:,.2f}/h")
     elif option is CostOption.reserved_spot_mix:
         spot_instances = instances - round(prices.reserved_fraction * instances)
         notes.append(f"{instances - spot_instances} instances on a 1-yr commitment, {spot_instances} on spot")
@@ -1205,6 +1239,10 @@ def training_cost(
         assumptions.append(Assumption(name="throughput on the self-built cluster", value=job.self_build_tokens_per_s,
                                       unit="tokens/s", source="formula",
                                       note=f"the estimate on {job.self_build_estimate_node or tco.node}"))  # fmt: skip
+    notes = list(prices.notes)
+    notes += _whole_units_notes(job.gpus, instances, prices.gpus_per_instance, instance)
+    if tco is not None:
+        notes += _whole_units_notes(job.gpus, tco.nodes, tco.gpus // tco.nodes, tco.node)
     return TrainingCost(
         model=job.model, accelerator=job.accelerator, gpus=job.gpus, tokens=job.tokens, fits=job.fits,
         instance=instance, instances=instances, self_build_node=tco.node if tco else sb_node_slug,
@@ -1213,7 +1251,21 @@ def training_cost(
         expected_failures=expected_failures(wall_h, base.job_mtbf_hours), reliability=base, options=tuple(results),
         cheapest=cheapest, fastest=fastest, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
         prices=prices, self_build=tco, storage=storage, serving=serving, assumptions=tuple(assumptions),
+        notes=tuple(notes),
     )  # fmt: skip
+
+
+def _whole_units_notes(gpus: int, units: int, gpus_per_unit: int, unit: str) -> list[str]:
+    """A note when ``gpus`` is not a whole number of instances or servers: the rest are paid for but idle.
+
+    >>> _whole_units_notes(12, 2, 8, "p5.48xlarge")
+    ['12 GPUs are not a whole number of p5.48xlarge (8 GPUs each): 2 are billed (16 GPUs), 4 GPUs paid for but idle']
+    """
+    paid = units * gpus_per_unit
+    if paid == gpus:
+        return []
+    return [f"{gpus} GPUs are not a whole number of {unit} ({gpus_per_unit} GPUs each): {units} are billed "
+            f"({paid} GPUs), {paid - gpus} GPUs paid for but idle"]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------

@@ -71,6 +71,7 @@ HOURS_PER_DAY = 24.0
 HOURS_PER_MONTH = 730.0  # 8,760 h / 12
 GBYTE = 1e9
 RULE_OF_THUMB_INTERVAL_S = 1800.0
+RULE_OF_THUMB_SAME_S = 1.0  # an interval within 1 s of 30 min is the rule itself
 
 # Defaults without a catalog figure (reported as source "default"; override them per scenario).
 DEFAULT_DETECT_S = 60.0
@@ -299,6 +300,10 @@ class RuleOfThumb(Frozen):
     goodput_at_optimum: float
     goodput_loss: float = Field(description="goodput at the optimum minus goodput with the rule")
     extra_wall_clock_fraction: float = Field(description="wall clock with the rule / at the optimum − 1")
+    same_as_interval: bool = Field(
+        default=False,
+        description="the job already checkpoints every 30 min: nothing to compare, show no rule line",
+    )
 
 
 class ReliabilityReport(Frozen):
@@ -569,6 +574,7 @@ def reliability_report(
             goodput_at_optimum=best,
             goodput_loss=best - rule_gp,
             extra_wall_clock_fraction=best / rule_gp - 1.0,
+            same_as_interval=abs(interval - rule_interval) < RULE_OF_THUMB_SAME_S,
         ),
         assumptions=tuple(assumptions),
     )

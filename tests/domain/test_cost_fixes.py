@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+from datetime import date
+
 import pytest
+from pydantic import ValidationError
 
 from app.domain.catalog import load_catalog
 from app.domain.cost import (
     CostInputError,
     CostOption,
+    CostOverrides,
     SelfBuildOverrides,
     TrainingJob,
     self_build_inputs,
@@ -59,3 +63,63 @@ def test_max_kw_per_node_override_is_read_before_raising(catalog) -> None:
     )
     assert inputs.max_kw_per_node == 6.5
     assert any(a.name == "max power per node" and a.source == "override" for a in assumptions)
+
+
+# -- 4. minor items -------------------------------------------------------------------------------------------
+
+
+def test_no_rule_of_thumb_line_when_the_interval_is_already_30_minutes(catalog) -> None:
+    from app.domain.reliability import ReliabilityOverrides
+
+    fixed = CostOverrides(reliability=ReliabilityOverrides(checkpoint_interval_s=1800))
+    result = training_cost(
+        catalog.cost, catalog.hardware, job(), options=[CostOption.on_demand], overrides=fixed
+    )
+    assert result.reliability.rule_of_thumb.same_as_interval
+    optimum = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.on_demand])
+    assert not optimum.reliability.rule_of_thumb.same_as_interval
+
+
+@pytest.mark.parametrize("field", ["on_demand_usd_per_hour", "spot_usd_per_hour", "commit_1yr_usd_per_hour",
+                                   "commit_3yr_usd_per_hour", "capacity_block_usd_per_hour"])  # fmt: skip
+def test_a_zero_price_is_refused(field: str) -> None:
+    with pytest.raises(ValidationError, match="greater than 0"):
+        CostOverrides(**{field: 0})
+
+
+def test_spot_above_on_demand_is_flagged(catalog) -> None:
+    o = CostOverrides(spot_usd_per_hour=80.0)  # p5 on-demand is $55.04/h
+    result = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.spot], overrides=o)
+    assert any("spot $80.00/h is above on-demand $55.04/h" in n for n in result.notes)
+    assert any("above on-demand" in n for n in option(result, "spot").notes)
+    plain = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.spot])
+    assert not any("above on-demand" in n for n in plain.notes)
+
+
+def test_prices_as_of_before_the_instance_existed_gets_a_note(catalog) -> None:
+    o = CostOverrides(prices_as_of=date(2024, 1, 1))
+    result = training_cost(catalog.cost, catalog.hardware, job(accelerator="b200"), options=[CostOption.on_demand],
+                           overrides=o)  # fmt: skip
+    assert any("before p6-b200.48xlarge existed (available from 2025-05-15)" in n for n in result.notes)
+    now = training_cost(
+        catalog.cost, catalog.hardware, job(accelerator="b200"), options=[CostOption.on_demand]
+    )
+    assert not any("existed" in n for n in now.notes)
+
+
+def test_gpus_that_are_not_whole_instances_get_a_note(catalog) -> None:
+    result = training_cost(catalog.cost, catalog.hardware, job(gpus=12), options=[CostOption.on_demand])
+    assert result.instances == 2
+    assert any("12 GPUs are not a whole number of p5.48xlarge" in n and "4 GPUs paid for but idle" in n
+               for n in result.notes)  # fmt: skip
+    whole = training_cost(catalog.cost, catalog.hardware, job(gpus=16), options=[CostOption.on_demand])
+    assert whole.notes == ()
+
+
+def test_nan_tokens_must_be_a_number() -> None:
+    from app.schemas import CostRequest
+
+    base = dict(model="llama3.1-8b", gpu="h100-sxm", gpus=8, global_batch=8, seq_len=4096)
+    for bad in (float("nan"), float("inf"), "nan"):
+        with pytest.raises(ValidationError, match="must be a number"):
+            CostRequest(**base, tokens=bad)
