@@ -839,6 +839,9 @@ def cost_command(
     ] = None,
     nodes: Annotated[int | None, typer.Option(help="--monthly: how many of the instance or node")] = None,
     months: Annotated[int, typer.Option(help="--monthly: length of the cumulative-cost series")] = 36,
+    region: Annotated[
+        str | None, typer.Option(help="region whose prices to use, e.g. us-west-2 (default: the instance's)")
+    ] = None,
     option: Annotated[
         list[CostOption] | None,
         typer.Option("--option", help="pricing option to show (repeat; default: all)"),
@@ -889,6 +892,8 @@ def cost_command(
     from app.services import run_cost, run_monthly_cost
 
     overrides = cost_overrides(assignments or [], overrides_file)
+    if region is not None:
+        overrides = overrides.model_copy(update={"region": region.strip()})
     options = list(option) if option else None
     if monthly:
         if tokens is not None or plan_file is not None:

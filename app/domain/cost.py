@@ -42,7 +42,7 @@ from typing import Any
 from pydantic import Field
 
 from app.domain.architecture import Architecture, kv_cache_width
-from app.domain.cost_catalog import CostCatalog, InstancePrice, SelfBuild, Tier
+from app.domain.cost_catalog import CostCatalog, InstancePrice, OnDemandPrice, SelfBuild, Tier, in_force
 from app.domain.estimate import Assumption
 from app.domain.hardware import FatTreeSize, HardwareCatalog, Node, fat_tree_switch_counts
 from app.domain.provenance import CatalogEntry, FigureProvenance, Frozen
@@ -176,6 +176,11 @@ class CostOverrides(Frozen):
     """Every cost input; ``None`` means the catalog default. Prices are per instance-hour (USD)."""
 
     instance: str | None = Field(default=None, max_length=64, description="AWS instance slug")
+    region: str | None = Field(
+        default=None,
+        max_length=32,
+        description="region whose prices to use (default: the instance's, us-east-1)",
+    )
     prices_as_of: date | None = Field(default=None, description="prices in force that day (default: current)")
     on_demand_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
     commit_1yr_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
@@ -299,7 +304,9 @@ def cloud_prices(
     out: list[Assumption] = []
     terms = cost_catalog.pricing_terms
 
-    od_record = price.on_demand_price(on)
+    region = _region(cost_catalog, price, o.region)
+    home = region == price.region
+    od_record = price.on_demand_price(on) if home else _regional_on_demand(price, region, on)
     if o.on_demand_usd_per_hour is not None:
         on_demand: float | None = o.on_demand_usd_per_hour
         out.append(_override(f"{instance} on-demand", on_demand, "USD/instance-h"))
@@ -314,7 +321,9 @@ def cloud_prices(
         name = f"{instance} {years}-yr commitment"
         rate_override = getattr(o, f"commit_{years}yr_usd_per_hour")
         discount_override = getattr(o, f"commit_{years}yr_discount")
-        record = price.committed_rate(years, on)
+        record = (
+            price.committed_rate(years, on) if home else None
+        )  # the catalog's rates are home-region rates
         if rate_override is not None:
             commits[option] = rate_override
             out.append(_override(name, rate_override, "USD/instance-h"))
@@ -336,7 +345,7 @@ def cloud_prices(
         else:
             commits[option] = None
 
-    spot_obs = price.spot_observation(on)
+    spot_obs = price.spot_observation(on, region)
     if o.spot_usd_per_hour is not None:
         spot: float | None = o.spot_usd_per_hour
         out.append(_override(f"{instance} spot", spot, "USD/instance-h"))
@@ -351,7 +360,7 @@ def cloud_prices(
     if o.capacity_block_usd_per_hour is not None:
         block: float | None = o.capacity_block_usd_per_hour
         out.append(_override(f"{instance} capacity block", block, "USD/instance-h"))
-    elif price.capacity_block is not None:
+    elif price.capacity_block is not None and (home or region in price.capacity_block.regions):
         block = price.capacity_block.usd_per_hour
         out.append(_prov(f"{instance} capacity block ({', '.join(price.capacity_block.regions)})", block,
                          "USD/instance-h", price.capacity_block,
@@ -374,11 +383,50 @@ def cloud_prices(
     mix = None if c1 is None or spot is None else reserved_fraction * c1 + (1.0 - reserved_fraction) * spot
     notes = _price_notes(price, on, on_demand, spot, commits)
     return CloudPrices(
-        instance=instance, gpus_per_instance=price.gpus_per_instance, region=price.region, on=on,
+        instance=instance, gpus_per_instance=price.gpus_per_instance, region=region, on=on,
         on_demand=on_demand, commit_1yr=c1, commit_3yr=commits[CostOption.commit_3yr], spot=spot,
         capacity_block=block, off_peak=off_peak, reserved_spot_mix=mix, reserved_fraction=reserved_fraction,
         off_peak_discount=off_discount, assumptions=tuple(out), notes=notes,
     )  # fmt: skip
+
+
+def catalog_regions(cost_catalog: CostCatalog) -> tuple[str, ...]:
+    """Every region the catalog has a price in (home regions, regional on-demand, spot, capacity blocks)."""
+    regions: set[str] = set()
+    for p in cost_catalog.instance_prices:
+        regions |= {p.region, *(r.region for r in p.regional_on_demand), *(s.region for s in p.spot)}
+        if p.capacity_block is not None:
+            regions |= set(p.capacity_block.regions)
+    return tuple(sorted(regions))
+
+
+def _region(cost_catalog: CostCatalog, price: InstancePrice, wanted: str | None) -> str:
+    """The region to price in: the instance's own unless ``wanted``; CostInputError for an unknown region or one
+    where the catalog has no on-demand price for this instance."""
+    if wanted is None or wanted == price.region:
+        return price.region
+    known = catalog_regions(cost_catalog)
+    if wanted not in known:
+        raise CostInputError(
+            "overrides.region", f"unknown region {wanted!r}; regions with prices: {', '.join(known)}"
+        )
+    priced = sorted({price.region, *(r.region for r in price.regional_on_demand)})
+    if wanted not in priced:
+        raise CostInputError(
+            "overrides.region",
+            f"no {price.slug} on-demand price for region {wanted!r} in the catalog; priced in: {', '.join(priced)}",
+        )
+    return wanted
+
+
+def _regional_on_demand(price: InstancePrice, region: str, on: date | None) -> OnDemandPrice | None:
+    """The on-demand price in force in ``region`` (a regional record, shaped like the home-region one)."""
+    record = in_force([r for r in price.regional_on_demand if r.region == region], on)
+    if record is None:
+        return None
+    return OnDemandPrice(usd_per_hour=record.usd_per_hour, effective_from=record.effective_from,
+                         effective_to=record.effective_to, source=record.source, as_of=record.as_of,
+                         confidence=record.confidence, note=f"{region}; {record.note or ''}".rstrip("; "))  # fmt: skip
 
 
 def _price_notes(

@@ -133,3 +133,9 @@ def test_cost_nan_tokens_and_zero_price_are_422(client: TestClient) -> None:
     assert "must be a number" in response.text
     response = post(client, overrides={"spot_usd_per_hour": 0})
     assert response.status_code == 422 and "spot_usd_per_hour" in response.text
+
+
+def test_cost_unknown_region_is_422(client: TestClient) -> None:
+    response = post(client, overrides={"region": "mars-1"})
+    assert response.status_code == 422, response.text
+    assert "unknown region" in response.text and "region" in response.text

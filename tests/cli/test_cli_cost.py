@@ -142,3 +142,12 @@ def test_cost_notes_partial_instances_and_no_rule_line_at_30_min(monkeypatch, ca
 def test_cost_zero_price_exits_2(monkeypatch, capsys) -> None:
     code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--set", "on_demand_usd_per_hour=0")
     assert code == 2 and "on_demand_usd_per_hour" in err and "greater than 0" in err
+
+
+def test_cost_region(monkeypatch, capsys) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, "cost", "--instance", "p5.48xlarge", "--nodes", "1", "--monthly",
+                             "--region", "eu-west-2", "--option", "on-demand", "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["on_demand_usd_per_month"] == pytest.approx(71.552 * 730)
+    code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--region", "mars-1")
+    assert code == 2 and "unknown region 'mars-1'" in err

@@ -123,3 +123,32 @@ def test_nan_tokens_must_be_a_number() -> None:
     for bad in (float("nan"), float("inf"), "nan"):
         with pytest.raises(ValidationError, match="must be a number"):
             CostRequest(**base, tokens=bad)
+
+
+# -- 5. regions -----------------------------------------------------------------------------------------------
+
+
+def test_region_picks_the_regional_on_demand_price(catalog) -> None:
+    from app.domain.cost import cloud_prices
+
+    west1 = cloud_prices(catalog.cost, "p5.48xlarge", CostOverrides(region="us-west-1"))
+    assert west1.region == "us-west-1" and west1.on_demand == pytest.approx(68.8)
+    # no us-west-1 commitment rate or spot snapshot: the average discount on the regional price, no spot
+    assert west1.commit_1yr == pytest.approx(68.8 * (1 - 0.41), rel=0.02)
+    assert west1.spot is None
+    home = cloud_prices(catalog.cost, "p5.48xlarge", CostOverrides(region="us-east-1"))
+    assert home == cloud_prices(catalog.cost, "p5.48xlarge")
+    result = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.on_demand],
+                           overrides=CostOverrides(region="eu-west-2"))  # fmt: skip
+    assert option(result, "on-demand").usd_per_instance_hour == pytest.approx(71.552)
+
+
+def test_unknown_region_is_a_clear_error(catalog) -> None:
+    with pytest.raises(
+        CostInputError, match="unknown region 'mars-1'; regions with prices: .*us-west-2"
+    ) as err:
+        training_cost(catalog.cost, catalog.hardware, job(), overrides=CostOverrides(region="mars-1"))
+    assert err.value.field == "overrides.region"
+    with pytest.raises(CostInputError, match="no p4d.24xlarge on-demand price for region 'us-west-1'"):
+        training_cost(catalog.cost, catalog.hardware, job(accelerator="a100-40gb"),
+                      overrides=CostOverrides(region="us-west-1"))  # fmt: skip
