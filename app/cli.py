@@ -744,6 +744,18 @@ def print_training_cost(result) -> None:
         f"writes in {rel.checkpoint_write_s:.1f} s; every {result.checkpoint_interval_s:,.0f} s ({rel.interval_formula}); "
         f"restart {rel.restart_s:,.0f} s; goodput {result.goodput:.1%}; ~{result.expected_failures:,.0f} failures expected"
     )
+    if rel.checkpoint_mode == "async":
+        echo(
+            f"  async save: {rel.checkpoint_blocking_s:.2f} s snapshot to host memory + {rel.background_slowdown:.0%} "
+            f"slower for the {rel.background_write_s:.1f} s background write = {rel.checkpoint_overhead_s:.2f} s lost per save"
+        )
+    echo(
+        "  interval sensitivity: "
+        + ", ".join(
+            f"{p.factor:g}× ({p.interval_s:,.0f} s{', the write time' if p.limited_by_write else ''}) goodput {p.goodput:.2%}"
+            for p in rel.interval_sensitivity
+        )
+    )
     rule = rel.rule_of_thumb
     extra = (
         ""

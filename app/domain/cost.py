@@ -1224,7 +1224,8 @@ def training_cost(
                 spot_instances=spot_instances,
             )  # fmt: skip
         except KeyError as exc:
-            raise CostInputError("overrides.reliability.failure_record", str(exc.args[0])) from None
+            what = "storage_tier" if "storage tier" in str(exc.args[0]) else "failure_record"
+            raise CostInputError(f"overrides.reliability.{what}", str(exc.args[0])) from None
         except ValueError as exc:
             raise CostInputError("overrides.reliability", str(exc)) from None
 

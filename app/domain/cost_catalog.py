@@ -768,6 +768,13 @@ class AsyncCheckpoint(CatalogEntry):
     tokens_per_s_during_background: float | None = Field(default=None, gt=0)
 
     @property
+    def background_slowdown(self) -> float | None:
+        """Share of throughput lost while the background write runs: 1 − tokens/s during it / normal."""
+        if self.tokens_per_s_normal is None or self.tokens_per_s_during_background is None:
+            return None
+        return max(0.0, 1.0 - self.tokens_per_s_during_background / self.tokens_per_s_normal)
+
+    @property
     def async_speedup(self) -> float | None:
         if self.sync_blocking_s is None or self.async_blocking_s is None:
             return None
@@ -785,9 +792,46 @@ class StorageBandwidth(CatalogEntry):
     servers: int | None = Field(default=None, ge=1)
 
 
+class StorageTier(CatalogEntry):
+    """How checkpoint bandwidth scales with the cluster: per-node write and read limits (kept apart), and the
+    storage system's aggregate, either fixed or a share per compute node (a system sized with the cluster)."""
+
+    write_gbyte_per_s_per_node: float = Field(gt=0)
+    read_gbyte_per_s_per_node: float = Field(gt=0)
+    aggregate_write_gbyte_per_s: float | None = Field(default=None, gt=0)
+    aggregate_read_gbyte_per_s: float | None = Field(default=None, gt=0)
+    aggregate_write_gbyte_per_s_per_node: float | None = Field(default=None, gt=0)
+    aggregate_read_gbyte_per_s_per_node: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_aggregate_each(self) -> StorageTier:
+        for d in ("write", "read"):
+            fixed = getattr(self, f"aggregate_{d}_gbyte_per_s")
+            scaled = getattr(self, f"aggregate_{d}_gbyte_per_s_per_node")
+            if (fixed is None) == (scaled is None):
+                raise ValueError(
+                    f"give exactly one of aggregate_{d}_gbyte_per_s and aggregate_{d}_gbyte_per_s_per_node"
+                )
+        return self
+
+    def aggregate_gbyte_per_s(self, direction: Literal["write", "read"], nodes: int) -> float:
+        """The storage system's bandwidth for a cluster of ``nodes``: fixed, or nodes × the per-node share."""
+        fixed = getattr(self, f"aggregate_{direction}_gbyte_per_s")
+        if fixed is not None:
+            return float(fixed)
+        return nodes * getattr(self, f"aggregate_{direction}_gbyte_per_s_per_node")
+
+    def aggregate_field(self, direction: Literal["write", "read"]) -> str:
+        fixed = f"aggregate_{direction}_gbyte_per_s"
+        return fixed if getattr(self, fixed) is not None else f"{fixed}_per_node"
+
+
 class CheckpointDefaults(Frozen):
     checkpoint_size: str
     checkpoint_size_reason: str
+    storage_tier: str
+    storage_tier_reason: str
+    async_background: str
 
 
 class Checkpointing(Frozen):
@@ -796,8 +840,12 @@ class Checkpointing(Frozen):
     measured: tuple[MeasuredCheckpoint, ...]
     async_saves: tuple[AsyncCheckpoint, ...]
     storage_bandwidths: tuple[StorageBandwidth, ...]
+    storage_tiers: tuple[StorageTier, ...]
     cpu_memory_overhead: str
     defaults: CheckpointDefaults
+
+    def storage_tier(self, slug: str | None = None) -> StorageTier:
+        return by_slug(self.storage_tiers, slug or self.defaults.storage_tier, "storage tier")
 
     def size(self, slug: str | None = None) -> CheckpointSize:
         return by_slug(self.sizes, slug or self.defaults.checkpoint_size, "checkpoint size")
@@ -940,10 +988,17 @@ def load_checkpointing(path: Path, sources: dict[str, Source]) -> Checkpointing:
         measured=_entries(path, "measured_checkpoints", MeasuredCheckpoint, sources),
         async_saves=_entries(path, "async_checkpoints", AsyncCheckpoint, sources),
         storage_bandwidths=_entries(path, "storage_bandwidth", StorageBandwidth, sources),
+        storage_tiers=_entries(path, "storage_tiers", StorageTier, sources),
         cpu_memory_overhead=parse_table(path, "checkpoint_notes", CheckpointNotes).cpu_memory_overhead,
         defaults=parse_table(path, "checkpoint_defaults", CheckpointDefaults),
     )
     _check_default(path, "checkpoint_defaults.checkpoint_size", ck.defaults.checkpoint_size, ck.sizes)
+    _check_default(path, "checkpoint_defaults.storage_tier", ck.defaults.storage_tier, ck.storage_tiers)
+    _check_default(path, "checkpoint_defaults.async_background", ck.defaults.async_background, ck.async_saves)
+    background = by_slug(ck.async_saves, ck.defaults.async_background, "async checkpoint")
+    if background.background_slowdown is None:
+        raise CatalogError(path, "checkpoint_defaults.async_background",
+                           f"{background.slug!r} has no tokens/s during its background write")  # fmt: skip
     return ck
 
 
