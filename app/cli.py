@@ -768,18 +768,26 @@ def print_training_cost(result) -> None:
             f"+{result.rule_of_thumb_extra_days:.1f} days{extra}"
         )
     echo("")
-    echo(f"{'option':18s} {'$/GPU-h':>8s} {'days':>8s} {'goodput':>8s} {'total $':>16s} {'$/1B tokens':>12s}")
+    echo(
+        f"{'option':18s} {'$/GPU-h':>8s} {'days':>8s} {'goodput':>8s} {'total $':>16s} {'cash $':>16s} "
+        f"{'amortised $':>16s} {'$/1B tokens':>12s}"
+    )
     for row in result.options:
         if not row.available:
             echo(f"{row.option.value:18s} n/a: {row.reason}")
             continue
         echo(
             f"{row.option.value:18s} {row.usd_per_gpu_hour:8.2f} {row.days:8.1f} {row.goodput:8.1%} "
-            f"{_usd(row.total_usd):>16s} {_usd(row.usd_per_1b_tokens):>12s}"
+            f"{_usd(row.total_usd):>16s} {_usd(row.cash_usd):>16s} {_usd(row.amortised_usd):>16s} "
+            f"{_usd(row.usd_per_1b_tokens):>12s}"
         )
         for note in row.notes:
             echo(f"{'':18s}   {note}")
-    echo(f"\ncheapest: {result.cheapest}; fastest: {result.fastest}")
+    echo("")
+    for ranking in result.rankings:
+        best = ranking.winner or ("tie: " + " = ".join(ranking.tied) if ranking.tied else "—")
+        echo(f"cheapest, {ranking.basis} basis: {best} ({ranking.description})")
+    echo(f"cheapest: {result.cheapest or '—'} ({result.cheapest_basis}); fastest: {result.fastest}")
     for note in result.notes:
         echo(f"note: {note}")
     serving = result.serving

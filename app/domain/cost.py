@@ -39,7 +39,7 @@ from datetime import date
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from app.domain.architecture import Architecture, kv_cache_width
 from app.domain.cost_catalog import CostCatalog, InstancePrice, OnDemandPrice, SelfBuild, Tier, in_force
@@ -64,6 +64,7 @@ __all__ = [
     "CostOverrides",
     "MonthlyCost",
     "OptionCost",
+    "Ranking",
     "SelfBuildInputs",
     "SelfBuildOverrides",
     "SelfBuildTco",
@@ -78,9 +79,11 @@ __all__ = [
     "fabric_cost",
     "instance_for_accelerator",
     "monthly_cost",
+    "rank_options",
     "self_build_inputs",
     "self_build_node_for",
     "self_build_tco",
+    "self_build_useful_months",
     "self_build_wins_at_utilisation",
     "serving_check",
     "tiered_usd",
@@ -202,8 +205,26 @@ class CostOverrides(Frozen):
     serving_context_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
     serving_batch: int = Field(default=1, ge=1, le=100_000)
     serving_weight_bytes_per_param: float = Field(default=2.0, gt=0, le=8)
+    use_after_run_years: float | None = Field(
+        default=None,
+        ge=0,
+        le=30,
+        description="self-build: years the cluster keeps working after this run (default: its depreciation life)",
+    )
+    runs: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="self-build: runs of this length the cluster serves in all (instead of use_after_run_years)",
+    )
     self_build: SelfBuildOverrides = Field(default_factory=SelfBuildOverrides)
     reliability: ReliabilityOverrides = Field(default_factory=ReliabilityOverrides)
+
+    @model_validator(mode="after")
+    def _one_use_statement(self) -> CostOverrides:
+        if self.use_after_run_years is not None and self.runs is not None:
+            raise ValueError("give use_after_run_years or runs, not both")
+        return self
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1061,7 +1082,26 @@ class OptionCost(Frozen):
     data_transfer_usd: float = 0.0
     total_usd: float | None = None
     usd_per_1b_tokens: float | None = None
+    cash_usd: float | None = Field(
+        default=None,
+        description="cash basis: what is paid out for this run (whole commitment terms, all capex)",
+    )
+    amortised_usd: float | None = Field(
+        default=None,
+        description="amortised basis: this run's share when the capacity keeps working after it (commitment usage "
+        "only; self-build capital × run / useful life + opex)",
+    )
     notes: tuple[str, ...] = ()
+
+
+class Ranking(Frozen):
+    """Options from cheapest to dearest on one basis; ``winner`` is None when the cheapest ones tie."""
+
+    basis: str = Field(description="cash or amortised")
+    description: str
+    order: tuple[str, ...]
+    winner: str | None
+    tied: tuple[str, ...] = Field(default=(), description="options tied for cheapest (within $1 or 0.01 %)")
 
 
 class TrainingCost(Frozen):
@@ -1082,7 +1122,9 @@ class TrainingCost(Frozen):
     expected_failures: float
     reliability: ReliabilityReport
     options: tuple[OptionCost, ...]
-    cheapest: str | None
+    cheapest: str | None = Field(description="the amortised ranking's winner (None on a tie); see rankings")
+    cheapest_basis: str = "amortised"
+    rankings: tuple[Ranking, ...] = ()
     fastest: str | None
     rule_of_thumb_extra_days: float
     rule_of_thumb_extra_usd: float | None = Field(description="on-demand cost of checkpointing every 30 min")
@@ -1166,20 +1208,53 @@ def _cloud_option(
         job_mtbf_hours=rel.job_mtbf_hours, expected_failures=expected_failures(wall_h, rel.job_mtbf_hours),
         compute_hours=compute_h, wall_clock_hours=wall_h, days=days, run_usd=run, committed_usd=committed,
         storage_usd=storage_usd, data_transfer_usd=transfer, total_usd=total,
-        usd_per_1b_tokens=total / (job.tokens / 1e9), notes=tuple(notes),
+        usd_per_1b_tokens=total / (job.tokens / 1e9), cash_usd=total, amortised_usd=run + storage_usd + transfer,
+        notes=tuple(notes),
     )  # fmt: skip
 
 
-def _self_build_option(job: TrainingJob, tco: SelfBuildTco, rel: ReliabilityReport) -> OptionCost:
+def self_build_useful_months(
+    run_months: float,
+    depreciation_years: float,
+    use_after_run_years: float | None = None,
+    runs: int | None = None,
+) -> tuple[float, str]:
+    """Months the cluster works in all, over which its capital is shared, and how that was decided: ``runs`` runs
+    of this length, else the run plus ``use_after_run_years``, else the depreciation life.
+
+    >>> self_build_useful_months(6, 5)[0], self_build_useful_months(6, 5, use_after_run_years=0.5)[0]
+    (60.0, 12.0)
+    >>> self_build_useful_months(6, 5, runs=3)[0]
+    18
+    """
+    if runs is not None:
+        return run_months * runs, f"{runs} runs of {run_months:.1f} months (stated)"
+    if use_after_run_years is not None:
+        return (
+            run_months + use_after_run_years * 12.0,
+            f"the run + {use_after_run_years:g} years of further use (stated)",
+        )
+    return (
+        depreciation_years * 12.0,
+        f"the {depreciation_years:g}-year depreciation life (default: fully used after the run)",
+    )
+
+
+def _self_build_option(
+    job: TrainingJob, tco: SelfBuildTco, rel: ReliabilityReport, o: CostOverrides
+) -> OptionCost:
     tps = job.self_build_tokens_per_s or job.cloud_tokens_per_s
     compute_h = job.tokens / tps / SECONDS_PER_HOUR
     wall_h = wall_clock_hours(compute_h, rel.goodput)
     months = wall_h / HOURS_PER_MONTH
-    run = tco.monthly_equivalent_usd * months
+    useful, why = self_build_useful_months(months, tco.depreciation_years, o.use_after_run_years, o.runs)
+    share = min(1.0, months / useful) if useful > 0 else 1.0
+    capital_total = tco.capital_usd_per_month * tco.depreciation_years * 12.0
+    run = capital_total * share + tco.opex_usd_per_month * months
     cash = tco.capex_usd + tco.opex_usd_per_month * months
     notes = (
-        f"amortised: {months:.1f} months of the ${tco.monthly_equivalent_usd:,.0f}/month equivalent "
-        f"(capital over {tco.depreciation_years:g} years + opex)",
+        f"amortised: {share:.1%} of the capital (${capital_total:,.0f} over {tco.depreciation_years:g} years with "
+        f"financing) + opex for {months:.1f} months; useful life {useful:.1f} months = {why}",
         f"cash outlay ${cash:,.0f}: capex ${tco.capex_usd:,.0f} up front + opex for the run",
         "storage for the dataset and checkpoints is in the capex",
     )
@@ -1189,8 +1264,32 @@ def _self_build_option(job: TrainingJob, tco: SelfBuildTco, rel: ReliabilityRepo
         usd_per_gpu_hour=tco.usd_per_gpu_hour, tokens_per_s=tps, goodput=rel.goodput,
         job_mtbf_hours=rel.job_mtbf_hours, expected_failures=expected_failures(wall_h, rel.job_mtbf_hours),
         compute_hours=compute_h, wall_clock_hours=wall_h, days=wall_h / 24.0, run_usd=run, committed_usd=cash,
-        total_usd=run, usd_per_1b_tokens=run / (job.tokens / 1e9), notes=notes,
+        total_usd=run, usd_per_1b_tokens=run / (job.tokens / 1e9), cash_usd=cash, amortised_usd=run, notes=notes,
     )  # fmt: skip
+
+
+TIE_USD = 1.0
+TIE_FRACTION = 1e-4
+RANKING_BASES = {
+    "cash": "what is paid out for this run: commitments' whole terms, self-build's capex + opex (nothing is "
+            "assumed about use after the run)",
+    "amortised": "this run's share: commitments' usage only (the rest of the term used by other work), "
+                 "self-build's capital × run / useful life + opex (useful life: use_after_run_years or runs, "
+                 "default the depreciation life)",
+}  # fmt: skip
+
+
+def rank_options(options: Sequence[OptionCost], basis: str) -> Ranking:
+    """Available options ordered by ``cash_usd`` or ``amortised_usd``; no single winner when the cheapest tie
+    (within $1 or 0.01 %)."""
+    priced = [(getattr(r, f"{basis}_usd"), r.option.value) for r in options if r.available]
+    priced = sorted((v, name) for v, name in priced if v is not None)
+    if not priced:
+        return Ranking(basis=basis, description=RANKING_BASES[basis], order=(), winner=None)
+    best = priced[0][0]
+    tied = tuple(name for v, name in priced if v - best <= max(TIE_USD, TIE_FRACTION * abs(best)))
+    return Ranking(basis=basis, description=RANKING_BASES[basis], order=tuple(n for _, n in priced),
+                   winner=tied[0] if len(tied) == 1 else None, tied=tied if len(tied) > 1 else ())  # fmt: skip
 
 
 def training_cost(
@@ -1259,10 +1358,11 @@ def training_cost(
                                                        storage_tb=storage.stored_tb)  # fmt: skip
             tco = self_build_tco(inputs, node=sb_node.slug, nodes=sb_nodes, gpus_per_node=sb_node.accelerators_per_node,
                                  nics_per_node=sb_node.scale_out_nics, assumptions=sb_assumptions)  # fmt: skip
-            results.append(_self_build_option(job, tco, base))
+            results.append(_self_build_option(job, tco, base, o))
 
     available = [r for r in results if r.available and r.total_usd is not None]
-    cheapest = min(available, key=lambda r: r.total_usd or 0.0).option.value if available else None
+    rankings = (rank_options(results, "cash"), rank_options(results, "amortised"))
+    cheapest = rankings[1].winner
     fastest = min(available, key=lambda r: r.days or 0.0).option.value if available else None
     compute_h = job.tokens / job.cloud_tokens_per_s / SECONDS_PER_HOUR
     wall_h = compute_h / base.goodput
@@ -1298,7 +1398,7 @@ def training_cost(
         self_build_nodes=sb_nodes, tokens_per_s=job.cloud_tokens_per_s, compute_hours=compute_h,
         job_mtbf_hours=base.job_mtbf_hours, checkpoint_interval_s=base.checkpoint_interval_s, goodput=base.goodput,
         expected_failures=expected_failures(wall_h, base.job_mtbf_hours), reliability=base, options=tuple(results),
-        cheapest=cheapest, fastest=fastest, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
+        cheapest=cheapest, rankings=rankings, fastest=fastest, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
         prices=prices, self_build=tco, storage=storage, serving=serving, assumptions=tuple(assumptions),
         notes=tuple(notes),
     )  # fmt: skip

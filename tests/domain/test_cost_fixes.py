@@ -213,3 +213,54 @@ def test_interval_sensitivity(catalog) -> None:
     assert points[1.0].interval_s == pytest.approx(rel.checkpoint_interval_s)
     assert points[1.0].goodput >= points[0.5].goodput and points[1.0].goodput >= points[2.0].goodput
     assert points[2.0].interval_s == pytest.approx(2 * rel.checkpoint_interval_s)
+
+
+# -- 3. cash and amortised ------------------------------------------------------------------------------------
+
+
+def test_cash_and_amortised_side_by_side(catalog) -> None:
+    result = training_cost(catalog.cost, catalog.hardware, job())
+    sb, c3 = option(result, "self-build"), option(result, "commit-3yr")
+    assert sb.cash_usd > sb.amortised_usd  # all the capex vs the run's share of it
+    assert c3.cash_usd == c3.total_usd and c3.amortised_usd < c3.cash_usd  # the whole term vs the usage
+    od = option(result, "on-demand")
+    assert od.cash_usd == od.amortised_usd == od.total_usd
+    bases = {r.basis: r for r in result.rankings}
+    assert set(bases) == {"cash", "amortised"}
+    for r in bases.values():
+        assert r.description and r.order
+        values = [getattr(option(result, name), f"{r.basis}_usd") for name in r.order]
+        assert values == sorted(values)
+    assert result.cheapest == bases["amortised"].winner and result.cheapest_basis == "amortised"
+
+
+def test_use_after_the_run_sets_self_builds_share(catalog) -> None:
+    default = option(training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build]),
+                     "self-build")  # fmt: skip
+    tco = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build]).self_build
+    months = default.wall_clock_hours / 730
+    # default: the depreciation life — the same as months × the monthly equivalent
+    assert default.amortised_usd == pytest.approx(tco.monthly_equivalent_usd * months)
+    none_after = option(training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build],
+                                      overrides=CostOverrides(use_after_run_years=0)), "self-build")  # fmt: skip
+    capital_total = tco.capital_usd_per_month * tco.depreciation_years * 12
+    assert none_after.amortised_usd == pytest.approx(capital_total + tco.opex_usd_per_month * months)
+    three_runs = option(training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build],
+                                      overrides=CostOverrides(runs=3)), "self-build")  # fmt: skip
+    assert three_runs.amortised_usd == pytest.approx(capital_total / 3 + tco.opex_usd_per_month * months)
+    assert default.cash_usd == none_after.cash_usd == three_runs.cash_usd
+    with pytest.raises(ValidationError, match="not both"):
+        CostOverrides(runs=2, use_after_run_years=1)
+
+
+def test_ties_have_no_single_winner(catalog) -> None:
+    # spot at the on-demand price and without interruptions costs exactly what on-demand does
+    from app.domain.reliability import ReliabilityOverrides
+
+    o = CostOverrides(spot_usd_per_hour=55.04,
+                      reliability=ReliabilityOverrides(spot_interruptions_per_instance_month=0))  # fmt: skip
+    result = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.on_demand, CostOption.spot],
+                           overrides=o)  # fmt: skip
+    cash = next(r for r in result.rankings if r.basis == "cash")
+    assert cash.winner is None and set(cash.tied) == {"on-demand", "spot"}
+    assert result.cheapest is None
