@@ -783,6 +783,18 @@ def print_training_cost(result) -> None:
         )
         for note in row.notes:
             echo(f"{'':18s}   {note}")
+    if result.other_clouds:
+        echo("\nother clouds (dated prices with their sources; low-confidence ones are estimates):")
+        for row in result.other_clouds:
+            name = f"{row.provider} {row.instance} {row.option.value}"
+            if not row.available:
+                echo(f"  {name}: n/a: {row.reason}")
+                continue
+            echo(
+                f"  {name}: ${row.usd_per_gpu_hour:.2f}/GPU-h, {row.days:.1f} days, total ${_usd(row.total_usd)}, "
+                f"cash ${_usd(row.cash_usd)}, amortised ${_usd(row.amortised_usd)}"
+            )
+            echo(f"      {row.notes[0]}")
     echo("")
     for ranking in result.rankings:
         best = ranking.winner or ("tie: " + " = ".join(ranking.tied) if ranking.tied else "—")

@@ -64,6 +64,8 @@ __all__ = [
     "CostOverrides",
     "MonthlyCost",
     "OptionCost",
+    "option_label",
+    "other_cloud_options",
     "Ranking",
     "SelfBuildInputs",
     "SelfBuildOverrides",
@@ -205,6 +207,9 @@ class CostOverrides(Frozen):
     serving_context_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
     serving_batch: int = Field(default=1, ge=1, le=100_000)
     serving_weight_bytes_per_param: float = Field(default=2.0, gt=0, le=8)
+    other_clouds: bool = Field(
+        default=True, description="also price Google Cloud, Azure and GPU-cloud instances"
+    )
     use_after_run_years: float | None = Field(
         default=None,
         ge=0,
@@ -1062,6 +1067,10 @@ class TrainingJob(Frozen):
 class OptionCost(Frozen):
     option: CostOption
     available: bool
+    provider: str = Field(default="aws", description="aws (and self-build), gcp, azure, or a GPU cloud")
+    price_confidence: str | None = Field(
+        default=None, description="other clouds: the confidence of the price used"
+    )
     reason: str | None = None
     instance: str | None = None
     instances: int = 0
@@ -1126,6 +1135,10 @@ class TrainingCost(Frozen):
     cheapest_basis: str = "amortised"
     rankings: tuple[Ranking, ...] = ()
     fastest: str | None
+    other_clouds: tuple[OptionCost, ...] = Field(
+        default=(),
+        description="on-demand and commitments on Google Cloud, Azure and GPU clouds with this GPU",
+    )
     rule_of_thumb_extra_days: float
     rule_of_thumb_extra_usd: float | None = Field(description="on-demand cost of checkpointing every 30 min")
     prices: CloudPrices
@@ -1268,6 +1281,84 @@ def _self_build_option(
     )  # fmt: skip
 
 
+def option_label(row: OptionCost) -> str:
+    """How rankings name an option: ``on-demand`` (AWS), ``self-build``, ``gcp a3-highgpu-8g on-demand``."""
+    if row.provider == "aws":
+        return row.option.value
+    return f"{row.provider} {row.instance} {row.option.value}"
+
+
+OTHER_CLOUD_OPTIONS = (CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr)
+
+
+def other_cloud_options(
+    cc: CostCatalog, hardware: HardwareCatalog, job: TrainingJob, *, wanted: Sequence[CostOption],
+    o: CostOverrides, storage: StorageCost, reliability: dict[int, ReliabilityReport],
+) -> tuple[OptionCost, ...]:  # fmt: skip
+    """On-demand and 1-/3-year commitments on every non-AWS instance carrying the job's GPU. ``reliability``
+    maps an instance count to its report (filled in by the caller). Throughput: the estimate on the node that
+    stands for the instance (``like_node``) when it is one of the two estimated, else the AWS instance's."""
+    rows: list[OptionCost] = []
+    for p in cc.provider_prices:
+        node = hardware.node(p.like_node)
+        if node.accelerator != job.accelerator:
+            continue
+        instances = math.ceil(job.gpus / p.gpus_per_instance)
+        rel = reliability[instances]
+        if p.like_node == job.self_build_estimate_node and job.self_build_tokens_per_s:
+            tps, basis = job.self_build_tokens_per_s, f"throughput as estimated on {p.like_node}"
+        else:
+            tps = job.cloud_tokens_per_s
+            basis = f"throughput as estimated on {job.cloud_estimate_node or 'the AWS instance'}" + (
+                "" if p.like_node == job.cloud_estimate_node else f" (stands in for {p.like_node})")  # fmt: skip
+        od = p.on_demand_price(o.prices_as_of)
+        for option in OTHER_CLOUD_OPTIONS:
+            if option not in wanted:
+                continue
+            if od is None:
+                rows.append(OptionCost(option=option, available=False, provider=p.provider, instance=p.instance_type,
+                                       reason=f"no {p.provider} {p.instance_type} price in force"
+                                       + (f" on {o.prices_as_of}" if o.prices_as_of else "")))  # fmt: skip
+                continue
+            notes = [f"{p.name}: on-demand ${od.usd_per_hour:,.2f}/h ({od.source}, {od.as_of}, {od.confidence.value} "
+                     f"confidence){'; ' + od.note if od.note else ''}", basis,
+                     "storage and transfer priced at the AWS S3 rates (a proxy)"]  # fmt: skip
+            rate = od.usd_per_hour
+            if option in TERM_YEARS:
+                years = TERM_YEARS[option]
+                discount = p.commit_discount(years)
+                if discount is None:
+                    rows.append(OptionCost(option=option, available=False, provider=p.provider,
+                                           instance=p.instance_type,
+                                           reason=f"{p.provider} publishes no {years}-year commitment rate for "
+                                           f"{p.instance_type} in the catalog"))  # fmt: skip
+                    continue
+                prov = p.figure_provenance(f"commit_{years}yr_discount")
+                rate = od.usd_per_hour * (1.0 - discount)
+                notes.append(f"{years}-yr commitment: on-demand less the average {p.provider} discount "
+                             f"{discount:.0%} ({prov.source}, {prov.as_of})")  # fmt: skip
+            compute_h = job.tokens / tps / SECONDS_PER_HOUR
+            wall_h = wall_clock_hours(compute_h, rel.goodput)
+            run = committed = rate * instances * wall_h
+            if option in TERM_YEARS:
+                run, committed = commitment_usd(rate, instances, wall_h, TERM_YEARS[option])
+            notes += _whole_units_notes(job.gpus, instances, p.gpus_per_instance, p.instance_type)
+            storage_usd = storage.usd_per_month * wall_h / HOURS_PER_MONTH
+            transfer = storage.egress_usd + storage.inter_region_usd
+            total = committed + storage_usd + transfer
+            rows.append(OptionCost(
+                option=option, available=True, provider=p.provider, instance=p.instance_type, instances=instances,
+                usd_per_instance_hour=rate, usd_per_gpu_hour=rate / p.gpus_per_instance, tokens_per_s=tps,
+                goodput=rel.goodput, job_mtbf_hours=rel.job_mtbf_hours,
+                expected_failures=expected_failures(wall_h, rel.job_mtbf_hours), compute_hours=compute_h,
+                wall_clock_hours=wall_h, days=wall_h / 24.0, run_usd=run, committed_usd=committed,
+                storage_usd=storage_usd, data_transfer_usd=transfer, total_usd=total,
+                usd_per_1b_tokens=total / (job.tokens / 1e9), cash_usd=total,
+                amortised_usd=run + storage_usd + transfer, price_confidence=od.confidence.value, notes=tuple(notes),
+            ))  # fmt: skip
+    return tuple(rows)
+
+
 TIE_USD = 1.0
 TIE_FRACTION = 1e-4
 RANKING_BASES = {
@@ -1282,7 +1373,7 @@ RANKING_BASES = {
 def rank_options(options: Sequence[OptionCost], basis: str) -> Ranking:
     """Available options ordered by ``cash_usd`` or ``amortised_usd``; no single winner when the cheapest tie
     (within $1 or 0.01 %)."""
-    priced = [(getattr(r, f"{basis}_usd"), r.option.value) for r in options if r.available]
+    priced = [(getattr(r, f"{basis}_usd"), option_label(r)) for r in options if r.available]
     priced = sorted((v, name) for v, name in priced if v is not None)
     if not priced:
         return Ranking(basis=basis, description=RANKING_BASES[basis], order=(), winner=None)
@@ -1329,6 +1420,13 @@ def training_cost(
             raise CostInputError("overrides.reliability", str(exc)) from None
 
     base = rel()
+
+    def rel_on(nodes: int) -> ReliabilityReport:
+        return reliability_report(
+            cost_catalog, gpus=job.gpus, nodes=nodes, parameters=job.parameters,
+            plan_bytes_per_param=job.plan_checkpoint_bytes_per_param, overrides=o.reliability,
+        )  # fmt: skip
+
     spot_rel: dict[int, ReliabilityReport] = {}
     if CostOption.spot in wanted:
         spot_rel[instances] = rel(instances)
@@ -1360,8 +1458,14 @@ def training_cost(
                                  nics_per_node=sb_node.scale_out_nics, assumptions=sb_assumptions)  # fmt: skip
             results.append(_self_build_option(job, tco, base, o))
 
+    others: tuple[OptionCost, ...] = ()
+    if o.other_clouds:
+        counts = {math.ceil(job.gpus / p.gpus_per_instance) for p in cost_catalog.provider_prices}
+        reports = {n: base if n == instances else rel_on(n) for n in counts}
+        others = other_cloud_options(cost_catalog, hardware, job, wanted=wanted, o=o, storage=storage,
+                                     reliability=reports)  # fmt: skip
     available = [r for r in results if r.available and r.total_usd is not None]
-    rankings = (rank_options(results, "cash"), rank_options(results, "amortised"))
+    rankings = (rank_options((*results, *others), "cash"), rank_options((*results, *others), "amortised"))
     cheapest = rankings[1].winner
     fastest = min(available, key=lambda r: r.days or 0.0).option.value if available else None
     compute_h = job.tokens / job.cloud_tokens_per_s / SECONDS_PER_HOUR
@@ -1389,6 +1493,12 @@ def training_cost(
                                       unit="tokens/s", source="formula",
                                       note=f"the estimate on {job.self_build_estimate_node or tco.node}"))  # fmt: skip
     notes = list(prices.notes)
+    by_label = {option_label(r): r for r in (*results, *others)}
+    for ranking in rankings:
+        won = by_label.get(ranking.winner or "")
+        if won is not None and won.price_confidence == "low":
+            notes.append(f"the cheapest on the {ranking.basis} basis, {ranking.winner}, rests on a low-confidence "
+                         "price (an aggregator figure or an estimate): get a quote before deciding")  # fmt: skip
     notes += _whole_units_notes(job.gpus, instances, prices.gpus_per_instance, instance)
     if tco is not None:
         notes += _whole_units_notes(job.gpus, tco.nodes, tco.gpus // tco.nodes, tco.node)
@@ -1398,7 +1508,7 @@ def training_cost(
         self_build_nodes=sb_nodes, tokens_per_s=job.cloud_tokens_per_s, compute_hours=compute_h,
         job_mtbf_hours=base.job_mtbf_hours, checkpoint_interval_s=base.checkpoint_interval_s, goodput=base.goodput,
         expected_failures=expected_failures(wall_h, base.job_mtbf_hours), reliability=base, options=tuple(results),
-        cheapest=cheapest, rankings=rankings, fastest=fastest, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
+        cheapest=cheapest, rankings=rankings, fastest=fastest, other_clouds=others, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
         prices=prices, self_build=tco, storage=storage, serving=serving, assumptions=tuple(assumptions),
         notes=tuple(notes),
     )  # fmt: skip

@@ -320,6 +320,39 @@ class InstancePrice(CatalogEntry):
 
 
 # --------------------------------------------------------------------------------------------------
+# Other clouds (Google Cloud, Azure, GPU clouds): on-demand prices and commitment discounts
+# --------------------------------------------------------------------------------------------------
+
+
+class ProviderPrice(CatalogEntry):
+    """An instance outside AWS. ``like_node`` is the catalog node whose hardware (accelerator, network) stands
+    for it in the estimate; commitments are a discount off on-demand (the provider's average), when published."""
+
+    provider: Literal["gcp", "azure", "coreweave", "lambda", "spheron"]
+    instance_type: str = Field(min_length=1, max_length=64)
+    like_node: str
+    gpus_per_instance: int = Field(ge=1)
+    region: str | None = None
+    on_demand: tuple[OnDemandPrice, ...] = Field(min_length=1)
+    commit_1yr_discount: float | None = Field(default=None, ge=0, lt=1)
+    commit_3yr_discount: float | None = Field(default=None, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _no_overlap(self) -> ProviderPrice:
+        _check_no_overlap("on_demand", self.on_demand)
+        return self
+
+    def source_keys(self) -> set[str]:
+        return super().source_keys() | _nested_sources(self.on_demand)
+
+    def on_demand_price(self, on: date | None = None) -> OnDemandPrice | None:
+        return in_force(self.on_demand, on)
+
+    def commit_discount(self, term_years: int) -> float | None:
+        return self.commit_1yr_discount if term_years == 1 else self.commit_3yr_discount
+
+
+# --------------------------------------------------------------------------------------------------
 # Pricing terms (single tables in prices.toml)
 # --------------------------------------------------------------------------------------------------
 
@@ -865,6 +898,7 @@ class CheckpointNotes(Frozen):
 
 class CostCatalog(Frozen):
     instance_prices: tuple[InstancePrice, ...]
+    provider_prices: tuple[ProviderPrice, ...] = ()
     pricing_terms: PricingTerms
     self_build: SelfBuild
     reliability: Reliability
@@ -1007,9 +1041,15 @@ def load_cost_catalog(data_dir: Path, sources: dict[str, Source], node_slugs: se
     prices_path = Path(data_dir) / PRICES_FILE
     instance_prices = _entries(prices_path, "instance_prices", InstancePrice, sources)
     _check_instances(prices_path, instance_prices, node_slugs)
+    provider_prices = _entries(prices_path, "provider_prices", ProviderPrice, sources)
+    for i, price in enumerate(provider_prices):
+        if price.like_node not in node_slugs:
+            raise CatalogError(prices_path, f"provider_prices[{i}] ({price.slug!r}).like_node",
+                               f"unknown node {price.like_node!r}")  # fmt: skip
     reliability_path = Path(data_dir) / RELIABILITY_FILE
     return CostCatalog(
         instance_prices=instance_prices,
+        provider_prices=provider_prices,
         pricing_terms=_parse_pricing_terms(prices_path, sources),
         self_build=load_self_build(Path(data_dir) / SELFBUILD_FILE, sources, node_slugs),
         reliability=load_reliability(reliability_path, sources),
