@@ -109,6 +109,9 @@ DEFAULT_INSTALLATION_FRACTION = 0.02
 DEFAULT_RESIDUAL_FRACTION = 0.0
 DEFAULT_COST_OF_CAPITAL = 0.08
 DEFAULT_STORAGE_USD_PER_TB = 200.0
+DEFAULT_FRONTEND_PORTS = 2
+DEFAULT_SPARES_FRACTION = 0.0
+DEFAULT_LEAD_TIME_MONTHS = 0.0
 NIC_LINE = "dgx-h100-nic-line-semianalysis"
 CABLES_OPTICS = {1: "ib-cables-optics-1tier", 2: "ib-cables-optics-2tier", 3: "ib-cables-optics-3tier"}
 CABLES_OPTICS_NICS = 8  # Cheah's per-node figures are for 8-NIC nodes
@@ -172,6 +175,19 @@ class SelfBuildOverrides(Frozen):
     depreciation_years: float | None = Field(default=None, gt=0, le=30)
     residual_fraction: float | None = Field(default=None, ge=0, le=1)
     cost_of_capital_per_year: float | None = Field(default=None, ge=0, le=1)
+    frontend_usd_per_node: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="frontend/storage Ethernet per node (default: derived from CHEAH)",
+    )
+    frontend_ports_per_node: int | None = Field(default=None, ge=0, le=64)
+    spares_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="spare servers, share of the fleet"
+    )
+    lead_time_months: float | None = Field(
+        default=None, ge=0, le=60, description="order to first training step: results come this much later"
+    )
 
 
 PRICE_OVERRIDE = "USD per instance-hour, > 0 (a $0 price is refused: omit the override to use the catalog's)"
@@ -530,6 +546,9 @@ class SelfBuildInputs(Frozen):
     depreciation_years: float = Field(gt=0)
     residual_fraction: float = Field(ge=0, le=1)
     cost_of_capital_per_year: float = Field(ge=0, le=1)
+    frontend_usd_per_node: float = Field(default=0.0, ge=0)
+    spares_fraction: float = Field(default=0.0, ge=0, le=1)
+    lead_time_months: float = Field(default=0.0, ge=0)
 
 
 class FabricCost(Frozen):
@@ -555,8 +574,11 @@ class SelfBuildTco(Frozen):
     servers_usd: float
     fabric_usd: float
     storage_usd: float
+    frontend_usd: float = 0.0
+    spares_usd: float = 0.0
     installation_usd: float
     capex_usd: float
+    lead_time_months: float = 0.0
     it_kw_max: float
     it_kw_average: float
     facility_kw_average: float
@@ -657,7 +679,9 @@ def self_build_tco(
     fabric = fabric_cost(i, nodes, nics_per_node)
     servers = nodes * i.server_usd
     storage = i.storage_tb * i.storage_usd_per_tb
-    hardware_usd = servers + fabric.total_usd + storage
+    frontend = nodes * i.frontend_usd_per_node if nodes > 1 else 0.0  # one node joins the existing LAN
+    spares = servers * i.spares_fraction
+    hardware_usd = servers + fabric.total_usd + storage + frontend + spares
     installation = hardware_usd * i.installation_fraction
     capex = hardware_usd + installation
     it_max = nodes * i.max_kw_per_node
@@ -674,7 +698,8 @@ def self_build_tco(
     monthly = capital + opex
     return SelfBuildTco(
         node=node, nodes=nodes, gpus=gpus, fabric=fabric, servers_usd=servers, fabric_usd=fabric.total_usd,
-        storage_usd=storage, installation_usd=installation, capex_usd=capex, it_kw_max=it_max,
+        storage_usd=storage, frontend_usd=frontend, spares_usd=spares, installation_usd=installation,
+        capex_usd=capex, lead_time_months=i.lead_time_months, it_kw_max=it_max,
         it_kw_average=it_avg, facility_kw_average=facility, power_usd_per_month=power,
         colocation_usd_per_month=colocation, staff_usd_per_month=staff, maintenance_usd_per_month=maintenance,
         opex_usd_per_month=opex, depreciation_years=i.depreciation_years, residual_usd=residual,
@@ -848,7 +873,27 @@ def self_build_inputs(
                       (DEFAULT_COST_OF_CAPITAL, _default("cost of capital", DEFAULT_COST_OF_CAPITAL, "per year",
                                                          "unsourced; 0 gives straight-line depreciation")))  # fmt: skip
     out.append(a)
+    ports = o.frontend_ports_per_node if o.frontend_ports_per_node is not None else DEFAULT_FRONTEND_PORTS
+    if o.frontend_usd_per_node is not None:
+        frontend = o.frontend_usd_per_node
+        out.append(_override("frontend network per node", frontend, "USD/node"))
+    else:
+        frontend = ports * (per_port[0] + switch_usd / radix)
+        out.append(_default("frontend network per node", round(frontend, 2), "USD/node",
+                            f"derived, low confidence: {ports} Ethernet ports per node (frontend and storage; a DGX "
+                            f"H100 has two BlueField-3 DPUs) × (1-tier cables and optics per port ${per_port[0]:,.0f} "
+                            f"+ a switch port ${switch_usd / radix:,.0f}), InfiniBand figures (CHEAH) standing in for "
+                            "Ethernet; none for a single node"))  # fmt: skip
+    spares, a = _choose(o.spares_fraction, "spare servers", "fraction of servers",
+                        (DEFAULT_SPARES_FRACTION, _default("spare servers", DEFAULT_SPARES_FRACTION, "fraction of servers",
+                         "no sourced figure: give the share of spare or hot-standby servers you buy")))  # fmt: skip
+    out.append(a)
+    lead, a = _choose(o.lead_time_months, "build lead time", "months",
+                      (DEFAULT_LEAD_TIME_MONTHS, _default("build lead time", DEFAULT_LEAD_TIME_MONTHS, "months",
+                       "no sourced figure: months from order to the first training step; results come that much later")))  # fmt: skip
+    out.append(a)
     inputs = SelfBuildInputs(
+        frontend_usd_per_node=frontend, spares_fraction=spares, lead_time_months=lead,
         server_usd=server_usd, switch_usd=switch_usd, switch_radix=radix, oversubscription=oversub,
         cables_optics_usd_per_port=tuple(per_port), nic_usd=nic_usd, storage_tb=st_tb, storage_usd_per_tb=st_usd,
         installation_fraction=inst, max_kw_per_node=kw, avg_power_fraction=avg, pue=pue,
@@ -1083,6 +1128,7 @@ class OptionCost(Frozen):
     compute_hours: float | None = None
     wall_clock_hours: float | None = None
     days: float | None = Field(default=None, description="calendar days (wall clock, after goodput)")
+    lead_time_days: float = Field(default=0.0, description="self-build: days before training can start")
     run_usd: float | None = Field(default=None, description="compute actually used")
     committed_usd: float | None = Field(
         default=None, description="compute owed: the whole term for commitments, cash outlay for self-build"
@@ -1270,7 +1316,9 @@ def _self_build_option(
         f"financing) + opex for {months:.1f} months; useful life {useful:.1f} months = {why}",
         f"cash outlay ${cash:,.0f}: capex ${tco.capex_usd:,.0f} up front + opex for the run",
         "storage for the dataset and checkpoints is in the capex",
-    )
+        *((f"the cluster arrives after {tco.lead_time_months:g} months: results after "
+           f"{tco.lead_time_months * HOURS_PER_MONTH / 24 + wall_h / 24:,.0f} days",) if tco.lead_time_months else ()),
+    )  # fmt: skip
     return OptionCost(
         option=CostOption.self_build, available=True, instance=tco.node, instances=tco.nodes,
         usd_per_instance_hour=tco.monthly_equivalent_usd / tco.nodes / HOURS_PER_MONTH,
@@ -1278,6 +1326,7 @@ def _self_build_option(
         job_mtbf_hours=rel.job_mtbf_hours, expected_failures=expected_failures(wall_h, rel.job_mtbf_hours),
         compute_hours=compute_h, wall_clock_hours=wall_h, days=wall_h / 24.0, run_usd=run, committed_usd=cash,
         total_usd=run, usd_per_1b_tokens=run / (job.tokens / 1e9), cash_usd=cash, amortised_usd=run, notes=notes,
+        lead_time_days=tco.lead_time_months * HOURS_PER_MONTH / 24.0,
     )  # fmt: skip
 
 
@@ -1467,7 +1516,9 @@ def training_cost(
     available = [r for r in results if r.available and r.total_usd is not None]
     rankings = (rank_options((*results, *others), "cash"), rank_options((*results, *others), "amortised"))
     cheapest = rankings[1].winner
-    fastest = min(available, key=lambda r: r.days or 0.0).option.value if available else None
+    fastest = (
+        min(available, key=lambda r: (r.days or 0.0) + r.lead_time_days).option.value if available else None
+    )
     compute_h = job.tokens / job.cloud_tokens_per_s / SECONDS_PER_HOUR
     wall_h = compute_h / base.goodput
     extra_h = wall_h * base.rule_of_thumb.extra_wall_clock_fraction

@@ -315,3 +315,27 @@ def test_a_low_confidence_winner_is_flagged(catalog) -> None:
                 f"cheapest on the {basis} basis, {winner}, rests on a low-confidence" in n
                 for n in result.notes
             )
+
+
+def test_self_build_frontend_spares_and_lead_time(catalog) -> None:
+    base = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build])
+    tco = base.self_build
+    # frontend Ethernet: 2 ports × (1-tier cables and optics per port + a 64-port switch's port), per node
+    assert tco.frontend_usd == pytest.approx(128 * 2 * (10_560 / 8 + 36_000 / 64))
+    frontend = next(a for a in base.assumptions if a.name == "frontend network per node")
+    assert frontend.confidence == "low" and "derived" in frontend.note
+    assert tco.spares_usd == 0 and tco.lead_time_months == 0
+    o = CostOverrides(
+        self_build=SelfBuildOverrides(spares_fraction=0.05, lead_time_months=6, frontend_usd_per_node=0)
+    )
+    more = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build, CostOption.on_demand],
+                         overrides=o)  # fmt: skip
+    assert more.self_build.spares_usd == pytest.approx(0.05 * tco.servers_usd)
+    assert more.self_build.frontend_usd == 0
+    own = option(more, "self-build")
+    assert own.lead_time_days == pytest.approx(6 * 730 / 24)
+    assert any("arrives after 6 months" in n for n in own.notes)
+    assert more.fastest == "on-demand"  # the same run, but the cloud starts now
+    # one node: no fabric and no frontend network
+    one = training_cost(catalog.cost, catalog.hardware, job(gpus=8), options=[CostOption.self_build])
+    assert one.self_build.frontend_usd == 0
