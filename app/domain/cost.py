@@ -1735,6 +1735,8 @@ def usd_per_gpu_hour(
       else the average discount), the median spot price, the capacity-block rate, on-demand less the
       off-peak discount, or the 50/50 reserved + spot mix, in force on ``on`` (default: current), ÷ GPUs
       per instance. A server slug gets None.
+    - A provider price slug (``gcp-a3-highgpu-8g``, ``prices.toml`` ``[[provider_prices]]``): on-demand, or
+      ``commit-1yr`` / ``commit-3yr`` at the provider's average discount; None for other options.
     - ``self-build`` needs a server slug with a default server price (``dgx-h100``): the per-node monthly
       equivalent with the catalog's per-node 2-tier fabric figures (switches, cables, optics), default
       power, PUE, electricity, colocation, staff, maintenance, depreciation and cost of capital, ÷
@@ -1747,6 +1749,13 @@ def usd_per_gpu_hour(
     option = CostOption(option)
     if option is CostOption.self_build:
         return _self_build_usd_per_gpu_hour(cost_catalog, node_slug, gpus_per_node)
+    other = next((p for p in cost_catalog.provider_prices if p.slug == node_slug), None)
+    if other is not None:
+        od = other.on_demand_price(on)
+        if od is None or option not in OTHER_CLOUD_OPTIONS:
+            return None
+        discount = 0.0 if option is CostOption.on_demand else other.commit_discount(TERM_YEARS[option])
+        return None if discount is None else od.usd_per_hour * (1.0 - discount) / other.gpus_per_instance
     if not any(p.slug == node_slug for p in cost_catalog.instance_prices):
         return None
     prices = cloud_prices(cost_catalog, node_slug, CostOverrides(prices_as_of=on))

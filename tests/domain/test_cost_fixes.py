@@ -339,3 +339,12 @@ def test_self_build_frontend_spares_and_lead_time(catalog) -> None:
     # one node: no fabric and no frontend network
     one = training_cost(catalog.cost, catalog.hardware, job(gpus=8), options=[CostOption.self_build])
     assert one.self_build.frontend_usd == 0
+
+
+def test_usd_per_gpu_hour_prices_other_clouds(catalog) -> None:
+    assert usd_per_gpu_hour(catalog.cost, "gcp-a3-highgpu-8g", "on-demand") == pytest.approx(3.00)
+    assert usd_per_gpu_hour(catalog.cost, "azure-nd96isr-h100-v5", "commit-3yr") == pytest.approx(
+        98 * 0.51 / 8
+    )
+    assert usd_per_gpu_hour(catalog.cost, "lambda-h100-sxm-8x", "commit-1yr") is None
+    assert usd_per_gpu_hour(catalog.cost, "lambda-h100-sxm-8x", "spot") is None
