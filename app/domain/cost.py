@@ -480,7 +480,8 @@ def _price_notes(
     notes: list[str] = []
     if on is not None and price.available_from is not None and on < price.available_from:
         notes.append(f"prices_as_of {on} is before {price.slug} existed (available from {price.available_from}): "
-                     "the catalog has no price in force then, so only overrides price it")  # fmt: skip
+                     + ("the price shown is the earliest listed, not one anybody paid then" if on_demand is not None
+                        else "the catalog has no price in force then, so only overrides price it"))  # fmt: skip
     elif on is not None and price.on_demand and price.on_demand_price(on) is None and on_demand is None:
         first = min((p.effective_from for p in price.on_demand if p.effective_from), default=None)
         notes.append(f"{price.slug} had no on-demand price in force on {on}"

@@ -348,3 +348,12 @@ def test_usd_per_gpu_hour_prices_other_clouds(catalog) -> None:
     )
     assert usd_per_gpu_hour(catalog.cost, "lambda-h100-sxm-8x", "commit-1yr") is None
     assert usd_per_gpu_hour(catalog.cost, "lambda-h100-sxm-8x", "spot") is None
+
+
+def test_prices_as_of_before_p5_existed_gets_a_note(catalog) -> None:
+    early = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.on_demand],
+                          overrides=CostOverrides(prices_as_of=date(2022, 6, 1)))  # fmt: skip
+    assert any("before p5.48xlarge existed (available from 2023-07-26)" in n for n in early.notes)
+    later = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.on_demand],
+                          overrides=CostOverrides(prices_as_of=date(2024, 6, 1)))  # fmt: skip
+    assert not any("existed" in n for n in later.notes)
