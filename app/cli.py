@@ -823,29 +823,64 @@ def print_training_cost(result) -> None:
         f"writes in {rel.checkpoint_write_s:.1f} s; every {result.checkpoint_interval_s:,.0f} s ({rel.interval_formula}); "
         f"restart {rel.restart_s:,.0f} s; goodput {result.goodput:.1%}; ~{result.expected_failures:,.0f} failures expected"
     )
+    if rel.checkpoint_mode == "async":
+        echo(
+            f"  async save: {rel.checkpoint_blocking_s:.2f} s snapshot to host memory + {rel.background_slowdown:.0%} "
+            f"slower for the {rel.background_write_s:.1f} s background write = {rel.checkpoint_overhead_s:.2f} s lost per save"
+        )
+    echo(
+        "  interval sensitivity: "
+        + ", ".join(
+            f"{p.factor:g}× ({p.interval_s:,.0f} s{', the write time' if p.limited_by_write else ''}) goodput {p.goodput:.2%}"
+            for p in rel.interval_sensitivity
+        )
+    )
     rule = rel.rule_of_thumb
     extra = (
         ""
         if result.rule_of_thumb_extra_usd is None
         else f", +${result.rule_of_thumb_extra_usd:,.0f} on-demand"
     )
-    echo(
-        f"  checkpointing every {rule.interval_s / 60:g} min instead: goodput {rule.goodput:.1%}, "
-        f"+{result.rule_of_thumb_extra_days:.1f} days{extra}"
-    )
+    if not rule.same_as_interval:
+        echo(
+            f"  checkpointing every {rule.interval_s / 60:g} min instead: goodput {rule.goodput:.1%}, "
+            f"+{result.rule_of_thumb_extra_days:.1f} days{extra}"
+        )
     echo("")
-    echo(f"{'option':18s} {'$/GPU-h':>8s} {'days':>8s} {'goodput':>8s} {'total $':>16s} {'$/1B tokens':>12s}")
+    echo(
+        f"{'option':18s} {'$/GPU-h':>8s} {'days':>8s} {'goodput':>8s} {'total $':>16s} {'cash $':>16s} "
+        f"{'amortised $':>16s} {'$/1B tokens':>12s}"
+    )
     for row in result.options:
         if not row.available:
             echo(f"{row.option.value:18s} n/a: {row.reason}")
             continue
         echo(
             f"{row.option.value:18s} {row.usd_per_gpu_hour:8.2f} {row.days:8.1f} {row.goodput:8.1%} "
-            f"{_usd(row.total_usd):>16s} {_usd(row.usd_per_1b_tokens):>12s}"
+            f"{_usd(row.total_usd):>16s} {_usd(row.cash_usd):>16s} {_usd(row.amortised_usd):>16s} "
+            f"{_usd(row.usd_per_1b_tokens):>12s}"
         )
         for note in row.notes:
             echo(f"{'':18s}   {note}")
-    echo(f"\ncheapest: {result.cheapest}; fastest: {result.fastest}")
+    if result.other_clouds:
+        echo("\nother clouds (dated prices with their sources; low-confidence ones are estimates):")
+        for row in result.other_clouds:
+            name = f"{row.provider} {row.instance} {row.option.value}"
+            if not row.available:
+                echo(f"  {name}: n/a: {row.reason}")
+                continue
+            echo(
+                f"  {name}: ${row.usd_per_gpu_hour:.2f}/GPU-h, {row.days:.1f} days, total ${_usd(row.total_usd)}, "
+                f"cash ${_usd(row.cash_usd)}, amortised ${_usd(row.amortised_usd)}"
+            )
+            echo(f"      {row.notes[0]}")
+    echo("")
+    for ranking in result.rankings:
+        best = ranking.winner or ("tie: " + " = ".join(ranking.tied) if ranking.tied else "—")
+        echo(f"cheapest, {ranking.basis} basis: {best} ({ranking.description})")
+    echo(f"cheapest: {result.cheapest or '—'} ({result.cheapest_basis}); fastest: {result.fastest}")
+    for note in result.notes:
+        echo(f"note: {note}")
     serving = result.serving
     if serving is not None:
         fit = next((f for f in serving.instances if f.instance == serving.cheapest_fitting), None)
@@ -915,6 +950,9 @@ def cost_command(
     ] = None,
     nodes: Annotated[int | None, typer.Option(help="--monthly: how many of the instance or node")] = None,
     months: Annotated[int, typer.Option(help="--monthly: length of the cumulative-cost series")] = 36,
+    region: Annotated[
+        str | None, typer.Option(help="region whose prices to use, e.g. us-west-2 (default: the instance's)")
+    ] = None,
     option: Annotated[
         list[CostOption] | None,
         typer.Option("--option", help="pricing option to show (repeat; default: all)"),
@@ -965,6 +1003,8 @@ def cost_command(
     from app.services import run_cost, run_monthly_cost
 
     overrides = cost_overrides(assignments or [], overrides_file)
+    if region is not None:
+        overrides = overrides.model_copy(update={"region": region.strip()})
     options = list(option) if option else None
     if monthly:
         if tokens is not None or plan_file is not None:
