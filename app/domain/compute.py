@@ -16,7 +16,7 @@ of one tile per SM; the last wave and the padding of edge tiles do useful work o
 split the GEMMs shrink and lose more of it) and the second term is the roofline bound of a GEMM too thin to be
 compute-bound. The backward runs each GEMM twice with transposed shapes (data gradient m×n·n×k, weight
 gradient k×m·m×n). FP8 GEMMs (precision fp8) run against the FP8 peak at fp8_gemm_ratio × gemm_efficiency and
-add the casts of their inputs (read 2 B, write 1 B per element). Fused attention takes F/(peak·attention_efficiency);
+add the casts of their inputs (read 2 B, write 1 B per element). Fused attention takes F/(peak·attention_efficiency(kernel)) (:func:`attention_efficiency`);
 memory-bound kernels (norms, residual adds, rotary, activation function, softmax/cross-entropy, optimizer) take
 bytes/(HBM bandwidth·hbm_efficiency). Backward = 2× forward attention FLOPs and 2× forward memory traffic.
 """
@@ -162,6 +162,19 @@ def gemm_fwd_bwd_seconds(
     return fwd, bwd
 
 
+def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
+    """Fraction of peak the fused attention kernel reaches. ``attention_efficiency`` is FlashAttention-2's (what
+    PyTorch SDPA's flash backend runs); a stack whose profile runs cuDNN fused attention (Transformer Engine) gets
+    ``scale.cudnn_attention_ratio`` × that on Hopper and Blackwell, where cuDNN's kernels use the asynchronous
+    tensor cores (wgmma/TMA) FlashAttention-2 does not — FA3 reports 1.5–2× FA2 on H100. On Ampere TE falls back
+    to the FA2-class kernel (ratio 1)."""
+    eff = cluster.efficiency.attention_efficiency
+    stack = cluster.stack(plan.framework.value)
+    if stack.attention_kernel == "cudnn" and cluster.accelerator.arch.startswith(("Hopper", "Blackwell")):
+        eff = min(0.95, eff * cluster.scale.cudnn_attention_ratio)
+    return eff
+
+
 def _linear_peak(cluster: Cluster, precision: Precision) -> float:
     return cluster.peak_flops_for(precision.value)
 
@@ -244,7 +257,7 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
         / cp
     )
     if plan.flash_attention:
-        attention_fwd = attn_flops / (peak_attn * cluster.efficiency.attention_efficiency)
+        attention_fwd = attn_flops / (peak_attn * attention_efficiency(cluster, plan))
         score_traffic = 0.0
     else:
         attention_fwd = attn_flops / (peak_attn * cluster.efficiency.gemm_efficiency) + 2 * (

@@ -7,6 +7,7 @@ a given accelerator; calibration from benchmark runs replaces them per cluster (
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -67,6 +68,9 @@ class StackProfile(CatalogEntry):
     tp_overlap: float = Field(ge=0, le=1)
     dp_overlap: float = Field(ge=0, le=1)
     ep_overlap: float = Field(default=0.0, ge=0, le=1)
+    attention_kernel: Literal["fa2", "cudnn"] = Field(
+        default="fa2", description="fused attention the stack runs: FlashAttention-2 (SDPA) or cuDNN (TE)"
+    )
 
 
 class ScaleTerms(CatalogEntry):
@@ -76,13 +80,15 @@ class ScaleTerms(CatalogEntry):
     ≈ t·cv·√(2 ln N) longer (expected maximum of N Gaussians). ``power_exponent``: sustained clock under a
     power cap ∝ (P/TDP)^γ. ``fp8_gemm_ratio``: an FP8 GEMM's fraction of the FP8 peak relative to a BF16 GEMM's
     fraction of the BF16 peak. ``comm_slowdown``: compute stretched by this fraction of the communication it
-    hides (NCCL kernels occupy SMs and HBM bandwidth).
+    hides (NCCL kernels occupy SMs and HBM bandwidth). ``cudnn_attention_ratio``: cuDNN fused attention's rate
+    relative to FlashAttention-2 on Hopper and Blackwell.
     """
 
     straggler_cv: float = Field(ge=0, le=0.5)
     power_exponent: float = Field(ge=0, le=2)
     fp8_gemm_ratio: float = Field(gt=0, le=1)
     comm_slowdown: float = Field(ge=0, le=1)
+    cudnn_attention_ratio: float = Field(default=1.0, ge=1, le=3)
 
 
 class EfficiencyCatalog(Frozen):

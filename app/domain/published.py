@@ -35,6 +35,8 @@ class Sharding(StrEnum):
     zero2 = "zero2"  # + gradients
     zero3 = "zero3"  # + parameters
     fsdp_full = "fsdp-full"  # FSDP / FSDP2 FULL_SHARD (parameters, gradients, optimizer states)
+    fsdp_grad_op = "fsdp-grad-op"  # FSDP SHARD_GRAD_OP (parameters kept after the forward)
+    fsdp_hybrid = "fsdp-hybrid"  # HSDP: FULL_SHARD inside groups of shard_group_size, replicated across them
     megatron_distopt = "megatron-distopt"  # Megatron distributed optimizer (ZeRO-1-like)
 
 
@@ -226,6 +228,7 @@ class PublishedRun(CatalogEntry):
     recompute: Recompute
     sequence_parallel: bool
     sharding: Sharding
+    shard_group_size: int | None = Field(default=None, gt=0, description="HSDP shard group (GPUs)")
     sharding_text: str
     framework: Framework
     precision: Precision

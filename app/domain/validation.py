@@ -114,7 +114,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         else Precision.bf16
     )
     plan = Plan(
-        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, sharding=sharding, micro_batch=micro,
+        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=Recompute(str(run.recompute)),
         sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused,
