@@ -246,9 +246,9 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
     }  # fmt: skip
 
 
-def _group(xp, size: Num, stride: Num, c: Consts) -> tuple[Num, Num, Num, Num, Num]:
+def _group(xp, size: Num, stride: Num, c: Consts, ring: bool = True) -> tuple[Num, Num, Num, Num, Num]:
     per_domain, nodes = group_shape(xp, size, stride, c.domain)
-    bw, hop = group_link(xp, nodes, c.scale_up, c.scale_out, c.hop_up, c.hop_out)
+    bw, hop = group_link(xp, nodes, per_domain, c.scale_up, c.scale_out, c.hop_up, c.hop_out, ring)
     return size, per_domain, nodes, bw, hop
 
 
@@ -259,7 +259,7 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     n_ar = 4 + 2 * pq.recompute_full
     tp_layer = n_ar * collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
     kv_bytes = 2 * tokens * mq.kv_dim / pq.tp * c.act_b
-    cp_hop = collective_seconds(xp, Collective.p2p, kv_bytes, *_group(xp, pq.cp, pq.tp, c))
+    cp_hop = collective_seconds(xp, Collective.p2p, kv_bytes, *_group(xp, pq.cp, pq.tp, c, ring=False))
     ep_n, ep_per_domain, ep_nodes, _, ep_hop = _group(xp, pq.ep, pq.tp, c)
     ep_a2a = all_to_all_seconds(
         xp,
@@ -272,7 +272,9 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
         ep_hop,
     )
     p2p_bytes = tokens * mq.hidden * c.act_b / xp.where(pq.sequence_parallel, pq.tp, 1)
-    pp_hop = collective_seconds(xp, Collective.p2p, p2p_bytes, *_group(xp, 2, pq.tp * pq.cp * pq.dp, c))
+    pp_hop = collective_seconds(
+        xp, Collective.p2p, p2p_bytes, *_group(xp, 2, pq.tp * pq.cp * pq.dp, c, ring=False)
+    )
     return {
         "tp_layer": tp_layer,
         "cp_hop": cp_hop,

@@ -3,7 +3,8 @@
 Rank order (Megatron's default ``tp-cp-ep-dp-pp``): tensor parallel innermost (NVLink), then context, data,
 and pipeline parallel outermost. A group whose ranks all sit in one NVLink domain runs at the scale-up
 bandwidth; one that spans nodes is limited by each GPU's share of the node's NICs (rail-optimised, one NIC
-per GPU), divided by the fat-tree oversubscription.
+per GPU), divided by the fat-tree oversubscription; a ring collective across nodes gets that share times the
+group's GPUs per node (see :func:`group_link`), a point-to-point send one share.
 
 Times follow the nccl-tests definitions, for a buffer of S bytes over n ranks at bus bandwidth B:
 all-reduce 2(n−1)/n·S/B, reduce-scatter and all-gather (n−1)/n·S/B (S = the full, unsharded buffer),
@@ -47,10 +48,20 @@ def group_shape(xp, size, stride, domain):
     return per_domain, xp.ceil(size / per_domain)
 
 
-def group_link(xp, nodes, scale_up_gb_per_s, scale_out_gb_per_s, hop_up_s, hop_out_s):
-    """(bus GB/s, hop latency s): NVLink inside one domain, else the slower of NVLink and the NIC share."""
+def group_link(xp, nodes, per_domain, scale_up_gb_per_s, scale_out_gb_per_s, hop_up_s, hop_out_s, ring=True):
+    """(bus GB/s, hop latency s) of a group: NVLink inside one domain; across nodes, for ring collectives
+    (all-reduce, reduce-scatter, all-gather) the slower of NVLink and per_domain × the per-GPU NIC share, for
+    point-to-point the slower of NVLink and one GPU's NIC share.
+
+    Why per_domain ×: NCCL runs one ring per channel and spreads the channels over the node's NICs (one rail
+    per GPU). A ring that enters a node visits its per_domain GPUs over NVLink and leaves once, so each NIC
+    carries 1/per_domain of the ring's traffic: bus bandwidth ≈ per_domain × NIC share (nccl-tests across DGX
+    H100 nodes: ~8 × 50 GB/s, bounded by NVLink). A group with one GPU per node (stride ≥ the node) gets one
+    NIC's share; a send to one peer always does.
+    """
     multi = nodes > 1
-    bw = xp.where(multi, xp.minimum(scale_up_gb_per_s, scale_out_gb_per_s), scale_up_gb_per_s)
+    out = scale_out_gb_per_s * xp.where(ring, xp.maximum(per_domain, 1), 1)
+    bw = xp.where(multi, xp.minimum(scale_up_gb_per_s, out), scale_up_gb_per_s)
     return bw, xp.where(multi, hop_out_s, hop_up_s)
 
 
@@ -98,7 +109,7 @@ def place_group(name: str, size: int, stride: int, cluster: Cluster) -> Group:
     """Group of ``size`` ranks spaced ``stride`` apart in the global rank order."""
     up, out, hop_up, hop_out = link_speeds(cluster)
     per_domain, nodes = group_shape(SCALAR, size, stride, cluster.nvlink_domain)
-    bw, hop = group_link(SCALAR, nodes, up, out, hop_up, hop_out)
+    bw, hop = group_link(SCALAR, nodes, per_domain, up, out, hop_up, hop_out, ring=name != "pp")
     return Group(
         name=name, size=size, ranks_per_domain=per_domain, nodes=nodes, bus_gb_per_s=bw, hop_latency_s=hop,
         scale_out=nodes > 1,

@@ -195,3 +195,88 @@ def validate(catalog: Catalog) -> ValidationReport:
         rows=rows, compared=len(errors), median_abs_error=statistics.median(e for e, _ in errors),
         max_abs_error=worst[0], worst_run=worst[1],
     )  # fmt: skip
+
+
+class AccuracyRow(Frozen):
+    run: str
+    family: str
+    stack: str
+    accelerator: str | None
+    gpus: int
+    plan: str
+    metric: str
+    published: float | None
+    predicted: float | None
+    fit_error: float | None
+    cv_error: float | None
+    notes: str
+
+
+class AccuracyGroup(Frozen):
+    group: str
+    runs: int
+    cv_median_abs_error: float | None
+    fit_median_abs_error: float | None
+
+
+class AccuracyTable(Frozen):
+    """What /accuracy shows: per run the fit error (now) and the out-of-sample error (recorded by the last fit)."""
+
+    rows: tuple[AccuracyRow, ...]
+    fit_date: str | None
+    families: int
+    cv_median_abs_error: float | None
+    cv_max_abs_error: float | None
+    fit_median_abs_error: float | None
+    by_stack: tuple[AccuracyGroup, ...]
+    by_accelerator: tuple[AccuracyGroup, ...]
+
+
+def _median_abs(values: list[float | None]) -> float | None:
+    present = [abs(v) for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def accuracy_table(catalog: Catalog) -> AccuracyTable:
+    """Every published run with its fit error (scored now with the fitted constants) and its cross-validated
+    error (from data/fitted.toml: the error when the run's source family was left out of the fit)."""
+    fit = catalog.fit
+    cv = fit.cv_errors if fit else {}
+    report = validate(catalog)
+    runs = {r.slug: r for r in catalog.published_runs}
+    rows = tuple(
+        AccuracyRow(
+            run=row.run,
+            family=runs[row.run].family,
+            stack=runs[row.run].stack,
+            accelerator=row.accelerator,
+            gpus=row.gpus,
+            plan=row.plan,
+            metric=row.metric,
+            published=row.published,
+            predicted=row.predicted,
+            fit_error=row.error,
+            cv_error=cv.get(row.run) if row.error is not None else None,
+            notes=row.skipped or "; ".join(row.assumptions),
+        )  # fmt: skip
+        for row in report.rows
+    )
+
+    def groups(key) -> tuple[AccuracyGroup, ...]:  # noqa: ANN001
+        names = sorted({key(r) or "—" for r in rows if r.fit_error is not None})
+        return tuple(
+            AccuracyGroup(
+                group=name,
+                runs=sum(1 for r in rows if r.fit_error is not None and (key(r) or "—") == name),
+                cv_median_abs_error=_median_abs([r.cv_error for r in rows if (key(r) or "—") == name]),
+                fit_median_abs_error=_median_abs([r.fit_error for r in rows if (key(r) or "—") == name]),
+            )
+            for name in names
+        )
+
+    return AccuracyTable(
+        rows=rows, fit_date=fit.date if fit else None, families=len(fit.families) if fit else 0,
+        cv_median_abs_error=fit.cv_median_abs_error if fit else None,
+        cv_max_abs_error=fit.cv_max_abs_error if fit else None, fit_median_abs_error=report.median_abs_error,
+        by_stack=groups(lambda r: r.stack), by_accelerator=groups(lambda r: r.accelerator),
+    )  # fmt: skip

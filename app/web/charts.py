@@ -284,25 +284,28 @@ def _months_option(title: str, months: Sequence[int], series: list[dict[str, Any
 
 
 def accuracy_option(rows: Sequence[Any]) -> dict[str, Any]:
-    """Published runs: predicted against published throughput (as a ratio), one point per run, with the
-    ±10 % and ±25 % bands the tests hold the estimator to."""
-    points = [
-        {"name": r.run, "value": [i, _r(100 * r.error, 2)]} for i, r in enumerate(rows) if r.error is not None
-    ]
+    """Published runs: error of the predicted throughput, one point per run — out of sample (the run's source
+    family left out of the fit: the accuracy) and in sample (the fit error) — with ±10 % and ±25 % bands."""
+    scored = [r for r in rows if r.fit_error is not None]
+    names = [r.run for r in scored]
     option = _base("Predicted vs published throughput (error, %)")
     option.update({
-        "tooltip": {"trigger": "item", "formatter": "{b}: {c}"},
-        "xAxis": {"type": "category", "data": [r.run for r in rows if r.error is not None],
-                  "axisLabel": {"rotate": 60, "fontSize": 9}},
-        "yAxis": {"type": "value", "name": "error %", "min": -30, "max": 30},
-        "grid": {"left": 8, "right": 36, "top": 48, "bottom": 8, "containLabel": True},
-        "series": [{
-            "name": "error", "type": "scatter", "symbolSize": 10, "itemStyle": {"color": "#4e79a7"}, "data": points,
-            "markLine": {"silent": True, "symbol": "none", "lineStyle": {"type": "dashed"}, "data": [
-                {"yAxis": 10, "lineStyle": {"color": "#59a14f"}}, {"yAxis": -10, "lineStyle": {"color": "#59a14f"}},
-                {"yAxis": 25, "lineStyle": {"color": "#e15759"}}, {"yAxis": -25, "lineStyle": {"color": "#e15759"}},
-                {"yAxis": 0, "lineStyle": {"color": "#999"}},
-            ]},
-        }],
+        "tooltip": {"trigger": "item", "formatter": "{a} · {b}: {c} %"},
+        "legend": {"top": 24},
+        "xAxis": {"type": "category", "data": names, "name": "published run", "axisLabel": {"show": False}},
+        "yAxis": {"type": "value", "name": "error %", "min": -60, "max": 60},
+        "grid": {"left": 8, "right": 36, "top": 64, "bottom": 24, "containLabel": True},
+        "series": [
+            {"name": "out of sample (family left out)", "type": "scatter", "symbolSize": 7,
+             "itemStyle": {"color": "#e15759"},
+             "data": [[i, _r(100 * r.cv_error, 1)] for i, r in enumerate(scored) if r.cv_error is not None]},
+            {"name": "fit (in sample)", "type": "scatter", "symbolSize": 5, "itemStyle": {"color": "#4e79a7"},
+             "data": [[i, _r(100 * r.fit_error, 1)] for i, r in enumerate(scored)],
+             "markLine": {"silent": True, "symbol": "none", "lineStyle": {"type": "dashed"}, "data": [
+                 {"yAxis": 10, "lineStyle": {"color": "#59a14f"}}, {"yAxis": -10, "lineStyle": {"color": "#59a14f"}},
+                 {"yAxis": 25, "lineStyle": {"color": "#e15759"}}, {"yAxis": -25, "lineStyle": {"color": "#e15759"}},
+                 {"yAxis": 0, "lineStyle": {"color": "#999"}},
+             ]}},
+        ],
     })  # fmt: skip
     return option

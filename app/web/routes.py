@@ -109,12 +109,13 @@ def favicon() -> RedirectResponse:
 
 @router.get("/accuracy", response_class=HTMLResponse)
 def accuracy_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
-    """`capplan validate` as a page: predicted vs published throughput for every published run."""
-    from app.domain.validation import validate
+    """Accuracy against published runs: the cross-validated (out-of-sample) error recorded by the last
+    `capplan calibrate-published`, and the in-sample fit error of every run, computed now."""
+    from app.domain.validation import accuracy_table
     from app.web.charts import accuracy_option
 
-    report = validate(catalog)
-    return render(request, "pages/accuracy.html", {"report": report, "option": accuracy_option(report.rows)})
+    table = accuracy_table(catalog)
+    return render(request, "pages/accuracy.html", {"table": table, "option": accuracy_option(table.rows)})
 
 
 def _safe_next(target: str) -> str:

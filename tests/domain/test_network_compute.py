@@ -81,3 +81,18 @@ def test_power_cap_derates_compute_but_not_the_mfu_denominator() -> None:
     assert capped.clock_scale == pytest.approx((500 / 700) ** gamma)
     assert capped.peak_flops == cluster(8).peak_flops
     assert capped.peak_flops_for("bf16") < cluster(8).peak_flops_for("bf16")
+
+
+def test_ring_collectives_across_nodes_use_every_nic_of_the_node() -> None:
+    """nccl-tests across DGX H100 nodes (8 × 400 Gb/s NDR, source NCCL-MULTINODE): all-reduce bus bandwidth
+    400–450 GB/s, i.e. ≈ 8 × one GPU's 50 GB/s NIC share, bounded by NVLink — a ring leaves each node once per
+    channel and the channels use all 8 rails. A group with one GPU per node gets one rail; a send one share."""
+    from app.domain.network import place_group
+
+    c = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=16, node="dgx-h100")
+    dp = place_group("dp", 16, 1, c)  # 8 GPUs on each of 2 nodes
+    assert dp.nodes == 2 and dp.ranks_per_domain == 8
+    assert 0.75 * 400 <= dp.bus_gb_per_s <= 450
+    spread = place_group("dp", 2, 8, c)  # one GPU per node (tp 8 inside)
+    assert spread.bus_gb_per_s == pytest.approx(c.scale_out_gb_per_s * c.scale_out_network.efficiency)
+    assert place_group("pp", 2, 8, c).bus_gb_per_s == pytest.approx(spread.bus_gb_per_s)

@@ -99,22 +99,27 @@ def test_api_page_lists_operations(client: TestClient) -> None:
     assert "/api/v1/catalog/{kind}" in html
 
 
-def test_accuracy_page_lists_every_published_run(client: TestClient) -> None:
+def test_accuracy_page_leads_with_out_of_sample_accuracy(client: TestClient) -> None:
     html = client.get("/accuracy").text
     assert "narayanan2021-t1-1008b" in html and "mpt-h100-7b-128gpu" in html
-    assert "median |error|" in html and 'data-chart="accuracy"' in html
+    assert "leave-one-source-family-out" in html and 'data-chart="accuracy"' in html
+    assert "Fit error (in sample" in html and "stack: megatron" in html and "GPU: h100-sxm" in html
     assert "global batch and micro-batch were not published" in html  # the excluded run says why
 
 
-def test_accuracy_chart_option_marks_the_bands() -> None:
+def test_accuracy_table_carries_the_recorded_cv_error_of_each_run() -> None:
     from pathlib import Path
 
     from app.domain.catalog import load_catalog
-    from app.domain.validation import validate
+    from app.domain.validation import accuracy_table
     from app.web.charts import accuracy_option
 
-    report = validate(load_catalog(Path(__file__).resolve().parents[2] / "data"))
-    option = accuracy_option(report.rows)
-    series = option["series"][0]
-    assert len(series["data"]) == report.compared
-    assert {line["yAxis"] for line in series["markLine"]["data"]} == {10, -10, 25, -25, 0}
+    catalog = load_catalog(Path(__file__).resolve().parents[2] / "data")
+    table = accuracy_table(catalog)
+    scored = [r for r in table.rows if r.fit_error is not None]
+    assert all(r.cv_error == catalog.fit.cv_errors[r.run] for r in scored)
+    assert table.cv_median_abs_error == catalog.fit.cv_median_abs_error
+    option = accuracy_option(table.rows)
+    out_of_sample, fit = option["series"]
+    assert len(out_of_sample["data"]) == len(fit["data"]) == len(scored)
+    assert {line["yAxis"] for line in fit["markLine"]["data"]} == {10, -10, 25, -25, 0}
