@@ -555,6 +555,11 @@ def validate(
             f"\n{report.compared} runs, FIT error (in sample, not accuracy): median |error| "
             f"{report.median_abs_error:.1%}, max {report.max_abs_error:.1%} ({report.worst_run})"
         )
+    if report.memory_compared:
+        typer.echo(
+            f"memory: {report.memory_compared} runs publish a peak per GPU; median |error| "
+            f"{report.memory_median_abs_error:.1%}, max {report.memory_max_abs_error:.1%} (not fitted: out of sample)"
+        )
     fit = catalog.fit
     if fit is not None and fit.cv_median_abs_error is not None:
         typer.echo(

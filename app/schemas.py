@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
 
@@ -63,6 +63,9 @@ class EstimateRequest(BaseModel):
     recompute: Recompute = Recompute.none
     sequence_parallel: bool = False
     flash_attention: bool = True
+    attention_kernel: Literal["auto", "fa1", "fa2", "cudnn"] = Field(
+        default="auto", description="fused attention kernel: auto = the framework's own"
+    )
     precision: Precision = Precision.bf16
     optimizer: Optimizer = Optimizer.adamw
     framework: Framework = Framework.fsdp2

@@ -24,6 +24,7 @@ bytes/(HBM bandwidth·hbm_efficiency). Backward = 2× forward attention FLOPs an
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 
 from pydantic import Field
 
@@ -115,6 +116,7 @@ GEMM_TILES: tuple[tuple[int, int, float], ...] = (
 )
 
 
+@lru_cache(maxsize=1 << 16)
 def wave_efficiency(m: float, n: float, sm_count: int | None, groups: int = 1) -> float:
     """Fraction of the SMs' tile throughput a GEMM with an m×n output (``groups`` of them, grouped) uses.
 
@@ -167,10 +169,23 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     PyTorch SDPA's flash backend runs); a stack whose profile runs cuDNN fused attention (Transformer Engine) gets
     ``scale.cudnn_attention_ratio`` × that on Hopper and Blackwell, where cuDNN's kernels use the asynchronous
     tensor cores (wgmma/TMA) FlashAttention-2 does not — FA3 reports 1.5–2× FA2 on H100. On Ampere TE falls back
-    to the FA2-class kernel (ratio 1)."""
+    to the FA2-class kernel (ratio 1). FlashAttention-1-class kernels (what stacks ran before FA2, July 2023) run at
+    ``scale.fa1_attention_ratio`` × FA2 (FA2 reports ~2× FA1). ``attention_efficiency`` is the long-sequence rate; a block of L tokens
+    runs at L/(L + ``scale.attention_half_length``) of it."""
     eff = cluster.efficiency.attention_efficiency
-    stack = cluster.stack(plan.framework.value)
-    if stack.attention_kernel == "cudnn" and cluster.accelerator.arch.startswith(("Hopper", "Blackwell")):
+    # Short blocks run further from peak (per-block softmax rescaling, tails, launch): the kernel's rate grows as
+    # L/(L + L½) with the block length L — the sequence, or its 1/cp chunk under context parallelism, where each
+    # ring step attends one chunk to another (FlashAttention-2's forward+backward sweep: ~0.6 of its long-sequence
+    # rate at 512 tokens, ~0.8 at 1K, ~0.9 at 2K).
+    block = plan.seq_len / plan.cp
+    half = cluster.scale.attention_half_length
+    eff = eff * block / (block + half)
+    kernel = plan.attention_kernel
+    if kernel == "auto":
+        kernel = cluster.stack(plan.framework.value).attention_kernel
+    if kernel == "fa1":
+        eff = eff * cluster.scale.fa1_attention_ratio
+    elif kernel == "cudnn" and cluster.accelerator.arch.startswith(("Hopper", "Blackwell")):
         eff = min(0.95, eff * cluster.scale.cudnn_attention_ratio)
     return eff
 

@@ -81,7 +81,9 @@ class ScaleTerms(CatalogEntry):
     power cap ∝ (P/TDP)^γ. ``fp8_gemm_ratio``: an FP8 GEMM's fraction of the FP8 peak relative to a BF16 GEMM's
     fraction of the BF16 peak. ``comm_slowdown``: compute stretched by this fraction of the communication it
     hides (NCCL kernels occupy SMs and HBM bandwidth). ``cudnn_attention_ratio``: cuDNN fused attention's rate
-    relative to FlashAttention-2 on Hopper and Blackwell.
+    relative to FlashAttention-2 on Hopper and Blackwell. ``attention_half_length``: the attention block length
+    (tokens) at which a fused attention kernel reaches half its long-sequence rate. ``fa1_attention_ratio``:
+    FlashAttention-1-class kernels' rate relative to FlashAttention-2.
     """
 
     straggler_cv: float = Field(ge=0, le=0.5)
@@ -89,6 +91,8 @@ class ScaleTerms(CatalogEntry):
     fp8_gemm_ratio: float = Field(gt=0, le=1)
     comm_slowdown: float = Field(ge=0, le=1)
     cudnn_attention_ratio: float = Field(default=1.0, ge=1, le=3)
+    attention_half_length: float = Field(default=0.0, ge=0, le=65536)
+    fa1_attention_ratio: float = Field(default=1.0, gt=0, le=1)
 
 
 class EfficiencyCatalog(Frozen):

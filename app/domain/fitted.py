@@ -95,6 +95,8 @@ PARAMETERS: tuple[Parameter, ...] = (
               "FP8 GEMM fraction of FP8 peak relative to BF16 GEMM fraction of BF16 peak"),
     Parameter("comm_slowdown", "scale", (), "comm_slowdown", 0.0, 0.6, 1.0,
               "compute stretched by this fraction of the communication it hides"),
+    Parameter("fa1_attention_ratio", "scale", (), "fa1_attention_ratio", 0.2, 1.0, 1.0,
+              "FlashAttention-1-class kernels relative to FlashAttention-2"),
     Parameter("cudnn_attention_ratio", "scale", (), "cudnn_attention_ratio", 1.0, 3.0, 1.0,
               "cuDNN fused attention (Transformer Engine) relative to FlashAttention-2 on Hopper and Blackwell"),
 )  # fmt: skip

@@ -10,6 +10,7 @@ profile whose conventions (bytes per parameter, runtime buffers) the estimate fo
 from __future__ import annotations
 
 from enum import StrEnum
+from typing import Literal
 
 from pydantic import Field
 
@@ -97,6 +98,11 @@ class Plan(Frozen):
     recompute: Recompute = Recompute.none
     sequence_parallel: bool = False
     flash_attention: bool = True
+    attention_kernel: Literal["auto", "fa1", "fa2", "cudnn"] = Field(
+        default="auto",
+        description="fused attention kernel: auto = the framework's own (SDPA's FlashAttention-2; cuDNN under "
+        "Transformer Engine); fa1 = FlashAttention-1-class kernels (2022 to mid-2023)",
+    )
     precision: Precision = Precision.bf16
     optimizer: Optimizer = Optimizer.adamw
     framework: Framework = Framework.fsdp2

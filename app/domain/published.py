@@ -229,6 +229,10 @@ class PublishedRun(CatalogEntry):
     sequence_parallel: bool
     sharding: Sharding
     shard_group_size: int | None = Field(default=None, gt=0, description="HSDP shard group (GPUs)")
+    offload: Literal["none", "optimizer-cpu", "params-cpu", "nvme"] = Field(
+        default="none",
+        description="what the run kept off the GPU (ZeRO-Offload / ZeRO-Infinity / FSDP CPUOffload)",
+    )
     sharding_text: str
     framework: Framework
     precision: Precision

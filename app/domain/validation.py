@@ -12,8 +12,8 @@ import statistics
 
 from app.domain.catalog import Catalog
 from app.domain.cluster import Cluster
-from app.domain.estimate import InvalidPlan, build_cluster, estimate
-from app.domain.plan import Framework, Plan, Precision, Recompute, Sharding
+from app.domain.estimate import Estimate, InvalidPlan, build_cluster, estimate
+from app.domain.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
 from app.domain.provenance import Frozen
 from app.domain.published import (
     FlopsAccounting,
@@ -54,6 +54,9 @@ class ValidationRow(Frozen):
     predicted_mfu: float | None
     assumptions: tuple[str, ...] = ()
     skipped: str | None = None
+    memory_published_gib: float | None = None
+    memory_predicted_gib: float | None = None
+    memory_error: float | None = None
 
 
 class ValidationReport(Frozen):
@@ -62,6 +65,9 @@ class ValidationReport(Frozen):
     median_abs_error: float | None
     max_abs_error: float | None
     worst_run: str | None
+    memory_compared: int = 0
+    memory_median_abs_error: float | None = None
+    memory_max_abs_error: float | None = None
 
 
 def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
@@ -103,6 +109,13 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     )
     if flash and "flash-attention" not in run.optimizations and framework is not Framework.fsdp2:
         notes.append("fused (flash) attention assumed: the stack uses it by default since 2023")
+    # FlashAttention-2 appeared in July 2023: flash attention in runs published before then ran FA1-class kernels
+    # (FlashAttention-1, xformers, Triton); "flash-attention-2" in the run's optimizations says otherwise.
+    kernel = "auto"
+    dated_before_fa2 = run.source_year < 2023 or (len(run.as_of) >= 7 and run.as_of < "2023-07")
+    if flash and dated_before_fa2 and "flash-attention-2" not in run.optimizations:
+        kernel = "fa1"
+        notes.append("FlashAttention-1-class kernel: published before FlashAttention-2 (2023-07)")
     # Composer (MPT) trains with FlashAttention, fused LayerNorm and fused cross-entropy kernels; torchtitan
     # is eager unless the run used torch.compile; Megatron and DeepSpeed use their fused kernels.
     fused = None
@@ -114,10 +127,10 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         else Precision.bf16
     )
     plan = Plan(
-        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, sharding=sharding, micro_batch=micro,
+        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=Recompute(str(run.recompute)),
         sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
-        fused_kernels=fused,
+        fused_kernels=fused, attention_kernel=kernel,
     )  # fmt: skip
     return plan, notes
 
@@ -179,8 +192,24 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
     predicted = published * t_pub / est.step_time_s
     return ValidationRow(
         **base, plan=summary, metric=metric, published=published, predicted=predicted,
-        error=predicted / published - 1, predicted_mfu=est.mfu, assumptions=tuple(notes),
+        error=predicted / published - 1, predicted_mfu=est.mfu, assumptions=tuple(notes), **_memory(run, est),
     )  # fmt: skip
+
+
+def _memory(run: PublishedRun, est: Estimate) -> dict[str, float | None]:
+    """Published peak memory per GPU against the estimate's caching-allocator peak (allocated + fragmentation
+    of the fullest stage): what torch.cuda.max_memory_reserved reports, which is what the sources print
+    (CUDA context and NCCL buffers sit outside it)."""
+    published = run.memory.peak_gib_max_over_ranks if run.memory else None
+    if not published:
+        return {}
+    stage = max(est.memory_by_stage, key=lambda st: st.allocated_peak_bytes + st.fragmentation_bytes)
+    predicted = (stage.allocated_peak_bytes + stage.fragmentation_bytes) / 2**30
+    return {
+        "memory_published_gib": published,
+        "memory_predicted_gib": predicted,
+        "memory_error": predicted / published - 1,
+    }
 
 
 def validate(catalog: Catalog) -> ValidationReport:
@@ -191,9 +220,12 @@ def validate(catalog: Catalog) -> ValidationReport:
             rows=rows, compared=0, median_abs_error=None, max_abs_error=None, worst_run=None
         )
     worst = max(errors)
+    memory = [abs(r.memory_error) for r in rows if r.memory_error is not None]
     return ValidationReport(
         rows=rows, compared=len(errors), median_abs_error=statistics.median(e for e, _ in errors),
-        max_abs_error=worst[0], worst_run=worst[1],
+        max_abs_error=worst[0], worst_run=worst[1], memory_compared=len(memory),
+        memory_median_abs_error=statistics.median(memory) if memory else None,
+        memory_max_abs_error=max(memory) if memory else None,
     )  # fmt: skip
 
 

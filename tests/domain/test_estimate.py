@@ -118,3 +118,16 @@ def test_published_runs_fit_error_is_the_one_recorded() -> None:
     assert report.median_abs_error == pytest.approx(CATALOG.fit.fit_median_abs_error, abs=0.002)
     skipped = [r for r in report.rows if r.error is None]
     assert all(r.skipped for r in skipped)
+
+
+def test_validate_scores_published_memory_against_the_allocator_peak() -> None:
+    """Runs that publish a peak per GPU are scored on memory too: the estimate's caching-allocator peak
+    (allocated + fragmentation of the fullest stage, what torch.cuda.max_memory_reserved reports)."""
+    report = validate(CATALOG)
+    with_memory = [r for r in report.rows if r.memory_published_gib is not None]
+    assert report.memory_compared == len(with_memory) >= 10
+    for r in with_memory:
+        assert r.memory_error == pytest.approx(r.memory_predicted_gib / r.memory_published_gib - 1)
+    run = next(r for r in CATALOG.published_runs if r.slug == "torchtitan-llama3.1-8b-8gpu-fsdp")
+    row = next(r for r in report.rows if r.run == run.slug)
+    assert row.memory_published_gib == run.memory.peak_gib_max_over_ranks == 82.4
