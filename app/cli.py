@@ -28,7 +28,7 @@ from app.domain.export import (
     request_fields,
 )
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
-from app.schemas import EstimateRequest
+from app.schemas import EstimateRequest, load_json_text
 from app.services import InputError
 from app.settings import Settings
 
@@ -303,9 +303,9 @@ def _model_argument(model: str) -> dict:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise UsageError(f"--model: {model} is larger than {MAX_CONFIG_BYTES} bytes; not a config.json")
         try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--model: {model} is not valid JSON: {exc}") from None
+            config = load_json_text(path.read_text(encoding="utf-8"), model)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"--model: {exc}") from None
         if not isinstance(config, dict):
             raise UsageError(f"--model: {model} must hold a JSON object")
         return {"hf_config": config}

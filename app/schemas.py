@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
+from app.domain.architecture import ArchitectureImportError, check_hf_config_bounds
 from app.domain.export import PlanDocument
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 
@@ -30,6 +32,55 @@ class ValidationErrorOut(BaseModel):
     detail: list[ErrorItem]
 
 
+# -- free-form JSON (a config.json, a benchmark run's config): bounded before it is stored or read ----------
+
+JSON_MAX_DEPTH = 20
+
+
+def load_json_text(text: str | bytes, what: str = "input") -> Any:
+    """``json.loads`` that answers every malformed or oversized document with a ValueError naming the problem
+    (the standard parser raises RecursionError past ~1,000 levels and a bare ValueError past 4,300 digits)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{what} is nested deeper than {JSON_MAX_DEPTH} levels (limit)") from None
+    except ValueError as exc:  # int digits over sys.get_int_max_str_digits()
+        raise ValueError(f"{what} holds an integer over 18 digits (limit): {str(exc)[:80]}") from None
+
+
+def _bounded_hf_config(value: dict[str, Any]) -> dict[str, Any]:
+    try:
+        check_hf_config_bounds(value)
+    except ArchitectureImportError as exc:
+        raise ValueError(str(exc).split(" (supported model_type")[0]) from None
+    return value
+
+
+def _bounded_json(value: dict[str, Any]) -> dict[str, Any]:
+    """Any stored JSON object: nesting, digits, size and NUL characters bounded like a config.json (what the
+    API accepts must be what a backup can restore, on SQLite and PostgreSQL alike)."""
+    try:
+        check_hf_config_bounds(value)
+    except ArchitectureImportError as exc:
+        if "over the limit of" in exc.reason:  # model-size limits are for config.json only
+            return value
+        raise ValueError(str(exc).split(" (supported model_type")[0]) from None
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("NUL characters are not allowed")
+    return value
+
+
+HfConfig = Annotated[dict[str, Any], AfterValidator(_bounded_hf_config)]
+BoundedJson = Annotated[dict[str, Any], AfterValidator(_bounded_json)]
+NoNul = Annotated[str, AfterValidator(_no_nul)]
+
+
 class EstimateRequest(BaseModel):
     """Inputs of one estimate. ``model`` (a preset slug) or ``hf_config`` (a Hugging Face config.json object)."""
 
@@ -38,7 +89,11 @@ class EstimateRequest(BaseModel):
     model: str | None = Field(
         default=None, max_length=64, description="architecture preset slug, e.g. llama3.1-70b"
     )
-    hf_config: dict[str, Any] | None = Field(default=None, description="a Hugging Face config.json, as JSON")
+    hf_config: HfConfig | None = Field(
+        default=None,
+        description="a Hugging Face config.json, as JSON (nesting ≤ 20, integers ≤ 18 digits, "
+        "num_hidden_layers ≤ 1,024, experts ≤ 4,096, vocab ≤ 4,194,304, …)",
+    )
     gpu: str = Field(max_length=64, description="accelerator slug, e.g. h100-sxm")
     node: str | None = Field(
         default=None, max_length=64, description="node or instance slug (default: reference server)"
@@ -166,7 +221,7 @@ class PlanSearchRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(default=None, max_length=64)
-    hf_config: dict[str, Any] | None = None
+    hf_config: HfConfig | None = None
     gpu: str = Field(max_length=64)
     node: str | None = Field(default=None, max_length=64)
     fabric: str | None = Field(default=None, max_length=64)
@@ -234,7 +289,7 @@ class BenchmarkMetricIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     metric: str = Field(min_length=1, max_length=80, pattern=METRIC_PATTERN)
-    unit: str = Field(max_length=32)
+    unit: NoNul = Field(max_length=32)
     rank: int = Field(default=0, ge=0, le=1_048_576)
     measured: float = Field(allow_inf_nan=False)
     predicted: float | None = Field(default=None, allow_inf_nan=False)
@@ -256,22 +311,22 @@ class BenchmarkResultIn(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     schema_version: str = Field(default=BENCH_SCHEMA, alias="schema", pattern=r"^capplan\.bench/v1$")
-    preset: str = Field(min_length=1, max_length=120)
+    preset: NoNul = Field(min_length=1, max_length=120)
     accelerator: str | None = Field(
         default=None,
         max_length=64,
         description="catalog accelerator slug (None: not a catalog device, e.g. CPU)",
     )
     node: str | None = Field(default=None, max_length=64, description="catalog node slug, if known")
-    device_name: str = Field(max_length=200, description="the device as the runtime reports it")
+    device_name: NoNul = Field(max_length=200, description="the device as the runtime reports it")
     world_size: int = Field(ge=1, le=1_048_576)
     nodes: int = Field(default=1, ge=1, le=65_536)
     measured_at: datetime
-    config: dict[str, Any] = Field(default_factory=dict, description="preset and resolved run configuration")
-    hardware: dict[str, Any] = Field(default_factory=dict)
-    software: dict[str, Any] = Field(default_factory=dict, description="torch, CUDA, NCCL, Python versions")
+    config: BoundedJson = Field(default_factory=dict, description="preset and resolved run configuration")
+    hardware: BoundedJson = Field(default_factory=dict)
+    software: BoundedJson = Field(default_factory=dict, description="torch, CUDA, NCCL, Python versions")
     metrics: list[BenchmarkMetricIn] = Field(min_length=1, max_length=20_000)
-    notes: str = Field(default="", max_length=4000)
+    notes: NoNul = Field(default="", max_length=4000)
 
     @model_validator(mode="after")
     def _ranks_in_world(self) -> BenchmarkResultIn:
@@ -346,7 +401,7 @@ class ScenarioCreate(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
+    name: NoNul = Field(min_length=1, max_length=200)
     inputs: EstimateRequest
     overrides: CostOverrides = Field(default_factory=CostOverrides)
 
@@ -357,7 +412,7 @@ class ScenarioUpdate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     version: int = Field(ge=1, description="the scenario's version when you read it (optimistic locking)")
-    name: str | None = Field(default=None, min_length=1, max_length=200)
+    name: NoNul | None = Field(default=None, min_length=1, max_length=200)
     inputs: EstimateRequest | None = None
     overrides: CostOverrides | None = None
 

@@ -8,10 +8,11 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import Field
 from sqlalchemy.orm import Session
 
 from app.db.tables import Scenario
-from app.deps import RowId, get_catalog, get_session
+from app.deps import MAX_ROW_ID, RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.schemas import MonthlyCostRequest
 from app.services import (
@@ -104,7 +105,7 @@ def compare_page(
     request: Request,
     catalog: CatalogDep,
     session: SessionDep,
-    ids: Annotated[list[int], Query(max_length=4)] = [],  # noqa: B006
+    ids: Annotated[list[Annotated[int, Field(ge=1, le=MAX_ROW_ID)]], Query(max_length=4)] = [],  # noqa: B006
 ) -> HTMLResponse:
     """2–4 scenarios side by side: key figures in a table, step time and memory, and cumulative cost overlaid."""
     chosen = [_scenario(session, i) for i in dict.fromkeys(ids)]
