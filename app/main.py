@@ -39,7 +39,7 @@ from app.web import routes as web_routes
 from app.web import scenarios as web_scenarios
 from app.web import search as web_search
 from app.web.htmx import render
-from app.web.security import SESSION_COOKIE, needs_login, valid_session
+from app.web.security import SESSION_COOKIE, LoginLimiter, needs_login, valid_session
 from app.web.templating import build_templates
 
 API_PREFIX = "/api/v1"
@@ -326,6 +326,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.session_factory = session_factory(engine)
     app.state.calibrations = CalibrationCache(app.state.session_factory, shipped)
     app.state.metrics = metrics
+    app.state.login_limiter = LoginLimiter()
     app.state.search_budget = SearchBudget(settings.search_concurrency, settings.search_timeout_s)
     app.state.templates = build_templates()
 

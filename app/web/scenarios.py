@@ -32,7 +32,7 @@ from app.web import charts
 from app.web.forms import FORM_FIELDS, OVERRIDES, parse_planner, to_query, values_from_inputs
 from app.web.htmx import render
 from app.web.planner import planner_context
-from app.web.security import verify_csrf
+from app.web.security import require_ui_writer
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -80,7 +80,7 @@ def scenarios_page(request: Request, session: SessionDep) -> HTMLResponse:
     )
 
 
-@router.post("/scenarios", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios", dependencies=[Depends(require_ui_writer)])
 def save_scenario(
     request: Request,
     catalog: CatalogDep,
@@ -169,7 +169,7 @@ def scenario_page(
     return render(request, "pages/scenario.html", ctx, block="results", status_code=200 if form.ok else 422)
 
 
-@router.post("/scenarios/{scenario_id}/update", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios/{scenario_id}/update", dependencies=[Depends(require_ui_writer)])
 def update_scenario_inputs(
     request: Request,
     scenario_id: RowId,
@@ -196,7 +196,7 @@ def update_scenario_inputs(
     return RedirectResponse(f"/scenarios/{scenario_id}?msg=saved", status_code=303)
 
 
-@router.post("/scenarios/{scenario_id}/rename", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios/{scenario_id}/rename", dependencies=[Depends(require_ui_writer)])
 def rename_scenario(
     request: Request,
     scenario_id: RowId,
@@ -213,7 +213,7 @@ def rename_scenario(
     return RedirectResponse(f"/scenarios/{scenario_id}?msg=renamed", status_code=303)
 
 
-@router.post("/scenarios/{scenario_id}/duplicate", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios/{scenario_id}/duplicate", dependencies=[Depends(require_ui_writer)])
 def duplicate(scenario_id: RowId, session: SessionDep) -> Response:
     try:
         copy = duplicate_scenario(session, scenario_id)
@@ -227,7 +227,7 @@ def confirm_delete(request: Request, scenario_id: RowId, session: SessionDep) ->
     return render(request, "pages/scenario_delete.html", {"s": _scenario(session, scenario_id)})
 
 
-@router.post("/scenarios/{scenario_id}/delete", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios/{scenario_id}/delete", dependencies=[Depends(require_ui_writer)])
 def delete(scenario_id: RowId, session: SessionDep) -> Response:
     try:
         delete_scenario(session, scenario_id)
