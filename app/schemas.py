@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 from datetime import datetime
-from typing import Annotated, Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
@@ -81,7 +82,50 @@ BoundedJson = Annotated[dict[str, Any], AfterValidator(_bounded_json)]
 NoNul = Annotated[str, AfterValidator(_no_nul)]
 
 
-class EstimateRequest(BaseModel):
+# -- numbers are numbers: JSON true/false is refused where a number is expected (pydantic's lax mode would take
+# false as 0), in the request models and every override model nested in them.
+
+
+def _bool_paths(annotation: Any, value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _bool_paths(args[0], value, path)
+    if origin in (Union, UnionType):
+        if isinstance(value, bool) and bool in args:
+            return []
+        found = [_bool_paths(a, value, path) for a in args if a is not type(None)]
+        return min(found, key=len) if found else []
+    if isinstance(value, bool):
+        return [path] if annotation in (int, float) else []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and isinstance(value, dict):
+        out: list[tuple[str, ...]] = []
+        for name, field in annotation.model_fields.items():
+            key = field.alias or name
+            if key in value:
+                out += _bool_paths(field.annotation, value[key], (*path, key))
+        return out
+    if origin is dict and isinstance(value, dict) and len(args) == 2:
+        return [p for k, v in value.items() for p in _bool_paths(args[1], v, (*path, str(k)))]
+    if origin is list and isinstance(value, list) and args:
+        return [p for i, v in enumerate(value) for p in _bool_paths(args[0], v, (*path, str(i)))]
+    return []
+
+
+class StrictNumbers(BaseModel):
+    """Base of request models: a boolean where a number is expected is an error naming the field."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        paths = _bool_paths(cls, data, ())
+        if paths:
+            raise ValueError(
+                "expected a number, got true/false: " + ", ".join(".".join(p) for p in paths[:5])
+            )
+        return data
+
+
+class EstimateRequest(StrictNumbers):
     """Inputs of one estimate. ``model`` (a preset slug) or ``hf_config`` (a Hugging Face config.json object)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -183,7 +227,7 @@ class CostRequest(EstimateRequest):
     overrides: CostOverrides = Field(default_factory=CostOverrides)
 
 
-class MonthlyCostRequest(BaseModel):
+class MonthlyCostRequest(StrictNumbers):
     """The monthly bill of ``nodes`` × an instance or node running all month, for every option."""
 
     model_config = ConfigDict(extra="forbid")
@@ -214,7 +258,7 @@ from app.domain.search import Objective  # noqa: E402
 RANGE_PATTERN = r"^\s*\d+(\.\d+)?([eE]\d+)?\s*:\s*\d+(\.\d+)?([eE]\d+)?\s*$"
 
 
-class PlanSearchRequest(BaseModel):
+class PlanSearchRequest(StrictNumbers):
     """Find the best plan: the model, the hardware, the cluster size (or a range of whole-node sizes), the
     batch (or a range in tokens), the objective, the constraints and, optionally, a narrower space."""
 
@@ -396,7 +440,7 @@ class BenchmarkIngestOut(BaseModel):
 # Saved scenarios (issue 6): `GET/POST /api/v1/scenarios`, `GET/PUT/DELETE /api/v1/scenarios/{id}`.
 
 
-class ScenarioCreate(BaseModel):
+class ScenarioCreate(StrictNumbers):
     """A scenario to save: a name, the estimate inputs (with ``tokens``) and any overridden catalog figures."""
 
     model_config = ConfigDict(extra="forbid")
@@ -406,7 +450,7 @@ class ScenarioCreate(BaseModel):
     overrides: CostOverrides = Field(default_factory=CostOverrides)
 
 
-class ScenarioUpdate(BaseModel):
+class ScenarioUpdate(StrictNumbers):
     """A change to a saved scenario. ``version`` is the one you read: a stale version is a 409."""
 
     model_config = ConfigDict(extra="forbid")

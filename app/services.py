@@ -502,7 +502,7 @@ def create_scenario(
     session: Session, name: str, inputs: EstimateRequest, overrides: CostOverrides | None = None
 ) -> Scenario:
     scenario = Scenario(
-        name=name.strip(),
+        name=_scenario_name(name),
         inputs=scenario_inputs(inputs),
         overrides=scenario_overrides(overrides or CostOverrides()),
     )
@@ -511,8 +511,41 @@ def create_scenario(
     return scenario
 
 
-def list_scenarios(session: Session) -> list[Scenario]:
-    return list(session.scalars(select(Scenario).order_by(Scenario.updated_at.desc(), Scenario.id.desc())))
+def list_scenarios(session: Session, limit: int | None = None, offset: int = 0) -> list[Scenario]:
+    """Most recently changed first; one page of ``limit`` rows from ``offset`` (all without a limit)."""
+    query = select(Scenario).order_by(Scenario.updated_at.desc(), Scenario.id.desc()).offset(offset)
+    return list(session.scalars(query.limit(limit) if limit is not None else query))
+
+
+def count_scenarios(session: Session) -> int:
+    from sqlalchemy import func
+
+    return int(session.scalar(select(func.count()).select_from(Scenario)) or 0)
+
+
+def check_scenario_inputs(catalog: Catalog, inputs: EstimateRequest) -> None:
+    """What is saved must open later: the model (preset or config.json), accelerator, node and fabric must exist
+    in the catalog now (an InputError naming the field, under ``inputs``, otherwise)."""
+    try:
+        resolve_architecture(catalog, inputs)
+        try:
+            build_cluster(
+                catalog.hardware, catalog.efficiency, accelerator=inputs.gpu, gpus=inputs.gpus, node=inputs.node,
+                fabric=inputs.fabric, oversubscription=inputs.oversubscription, power_limit_w=inputs.power_limit_w,
+            )  # fmt: skip
+        except HardwareError as exc:
+            raise InputError([_error(exc.field, str(exc), "value_error.hardware")]) from None
+        except UnknownSlugError as exc:
+            raise InputError([_error("gpu", str(exc), "value_error.unknown_slug")]) from None
+    except InputError as exc:
+        raise InputError([{**e, "loc": ["body", "inputs", *e["loc"][1:]]} for e in exc.errors]) from None
+
+
+def _scenario_name(name: str) -> str:
+    name = name.strip()
+    if "\x00" in name:
+        raise InputError([_error("name", "NUL characters are not allowed", "value_error.nul")])
+    return name
 
 
 def get_scenario(session: Session, scenario_id: int) -> Scenario:
@@ -546,7 +579,7 @@ def update_scenario(
         if scenario.version != version:
             raise ScenarioConflict(scenario_id, scenario.version)
         if name is not None:
-            scenario.name = name.strip()
+            scenario.name = _scenario_name(name)
         if inputs is not None:
             scenario.inputs = scenario_inputs(inputs)
         if overrides is not None:

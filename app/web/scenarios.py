@@ -19,6 +19,8 @@ from app.services import (
     InputError,
     ScenarioConflict,
     ScenarioNotFound,
+    check_scenario_inputs,
+    count_scenarios,
     create_scenario,
     delete_scenario,
     duplicate_scenario,
@@ -69,15 +71,27 @@ def _summary(s: Scenario) -> str:
     return f"{model} · {i.get('gpus')} × {i.get('gpu')} · tp {i.get('tp', 1)} pp {i.get('pp', 1)}"
 
 
-@router.get("/scenarios", response_class=HTMLResponse)
-def scenarios_page(request: Request, session: SessionDep) -> HTMLResponse:
-    rows = [
-        {"s": s, "summary": _summary(s), "query": scenario_query(s), "overrides": overridden_figures(s)}
-        for s in list_scenarios(session)
+PAGE_SIZE = 25
+
+
+def _rows(session: Session, page: int = 1) -> list[dict[str, Any]]:
+    return [
+        {"s": s, "summary": _summary(s), "overrides": overridden_figures(s)}
+        for s in list_scenarios(session, PAGE_SIZE, (page - 1) * PAGE_SIZE)
     ]
-    return render(
-        request, "pages/scenarios.html", {"rows": rows, "message": request.query_params.get("msg", "")}
-    )
+
+
+@router.get("/scenarios", response_class=HTMLResponse)
+def scenarios_page(
+    request: Request, session: SessionDep, page: Annotated[int, Query(ge=1, le=100_000)] = 1
+) -> HTMLResponse:
+    """One page of 25 saved scenarios (the planner link goes through /scenarios/{id}: a config.json scenario's
+    query can be megabytes)."""
+    total = count_scenarios(session)
+    pages = max(1, -(-total // PAGE_SIZE))
+    ctx = {"rows": _rows(session, page), "message": request.query_params.get("msg", ""), "page": page,
+           "pages": pages, "total": total}  # fmt: skip
+    return render(request, "pages/scenarios.html", ctx)
 
 
 @router.post("/scenarios", dependencies=[Depends(require_ui_writer)])
@@ -96,6 +110,7 @@ def save_scenario(
         ctx = planner_context(request, catalog, form)
         return render(request, "pages/planner.html", ctx, status_code=422)
     req = form.request.model_copy(update={"tokens": form.tokens})
+    check_scenario_inputs(catalog, req)
     scenario = create_scenario(session, name, req, form.overrides)
     return RedirectResponse(f"/scenarios/{scenario.id}", status_code=303)
 
@@ -112,9 +127,8 @@ def compare_page(
     if not 2 <= len(chosen) <= 4:
         return render(
             request, "pages/scenarios.html",
-            {"rows": [{"s": s, "summary": _summary(s), "query": scenario_query(s), "overrides": overridden_figures(s)}
-                      for s in list_scenarios(session)],
-             "message": "Choose 2 to 4 scenarios to compare."},
+            {"rows": _rows(session), "message": "Choose 2 to 4 scenarios to compare.", "page": 1,
+             "pages": max(1, -(-count_scenarios(session) // PAGE_SIZE))},
             status_code=422,
         )  # fmt: skip
     cols: list[dict[str, Any]] = []
@@ -187,6 +201,7 @@ def update_scenario_inputs(
                     "form_action": f"/scenarios/{s.id}", "message": ""})  # fmt: skip
         return render(request, "pages/scenario.html", ctx, status_code=422)
     req = form.request.model_copy(update={"tokens": form.tokens})
+    check_scenario_inputs(catalog, req)
     try:
         update_scenario(session, scenario_id, version=version, inputs=req, overrides=form.overrides)
     except ScenarioConflict as exc:

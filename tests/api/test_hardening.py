@@ -242,3 +242,62 @@ def test_an_unexpected_error_is_json_or_the_error_page_with_the_security_headers
         page = c.get("/boom")
         assert page.status_code == 500 and page.headers["content-type"].startswith("text/html")
         assert all(h in page.headers for h in SECURITY_HEADERS)
+
+
+# -- item 11: what is saved opens later; numbers are numbers; lists are paged -------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("inputs", "loc"),
+    [
+        ({"model": "no-such-model"}, ["body", "inputs", "model"]),
+        ({"model": "llama3.1-8b", "gpu": "no-such-gpu"}, ["body", "inputs", "gpu"]),
+        ({"model": "llama3.1-8b", "node": "no-such-node"}, ["body", "inputs", "node"]),
+    ],
+)
+def test_scenarios_with_unknown_slugs_are_not_saved(client: TestClient, inputs: dict, loc: list) -> None:
+    body = {"name": "x", "inputs": {**BASE, **inputs}}
+    detail = assert_json_error(client.post("/api/v1/scenarios", json=body, headers=AUTH), 422)["detail"]
+    assert detail[0]["loc"] == loc
+    assert client.get("/api/v1/scenarios").json() == []
+    saved = client.post("/api/v1/scenarios", json={"name": "ok", "inputs": {**BASE, "model": "llama3.1-8b"}},
+                        headers=AUTH).json()  # fmt: skip
+    change = {"version": 1, "inputs": {**BASE, **inputs}}
+    assert client.put(f"/api/v1/scenarios/{saved['id']}", json=change, headers=AUTH).status_code == 422
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {
+            "name": "x",
+            "inputs": {**BASE, "model": "llama3.1-8b"},
+            "overrides": {"reliability": {"elastic_reschedule_s": False}},
+        },
+        {"name": "x", "inputs": {**BASE, "model": "llama3.1-8b", "gpus": True}},
+        {
+            "name": "x",
+            "inputs": {
+                **BASE,
+                "model": "llama3.1-8b",
+                "figure_overrides": {"efficiency.gemm_efficiency": True},
+            },
+        },
+    ],
+)
+def test_booleans_are_not_numbers(client: TestClient, body: dict) -> None:
+    detail = assert_json_error(client.post("/api/v1/scenarios", json=body, headers=AUTH), 422)["detail"]
+    assert "expected a number, got true/false" in detail[0]["msg"]
+
+
+def test_scenario_list_is_paginated(client: TestClient) -> None:
+    for i in range(5):
+        body = {"name": f"s{i}", "inputs": {**BASE, "model": "llama3.1-8b"}}
+        assert client.post("/api/v1/scenarios", json=body, headers=AUTH).status_code == 201
+    first = client.get("/api/v1/scenarios", params={"limit": 2})
+    assert [s["name"] for s in first.json()] == ["s4", "s3"]
+    assert first.headers["x-total-count"] == "5" and 'rel="next"' in first.headers["link"]
+    last = client.get("/api/v1/scenarios", params={"limit": 2, "offset": 4})
+    assert [s["name"] for s in last.json()] == ["s0"] and "link" not in last.headers
+    assert client.get("/api/v1/scenarios", params={"limit": 10_000}).status_code == 422
+    assert len(client.get("/api/v1/scenarios").json()) == 5  # default page: 50

@@ -135,3 +135,23 @@ def test_a_config_with_too_many_layers_is_refused_on_the_planner(client) -> None
            "num_hidden_layers": 10**7, "vocab_size": 1000, "max_position_embeddings": 2048}  # fmt: skip
     page = client.get("/", params={**FORM, "model": "hf", "hf_config": json.dumps(cfg), "tokens": "1e9"})
     assert page.status_code == 422 and "1,024" in page.text
+
+
+def test_scenarios_page_is_paginated(client) -> None:
+    from app.web.scenarios import PAGE_SIZE
+
+    for i in range(PAGE_SIZE + 2):
+        r = client.post("/api/v1/scenarios", json={"name": f"s{i}", "inputs": {**FORM, "gpus": 8, "global_batch": 16,
+                        "seq_len": 2048}}, headers={"Authorization": "Bearer test-token"})  # fmt: skip
+        assert r.status_code == 201
+    page1 = client.get("/scenarios")
+    assert page1.text.count('name="ids"') == PAGE_SIZE and "page 1 of 2" in page1.text
+    page2 = client.get("/scenarios?page=2")
+    assert page2.text.count('name="ids"') == 2
+
+
+def test_saving_an_unknown_model_through_the_ui_is_refused(client) -> None:
+    query = "&".join(f"{k}={v}" for k, v in {**FORM, "model": "no-such-model", "tokens": "1e9"}.items())
+    response = client.post("/scenarios", data={"name": "x", "query": query}, follow_redirects=False)
+    assert response.status_code == 422
+    assert client.get("/api/v1/scenarios").json() == []
