@@ -187,6 +187,10 @@ def _writable_output(output: Path) -> None:
         raise UsageError(f"-o {output}: is a directory; give a file name")
     if not output.parent.is_dir():
         raise UsageError(f"-o {output}: the directory {output.parent} does not exist")
+    if output.exists() and not output.is_file():  # a FIFO would block until someone reads it: a hang
+        raise UsageError(
+            f"-o {output}: not a regular file (a device, socket or named pipe); give a file name"
+        )
 
 
 @app.command()

@@ -137,6 +137,14 @@ def _layers_config(tmp_path: Path) -> Path:
     return path
 
 
+def _fifo(tmp_path: Path) -> str:
+    import os
+
+    path = tmp_path / "pipe"
+    os.mkfifo(path)
+    return str(path)
+
+
 ESTIMATE = ["--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "16", "--seq-len", "2048"]
 
 
@@ -148,6 +156,7 @@ ESTIMATE = ["--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "16", "--seq-l
         (lambda t: ["estimate", "--model", str(_layers_config(t)), *ESTIMATE], "1,024"),
         (lambda t: ["db", "export", "-o", str(t / "missing" / "x.json")], "does not exist"),
         (lambda t: ["db", "export", "-o", str(t)], "is a directory"),
+        (lambda t: ["db", "export", "-o", _fifo(t)], "not a regular file"),  # used to hang until read
         (lambda t: ["db", "upgrade", "nonexistent"], "nonexistent"),
         (lambda t: ["db", "downgrade", "nonexistent"], "nonexistent"),
     ],
