@@ -15,7 +15,7 @@ from fastapi.middleware.gzip import GZipMiddleware
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_fastapi_instrumentator import Instrumentator
-from sqlalchemy.exc import InterfaceError, OperationalError
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import benchmarks as api_benchmarks
@@ -204,7 +204,7 @@ def _body_parse_error(exc: StarletteHTTPException) -> str | None:
     if exc.status_code != 400 or cause is None:
         return None
     if isinstance(cause, RecursionError):
-        return f"the JSON body is nested deeper than the parser allows (limit {JSON_MAX_DEPTH} levels for objects)"
+        return f"the JSON body is nested too deeply to read (a config.json may nest at most {JSON_MAX_DEPTH} levels)"
     if isinstance(cause, ValueError):
         return f"the JSON body cannot be read: {str(cause)[:120]}"
     return None
@@ -221,6 +221,14 @@ def _install_error_handlers(app: FastAPI) -> None:
             "the database is unavailable; try again shortly (GET /healthz shows its state)",
             {"Retry-After": str(DB_RETRY_AFTER_S)},
         )
+
+    @app.exception_handler(DataError)
+    async def unstorable_value(request: Request, exc: DataError) -> Response:
+        # the last line of defence (inputs are validated first): PostgreSQL refuses e.g. a NUL character in text
+        reason = (
+            str(exc.orig).splitlines()[0] if exc.orig is not None else "a value the database cannot store"
+        )
+        return _error(request, 422, [{"loc": ["query"], "msg": reason, "type": "value_error.database"}])
 
     @app.exception_handler(SearchBusy)
     async def search_busy(request: Request, exc: SearchBusy) -> Response:
