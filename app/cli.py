@@ -632,16 +632,34 @@ def estimate(
 
 @app.command()
 def validate(
+    cv: Annotated[
+        bool,
+        typer.Option(
+            "--cv", help="cross-validate: refit without each source family and score it (the accuracy figure)"
+        ),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
 ) -> None:
-    """Predicted vs published throughput for every run in data/published_runs.toml."""
+    """Predicted vs published throughput for every published run: out of sample with --cv, else the fit error."""
+    catalog = _catalog()
+    if cv:
+        from app.domain.fitting import cross_validate
+
+        report = cross_validate(catalog)
+        if as_json:
+            typer.echo(report.model_dump_json(indent=2))
+            return
+        _print_cv(report)
+        return
     from app.domain.validation import validate as run_validation
 
-    report = run_validation(_catalog())
+    report = run_validation(catalog)
     if as_json:
         typer.echo(report.model_dump_json(indent=2))
         return
-    typer.echo(f"{'run':44s} {'GPUs':>5s} {'metric':28s} {'published':>10s} {'predicted':>10s} {'error':>8s}")
+    typer.echo(
+        f"{'run':44s} {'GPUs':>5s} {'metric':28s} {'published':>10s} {'predicted':>10s} {'fit err':>8s}"
+    )
     for row in report.rows:
         if row.error is None:
             typer.echo(f"{row.run:44s} {row.gpus:5d} skipped: {row.skipped}")
@@ -651,9 +669,70 @@ def validate(
         )
     if report.compared:
         typer.echo(
-            f"\n{report.compared} runs compared: median |error| {report.median_abs_error:.1%}, "
-            f"max |error| {report.max_abs_error:.1%} ({report.worst_run})"
+            f"\n{report.compared} runs, FIT error (in sample, not accuracy): median |error| "
+            f"{report.median_abs_error:.1%}, max {report.max_abs_error:.1%} ({report.worst_run})"
         )
+    fit = catalog.fit
+    if fit is not None and fit.cv_median_abs_error is not None:
+        typer.echo(
+            f"accuracy (leave-one-source-family-out, fit of {fit.date}): median |error| "
+            f"{fit.cv_median_abs_error:.1%}, max {fit.cv_max_abs_error:.1%} — `capplan validate --cv` recomputes it"
+        )
+
+
+def _print_cv(report) -> None:  # noqa: ANN001 - app.domain.fitting.CVReport, imported lazily
+    typer.echo(
+        f"{'run':44s} {'family':22s} {'stack':9s} {'gpu':10s} {'GPUs':>5s} {'published':>10s} "
+        f"{'predicted':>10s} {'CV err':>7s} {'fit err':>7s}"
+    )
+    for r in report.rows:
+        typer.echo(
+            f"{r.run:44s} {r.family:22s} {r.stack:9s} {r.accelerator:10s} {r.gpus:5d} {r.published:10.4g} "
+            f"{r.predicted_cv:10.4g} {r.cv_error:+7.1%} {r.fit_error:+7.1%}"
+        )
+    typer.echo("")
+    for title, groups in (("stack", report.by_stack), ("accelerator", report.by_accelerator),
+                          ("source family", report.by_family)):  # fmt: skip
+        typer.echo(f"by {title}: " + "; ".join(
+            f"{g.group} {g.cv_median_abs_error:.1%} ({g.runs})" for g in groups))  # fmt: skip
+    typer.echo(
+        f"\n{len(report.rows)} runs, {report.families} source families. ACCURACY (out of sample, each family "
+        f"left out of the fit): median |error| {report.cv_median_abs_error:.1%}, max {report.cv_max_abs_error:.1%} "
+        f"({report.cv_worst_run}). Fit error (in sample): median {report.fit_median_abs_error:.1%}, "
+        f"max {report.fit_max_abs_error:.1%}."
+    )
+
+
+@app.command("calibrate-published")
+def calibrate_published(
+    write: Annotated[
+        bool, typer.Option("--write/--dry-run", help="write data/fitted.toml (default) or only print the fit")
+    ] = True,
+) -> None:
+    """Fit the estimator's shared constants on the published runs, cross-validate, write data/fitted.toml."""
+    import datetime
+
+    from app.domain.fitted import FITTED_FILE, PARAMETERS, fit_record_toml
+    from app.domain.fitting import cross_validate, fit, fit_record, scorable_runs
+
+    catalog = _catalog()
+    runs = scorable_runs(catalog)
+    if not runs:
+        fail("no published run can be scored; nothing to fit")
+    result = fit(catalog, runs)
+    report = cross_validate(catalog, result)
+    record = fit_record(result, report, datetime.date.today().isoformat())
+    priors = catalog.efficiency_priors or catalog.efficiency
+    typer.echo(f"{'constant':24s} {'prior':>7s} {'fitted':>7s} {'runs':>5s}")
+    for p in PARAMETERS:
+        informed = record.runs_per_parameter.get(p.name, 0)
+        label = f"{record.values[p.name]:7.3f}" if informed else "assumed"
+        typer.echo(f"{p.name:24s} {p.prior(priors):7.3f} {label:>7s} {informed:5d}")
+    _print_cv(report)
+    if write:
+        path = Settings().data_dir / FITTED_FILE
+        path.write_text(fit_record_toml(record), encoding="utf-8")
+        typer.echo(f"wrote {path}")
 
 
 # -- capplan export: a plan as runnable configuration (issue 4) -------------------------------------------
@@ -861,29 +940,64 @@ def print_training_cost(result) -> None:
         f"writes in {rel.checkpoint_write_s:.1f} s; every {result.checkpoint_interval_s:,.0f} s ({rel.interval_formula}); "
         f"restart {rel.restart_s:,.0f} s; goodput {result.goodput:.1%}; ~{result.expected_failures:,.0f} failures expected"
     )
+    if rel.checkpoint_mode == "async":
+        echo(
+            f"  async save: {rel.checkpoint_blocking_s:.2f} s snapshot to host memory + {rel.background_slowdown:.0%} "
+            f"slower for the {rel.background_write_s:.1f} s background write = {rel.checkpoint_overhead_s:.2f} s lost per save"
+        )
+    echo(
+        "  interval sensitivity: "
+        + ", ".join(
+            f"{p.factor:g}× ({p.interval_s:,.0f} s{', the write time' if p.limited_by_write else ''}) goodput {p.goodput:.2%}"
+            for p in rel.interval_sensitivity
+        )
+    )
     rule = rel.rule_of_thumb
     extra = (
         ""
         if result.rule_of_thumb_extra_usd is None
         else f", +${result.rule_of_thumb_extra_usd:,.0f} on-demand"
     )
-    echo(
-        f"  checkpointing every {rule.interval_s / 60:g} min instead: goodput {rule.goodput:.1%}, "
-        f"+{result.rule_of_thumb_extra_days:.1f} days{extra}"
-    )
+    if not rule.same_as_interval:
+        echo(
+            f"  checkpointing every {rule.interval_s / 60:g} min instead: goodput {rule.goodput:.1%}, "
+            f"+{result.rule_of_thumb_extra_days:.1f} days{extra}"
+        )
     echo("")
-    echo(f"{'option':18s} {'$/GPU-h':>8s} {'days':>8s} {'goodput':>8s} {'total $':>16s} {'$/1B tokens':>12s}")
+    echo(
+        f"{'option':18s} {'$/GPU-h':>8s} {'days':>8s} {'goodput':>8s} {'total $':>16s} {'cash $':>16s} "
+        f"{'amortised $':>16s} {'$/1B tokens':>12s}"
+    )
     for row in result.options:
         if not row.available:
             echo(f"{row.option.value:18s} n/a: {row.reason}")
             continue
         echo(
             f"{row.option.value:18s} {row.usd_per_gpu_hour:8.2f} {row.days:8.1f} {row.goodput:8.1%} "
-            f"{_usd(row.total_usd):>16s} {_usd(row.usd_per_1b_tokens):>12s}"
+            f"{_usd(row.total_usd):>16s} {_usd(row.cash_usd):>16s} {_usd(row.amortised_usd):>16s} "
+            f"{_usd(row.usd_per_1b_tokens):>12s}"
         )
         for note in row.notes:
             echo(f"{'':18s}   {note}")
-    echo(f"\ncheapest: {result.cheapest}; fastest: {result.fastest}")
+    if result.other_clouds:
+        echo("\nother clouds (dated prices with their sources; low-confidence ones are estimates):")
+        for row in result.other_clouds:
+            name = f"{row.provider} {row.instance} {row.option.value}"
+            if not row.available:
+                echo(f"  {name}: n/a: {row.reason}")
+                continue
+            echo(
+                f"  {name}: ${row.usd_per_gpu_hour:.2f}/GPU-h, {row.days:.1f} days, total ${_usd(row.total_usd)}, "
+                f"cash ${_usd(row.cash_usd)}, amortised ${_usd(row.amortised_usd)}"
+            )
+            echo(f"      {row.notes[0]}")
+    echo("")
+    for ranking in result.rankings:
+        best = ranking.winner or ("tie: " + " = ".join(ranking.tied) if ranking.tied else "—")
+        echo(f"cheapest, {ranking.basis} basis: {best} ({ranking.description})")
+    echo(f"cheapest: {result.cheapest or '—'} ({result.cheapest_basis}); fastest: {result.fastest}")
+    for note in result.notes:
+        echo(f"note: {note}")
     serving = result.serving
     if serving is not None:
         fit = next((f for f in serving.instances if f.instance == serving.cheapest_fitting), None)
@@ -953,6 +1067,9 @@ def cost_command(
     ] = None,
     nodes: Annotated[int | None, typer.Option(help="--monthly: how many of the instance or node")] = None,
     months: Annotated[int, typer.Option(help="--monthly: length of the cumulative-cost series")] = 36,
+    region: Annotated[
+        str | None, typer.Option(help="region whose prices to use, e.g. us-west-2 (default: the instance's)")
+    ] = None,
     option: Annotated[
         list[CostOption] | None,
         typer.Option("--option", help="pricing option to show (repeat; default: all)"),
@@ -1003,6 +1120,8 @@ def cost_command(
     from app.services import run_cost, run_monthly_cost
 
     overrides = cost_overrides(assignments or [], overrides_file)
+    if region is not None:
+        overrides = overrides.model_copy(update={"region": region.strip()})
     options = list(option) if option else None
     if monthly:
         if tokens is not None or plan_file is not None:

@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
 from app.domain.architecture import ArchitectureImportError, check_hf_config_bounds
 from app.domain.export import PlanDocument
@@ -225,6 +235,22 @@ class CostRequest(EstimateRequest):
         default=None, max_length=len(CostOption), description="pricing options (default: all)"
     )
     overrides: CostOverrides = Field(default_factory=CostOverrides)
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens_a_number(cls, value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"must be a number, got {value}")
+        if isinstance(value, str) and value.strip().lower() in {
+            "nan",
+            "inf",
+            "+inf",
+            "-inf",
+            "infinity",
+            "-infinity",
+        }:
+            raise ValueError(f"must be a number, got {value.strip()}")
+        return value
 
 
 class MonthlyCostRequest(StrictNumbers):

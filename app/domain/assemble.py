@@ -120,6 +120,7 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
 def consts(cluster: Cluster, plan: Plan) -> Consts:
     per = state_bytes_per_param(plan)
     rt = cluster.runtime
+    stack = cluster.stack(plan.framework.value)
     up, out, hop_up, hop_out = link_speeds(cluster)
     return Consts(
         weights_b=per.weights, grads_b=per.grads, master_b=per.master, optimizer_b=per.optimizer,
@@ -132,6 +133,8 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         hbm_bytes_per_s=cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency,
         host_link_bytes_per_s=rt.host_link_gb_per_s(cluster.accelerator.pcie_generation) * 1e9,
         cpu_optimizer_bytes_per_s=rt.cpu_optimizer_gb_per_s * 1e9, nvme_bytes_per_s=rt.nvme_gb_per_s * 1e9,
+        tp_overlap=stack.tp_overlap, ep_overlap=stack.ep_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
+        straggler_cv=cluster.scale.straggler_cv,
     )  # fmt: skip
 
 
@@ -199,15 +202,40 @@ def evaluate_plan(
     slow = max(ranks, key=lambda r: r.micro_batch_s)
     dp_exposed = max(r.dp_s for r in ranks)
     optimizer = max(r.optimizer_s for r in ranks)
-    step, bubble = combine_step(pq, slow.micro_batch_s, comm["pp_p2p"], dp_exposed, optimizer)
+    step, bubble, sync = combine_step(
+        SCALAR, pq, c, slow.micro_batch_s, comm["pp_p2p"], dp_exposed, optimizer
+    )
     m = plan.micro_batches
     groups = plan_groups(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.dp_shard_size, cluster)
     return tuple(stages), StepTime(
         step_s=step, micro_batches=m, micro_batch_s=slow.micro_batch_s, compute_s=m * slow.compute_s,
         recompute_s=m * slow.recompute_s, tp_exposed_s=m * slow.tp_s, cp_exposed_s=m * slow.cp_s,
         ep_exposed_s=m * slow.ep_s, fsdp_exposed_s=m * slow.fsdp_s, pp_p2p_s=comm["pp_p2p"], bubble_s=bubble,
-        dp_exposed_s=dp_exposed, optimizer_s=optimizer, slowest_rank=slow.rank, ranks=tuple(ranks), groups=groups,
+        dp_exposed_s=dp_exposed, optimizer_s=optimizer, sync_s=sync, slowest_rank=slow.rank, ranks=tuple(ranks), groups=groups,
     )  # fmt: skip
+
+
+def step_seconds(
+    arch: Architecture,
+    cluster: Cluster,
+    plan: Plan,
+    mq: ModelQ,
+    pq: PlanQ,
+    ranks: tuple[RankLayers, ...],
+) -> float:
+    """The step time alone, as :func:`evaluate_plan` computes it (same formulas, no memory): for fitting, where
+    the model, plan and ranks (``mq``, ``pq``, ``ranks``) are fixed and only the cluster's efficiencies change."""
+    kq, c = key_q(arch, plan, cluster), consts(cluster, plan)
+    comm = plan_comm(SCALAR, mq, pq, c)
+    times: dict[tuple, dict] = {}
+    for rank in ranks:
+        signature = (rank.dense_layers, rank.moe_layers, rank.first, rank.last)
+        if signature not in times:
+            times[signature] = rank_time(SCALAR, mq, pq, rank_q(rank), kq, c, comm)
+    slow = max(t["micro_batch"] for t in times.values())
+    dp = max(t["dp"] for t in times.values())
+    optimizer = max(t["optimizer"] for t in times.values())
+    return combine_step(SCALAR, pq, c, slow, comm["pp_p2p"], dp, optimizer)[0]
 
 
 def memory_by_stage(arch: Architecture, cluster: Cluster, plan: Plan) -> tuple[StageMemory, ...]:

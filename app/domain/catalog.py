@@ -14,9 +14,15 @@ from app.domain.architecture import Architecture, load_architectures
 from app.domain.catalog_io import CatalogError, load_sources
 from app.domain.cost_catalog import CostCatalog, load_cost_catalog
 from app.domain.efficiency import EfficiencyCatalog, load_efficiency
+from app.domain.fitted import FitRecord, apply_values, load_fit_record
 from app.domain.hardware import HardwareCatalog, load_hardware
 from app.domain.provenance import CatalogEntry, Source
-from app.domain.published import PublishedRun, check_run_architectures, load_published_runs
+from app.domain.published import (
+    PublishedRun,
+    check_run_architectures,
+    check_run_nodes,
+    load_published_runs,
+)
 
 if TYPE_CHECKING:
     from app.domain.calibration import Calibrations
@@ -44,6 +50,9 @@ class Catalog:
     published_runs: tuple[PublishedRun, ...]
     efficiency: EfficiencyCatalog
     data_dir: Path
+    # data/efficiency.toml as written (the fit's priors) and the record of the last fit overlaid on them.
+    efficiency_priors: EfficiencyCatalog | None = None
+    fit: FitRecord | None = None
     # Fitted from benchmark runs (shipped under data/calibration and stored by the server); estimates whose
     # request says ``calibrated`` use them. None: catalog defaults only.
     calibrations: Calibrations | None = None
@@ -95,7 +104,10 @@ def load_catalog(data_dir: Path) -> Catalog:
     architectures = load_architectures(data_dir, sources)
     published = load_published_runs(data_dir, sources)
     check_run_architectures(published, architectures)
-    efficiency = load_efficiency(data_dir, sources, {a.slug for a in hardware.accelerators})
+    check_run_nodes(published, hardware)
+    priors = load_efficiency(data_dir, sources, {a.slug for a in hardware.accelerators})
+    fit = load_fit_record(data_dir)
+    efficiency = apply_values(priors, fit.values, fit) if fit else priors
     return Catalog(
         sources=sources,
         hardware=hardware,
@@ -104,6 +116,8 @@ def load_catalog(data_dir: Path) -> Catalog:
         published_runs=published,
         efficiency=efficiency,
         data_dir=data_dir,
+        efficiency_priors=priors,
+        fit=fit,
     )
 
 

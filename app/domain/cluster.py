@@ -9,7 +9,13 @@ import math
 
 from pydantic import Field
 
-from app.domain.efficiency import AcceleratorEfficiency, NetworkEfficiency, RuntimeMemory
+from app.domain.efficiency import (
+    AcceleratorEfficiency,
+    NetworkEfficiency,
+    RuntimeMemory,
+    ScaleTerms,
+    StackProfile,
+)
 from app.domain.hardware import Accelerator, Fabric, Node
 from app.domain.provenance import Frozen
 
@@ -24,6 +30,8 @@ class Cluster(Frozen):
     scale_up_network: NetworkEfficiency
     scale_out_network: NetworkEfficiency
     runtime: RuntimeMemory
+    stacks: tuple[StackProfile, ...]
+    scale: ScaleTerms
     oversubscription: float = Field(
         default=1.0, ge=1.0, le=64.0, description="fat-tree oversubscription ratio"
     )
@@ -31,10 +39,18 @@ class Cluster(Frozen):
 
     @property
     def clock_scale(self) -> float:
-        """Sustained tensor throughput under a power cap: dynamic power ∝ f·V² ∝ f³, so f ∝ (P/TDP)^(1/3)."""
+        """Sustained tensor throughput under a power cap: f ∝ (P/TDP)^γ (γ = 1/3 if dynamic power ∝ f·V² ∝ f³
+        with V ∝ f; ``scale.power_exponent`` holds the value fitted on the published power-capped runs)."""
         if self.power_limit_w is None or self.power_limit_w >= self.accelerator.tdp_w:
             return 1.0
-        return (self.power_limit_w / self.accelerator.tdp_w) ** (1 / 3)
+        return (self.power_limit_w / self.accelerator.tdp_w) ** self.scale.power_exponent
+
+    def stack(self, framework: str) -> StackProfile:
+        """The software-stack profile of ``framework`` (megatron, fsdp2, deepspeed)."""
+        for profile in self.stacks:
+            if profile.slug == framework:
+                return profile
+        raise KeyError(f"no stack profile for framework {framework!r}")
 
     @property
     def gpus_per_node(self) -> int:

@@ -6,13 +6,24 @@ where N_matmul counts every GEMM weight a token passes through (output head incl
 excluded; for MoE only top-k and shared experts). Hardware FLOPs add recompute: full recompute repeats every
 layer's forward (+2·N_layers + the attention forward), selective repeats the attention core forward.
 
-Compute time: each GEMM takes F/(peak·gemm_efficiency) + gemm_overhead; fused attention takes
-F/(peak·attention_efficiency); memory-bound kernels (norms, residual adds, rotary, activation function,
-softmax/cross-entropy, optimizer) take bytes/(HBM bandwidth·hbm_efficiency). Backward = 2× forward GEMM
-and attention FLOPs and 2× forward memory traffic.
+Compute time, shape-aware: every GEMM (m×k by k×n) is timed from its own shape (:func:`gemm_seconds`):
+
+    t = max(2·m·n·k / (peak · gemm_efficiency · wave(m, n)),  bytes(m, n, k) / (HBM · hbm_efficiency))
+        + gemm_overhead
+
+where wave(m, n) is the tile/wave quantisation of :func:`wave_efficiency` (a GEMM's output tiles run in waves
+of one tile per SM; the last wave and the padding of edge tiles do useful work only in part — after a TP or CP
+split the GEMMs shrink and lose more of it) and the second term is the roofline bound of a GEMM too thin to be
+compute-bound. The backward runs each GEMM twice with transposed shapes (data gradient m×n·n×k, weight
+gradient k×m·m×n). FP8 GEMMs (precision fp8) run against the FP8 peak at fp8_gemm_ratio × gemm_efficiency and
+add the casts of their inputs (read 2 B, write 1 B per element). Fused attention takes F/(peak·attention_efficiency(kernel)) (:func:`attention_efficiency`);
+memory-bound kernels (norms, residual adds, rotary, activation function, softmax/cross-entropy, optimizer) take
+bytes/(HBM bandwidth·hbm_efficiency). Backward = 2× forward attention FLOPs and 2× forward memory traffic.
 """
 
 from __future__ import annotations
+
+import math
 
 from pydantic import Field
 
@@ -21,7 +32,6 @@ from app.domain.architecture import (
     LayerKind,
     attention_projection_weights,
     kv_dim,
-    mlp_weights,
     q_dim,
 )
 from app.domain.cluster import Cluster
@@ -93,13 +103,80 @@ class LayerTimes(Frozen):
     gemms: int = Field(description="GEMM launches in the forward")
 
 
-def _gemm_time(flops: float, gemms: int, peak: float, cluster: Cluster) -> float:
+# Threadblock tiles (rows × columns of the output) a cuBLAS/CUTLASS GEMM picks from, with the rate of a full
+# tile relative to a 128×128 tile. A smaller tile reuses each operand it loads fewer times (arithmetic
+# intensity MN/(M+N): 64 for 128×128, 43 for 128×64, 32 for 64×64); its rate is assumed to scale with the
+# square root of that intensity. The library picks the tile that finishes soonest.
+GEMM_TILES: tuple[tuple[int, int, float], ...] = (
+    (128, 256, 1.0),
+    (128, 128, 1.0),
+    (128, 64, 0.82),
+    (64, 64, 0.71),
+)
+
+
+def wave_efficiency(m: float, n: float, sm_count: int | None, groups: int = 1) -> float:
+    """Fraction of the SMs' tile throughput a GEMM with an m×n output (``groups`` of them, grouped) uses.
+
+    tiles = groups·⌈m/tm⌉·⌈n/tn⌉ run in ⌈tiles/SMs⌉ waves; useful = m·n/(⌈m/tm⌉tm·⌈n/tn⌉tn) of each tile's work.
+    Efficiency = rate(tile) · useful · tiles / (waves · SMs), best tile chosen. 1.0 when the SM count is unknown.
+    Example (H100, 132 SMs): m = 8192, n = 2304 → 128×128 tiles: 64·18 = 1,152 tiles in 9 waves → 0.97;
+    m = 1024 (CP 8 at 8K tokens) → 144 tiles in 2 waves (0.55), 64×64: 576 tiles in 5 waves (0.87 × 0.71 = 0.62).
+    """
+    if not sm_count or m <= 0 or n <= 0:
+        return 1.0
+    best = 0.0
+    for tm, tn, rate in GEMM_TILES:
+        rows, cols = math.ceil(m / tm), math.ceil(n / tn)
+        tiles = groups * rows * cols
+        waves = math.ceil(tiles / sm_count)
+        useful = (m * n) / (rows * tm * cols * tn)
+        best = max(best, rate * useful * tiles / (waves * sm_count))
+    return best
+
+
+def gemm_seconds(
+    m: float, n: float, k: float, cluster: Cluster, precision: Precision, groups: int = 1
+) -> float:
+    """Seconds of ``groups`` GEMMs (m×k)·(k×n) on one GPU: compute- or memory-bound, plus the launch overhead."""
     eff = cluster.efficiency
-    return flops / (peak * eff.gemm_efficiency) + gemms * eff.gemm_overhead_us * 1e-6
+    peak = _linear_peak(cluster, precision)
+    rate = eff.gemm_efficiency * (cluster.scale.fp8_gemm_ratio if precision is Precision.fp8 else 1.0)
+    flops = 2.0 * m * n * k * groups
+    compute = flops / (peak * rate * wave_efficiency(m, n, cluster.accelerator.sm_count, groups))
+    elem = 1 if precision is Precision.fp8 else (4 if precision is Precision.fp32 else 2)
+    traffic = elem * (m * k + k * n + m * n) * groups
+    memory = traffic / (cluster.hbm_bytes_per_s * eff.hbm_efficiency)
+    return max(compute, memory) + eff.gemm_overhead_us * 1e-6
 
 
-def _linear_peak(cluster: Cluster, plan: Plan) -> float:
-    return cluster.peak_flops_for(plan.precision.value)
+def gemm_fwd_bwd_seconds(
+    m: float, n: float, k: float, cluster: Cluster, precision: Precision, groups: int = 1
+) -> tuple[float, float]:
+    """(forward, backward) seconds of a linear layer: forward m×k·k×n; backward data gradient m×n·n×k and
+    weight gradient k×m·m×n (the token dimension becomes the reduction)."""
+    fwd = gemm_seconds(m, n, k, cluster, precision, groups)
+    bwd = gemm_seconds(m, k, n, cluster, precision, groups) + gemm_seconds(
+        k, n, m, cluster, precision, groups
+    )
+    return fwd, bwd
+
+
+def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
+    """Fraction of peak the fused attention kernel reaches. ``attention_efficiency`` is FlashAttention-2's (what
+    PyTorch SDPA's flash backend runs); a stack whose profile runs cuDNN fused attention (Transformer Engine) gets
+    ``scale.cudnn_attention_ratio`` × that on Hopper and Blackwell, where cuDNN's kernels use the asynchronous
+    tensor cores (wgmma/TMA) FlashAttention-2 does not — FA3 reports 1.5–2× FA2 on H100. On Ampere TE falls back
+    to the FA2-class kernel (ratio 1)."""
+    eff = cluster.efficiency.attention_efficiency
+    stack = cluster.stack(plan.framework.value)
+    if stack.attention_kernel == "cudnn" and cluster.accelerator.arch.startswith(("Hopper", "Blackwell")):
+        eff = min(0.95, eff * cluster.scale.cudnn_attention_ratio)
+    return eff
+
+
+def _linear_peak(cluster: Cluster, precision: Precision) -> float:
+    return cluster.peak_flops_for(precision.value)
 
 
 def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster) -> LayerTimes:
@@ -108,39 +185,65 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
     h = arch.hidden_size
     fused = plan.uses_fused_kernels
     traffic_b = TRAFFIC_BYTES[fused]
-    peak_lin = _linear_peak(cluster, plan)
     peak_attn = cluster.peak_flops_for("fp32" if plan.precision is Precision.fp32 else "bf16")
     hbm = cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency
     act = 4 if plan.precision is Precision.fp32 else 2
 
-    # GEMMs
-    attn_w = attention_projection_weights(arch)
-    attn_gemms = 6 if arch.attention == "mla" else (2 if fused else 4)
-    flops = 2 * tokens * attn_w / tp
-    gemms = attn_gemms
+    # GEMMs, each from its shape: (m, n, k, groups) per forward GEMM on this rank
+    shapes: list[tuple[float, float, float, int]] = []
+    if arch.attention == "mla":
+        # MLA's down/up projections: one GEMM per projection would need the LoRA ranks; keep the FLOPs in one
+        # GEMM of the same reduction width (h) and output width.
+        shapes.append((tokens, attention_projection_weights(arch) / (h * tp), h, 1))
+        gemms = 6
+    else:
+        qkv = (q_dim(arch) + 2 * kv_dim(arch)) / tp
+        if fused:
+            shapes.append((tokens, qkv, h, 1))
+        else:
+            shapes += [
+                (tokens, q_dim(arch) / tp, h, 1),
+                (tokens, kv_dim(arch) / tp, h, 1),
+                (tokens, kv_dim(arch) / tp, h, 1),
+            ]
+        shapes.append((tokens, h, q_dim(arch) / tp, 1))
+        gemms = 2 if fused else 4
+    glu = arch.activation == "swiglu"
     act_width = 0.0  # activation-function (+ MoE permute) HBM bytes per token, 16-bit activations
+
+    def mlp(width: float, m: float, groups: int) -> None:
+        shapes.append((m, (2 if glu else 1) * width, h, groups))
+        shapes.append((m, h, width, groups))
+
     if kind == "dense":
-        w = mlp_weights(arch, arch.ffn_hidden_size)
-        flops += 2 * tokens * w / tp
+        mlp(arch.ffn_hidden_size / tp, tokens, 1)
         gemms += 2 if (fused or arch.activation == "gelu") else 3
-        act_width += traffic_b["glu" if arch.activation == "swiglu" else "gelu"] * arch.ffn_hidden_size / tp
+        act_width += traffic_b["glu" if glu else "gelu"] * arch.ffn_hidden_size / tp
     else:
         k, e, ep = arch.experts_top_k, arch.n_experts, plan.ep
         fe = arch.expert_ffn_hidden_size or 0
-        w_expert = mlp_weights(arch, fe)
-        flops += 2 * tokens * k * w_expert / tp  # balanced routing: each rank processes tokens·k expert-FFNs
         local_experts = max(1, e // ep)
+        # balanced routing: the EP group's tokens·ep·k expert slots spread over e experts; this rank holds e/ep
+        mlp(fe / tp, tokens * ep * k / e, local_experts)
         per_expert = 2 if arch.activation == "gelu" else 3
         gemms += per_expert * (1 if fused else local_experts) + 1  # grouped GEMM when fused; + router
-        flops += 2 * tokens * h * e  # router
-        glu = traffic_b["glu" if arch.activation == "swiglu" else "gelu"]
-        act_width += glu * fe * k / tp + 8 * h * k  # + permute/unpermute of the routed tokens
+        shapes.append((tokens, e, h, 1))  # router
+        g = traffic_b["glu" if glu else "gelu"]
+        act_width += g * fe * k / tp + 8 * h * k  # + permute/unpermute of the routed tokens
         if arch.n_shared_experts:
             fs = arch.shared_expert_ffn_hidden_size or fe
-            flops += 2 * tokens * arch.n_shared_experts * mlp_weights(arch, fs) / tp
+            mlp(arch.n_shared_experts * fs / tp, tokens, 1)
             gemms += per_expert
-            act_width += glu * fs * arch.n_shared_experts / tp
-    gemm_fwd = _gemm_time(flops, gemms, peak_lin, cluster)
+            act_width += g * fs * arch.n_shared_experts / tp
+    gemm_fwd = gemm_bwd = 0.0
+    cast_elements = 0.0
+    for m, n, kk, groups in shapes:
+        f, b = gemm_fwd_bwd_seconds(m, n, kk, cluster, plan.precision, groups)
+        gemm_fwd += f
+        gemm_bwd += b
+        cast_elements += m * kk * groups
+    # the per-launch overhead is counted per GEMM shape above; eager kernels add their extra launches
+    gemm_fwd += max(0, gemms - len(shapes)) * cluster.efficiency.gemm_overhead_us * 1e-6
 
     # attention core: causal, per rank 1/(tp·cp) of the heads × sequence work
     attn_flops = (
@@ -154,10 +257,12 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
         / cp
     )
     if plan.flash_attention:
-        attention_fwd = attn_flops / (peak_attn * cluster.efficiency.attention_efficiency)
+        attention_fwd = attn_flops / (peak_attn * attention_efficiency(cluster, plan))
         score_traffic = 0.0
     else:
-        attention_fwd = _gemm_time(attn_flops, 2, peak_attn, cluster)
+        attention_fwd = attn_flops / (peak_attn * cluster.efficiency.gemm_efficiency) + 2 * (
+            cluster.efficiency.gemm_overhead_us * 1e-6
+        )
         score_traffic = 4 * plan.micro_batch * (arch.n_heads / tp) * plan.seq_len * (plan.seq_len / cp) * act
 
     # memory-bound elementwise work: norms (read+write), residual adds (2 reads + write), rotary, activation
@@ -169,10 +274,12 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
         per_token += traffic_b["rotary"] * (q_dim(arch) + kv_dim(arch)) / tp
     per_token += act_width
     traffic = tokens * per_token * act / 2 + score_traffic  # byte counts above are for 16-bit activations
+    if plan.precision is Precision.fp8:
+        traffic += 3 * cast_elements  # cast each GEMM input to FP8: read 2 B, write 1 B (+ amax, negligible)
     memory_fwd = traffic / hbm
 
     fwd = gemm_fwd + attention_fwd + memory_fwd
-    bwd = 2 * gemm_fwd + 2 * attention_fwd + 2 * memory_fwd
+    bwd = gemm_bwd + 2 * attention_fwd + 2 * memory_fwd
     if plan.recompute is Recompute.full:
         recompute = fwd
     elif plan.recompute is Recompute.selective:
@@ -188,12 +295,13 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
 def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float, float]:
     """(forward, backward) seconds of the output layer and cross-entropy for one micro-batch on one rank."""
     tokens = plan.micro_batch * plan.seq_len / plan.cp
-    flops = 2 * tokens * arch.hidden_size * arch.vocab_size / plan.tp
-    gemm = _gemm_time(flops, 1, _linear_peak(cluster, plan), cluster)
+    # the output layer runs in BF16 even in FP8 recipes (Transformer Engine and torchao keep it in high precision)
+    precision = Precision.bf16 if plan.precision is Precision.fp8 else plan.precision
+    fwd, bwd = gemm_fwd_bwd_seconds(tokens, arch.vocab_size / plan.tp, arch.hidden_size, cluster, precision)
     # logit traffic (forward and backward together) split evenly between the passes
     ce_traffic = TRAFFIC_BYTES[plan.uses_fused_kernels]["logit"] * tokens * arch.vocab_size / plan.tp
     ce = ce_traffic / (cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency)
-    return gemm + ce / 2, 2 * gemm + ce / 2
+    return fwd + ce / 2, bwd + ce / 2
 
 
 def optimizer_time(sharded_params: float, plan: Plan, cluster: Cluster) -> float:

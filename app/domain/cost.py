@@ -39,10 +39,10 @@ from datetime import date
 from enum import StrEnum
 from typing import Any
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from app.domain.architecture import Architecture, kv_cache_width
-from app.domain.cost_catalog import CostCatalog, InstancePrice, Tier
+from app.domain.cost_catalog import CostCatalog, InstancePrice, OnDemandPrice, SelfBuild, Tier, in_force
 from app.domain.estimate import Assumption
 from app.domain.hardware import FatTreeSize, HardwareCatalog, Node, fat_tree_switch_counts
 from app.domain.provenance import CatalogEntry, FigureProvenance, Frozen
@@ -64,6 +64,9 @@ __all__ = [
     "CostOverrides",
     "MonthlyCost",
     "OptionCost",
+    "option_label",
+    "other_cloud_options",
+    "Ranking",
     "SelfBuildInputs",
     "SelfBuildOverrides",
     "SelfBuildTco",
@@ -78,9 +81,11 @@ __all__ = [
     "fabric_cost",
     "instance_for_accelerator",
     "monthly_cost",
+    "rank_options",
     "self_build_inputs",
     "self_build_node_for",
     "self_build_tco",
+    "self_build_useful_months",
     "self_build_wins_at_utilisation",
     "serving_check",
     "tiered_usd",
@@ -104,6 +109,9 @@ DEFAULT_INSTALLATION_FRACTION = 0.02
 DEFAULT_RESIDUAL_FRACTION = 0.0
 DEFAULT_COST_OF_CAPITAL = 0.08
 DEFAULT_STORAGE_USD_PER_TB = 200.0
+DEFAULT_FRONTEND_PORTS = 2
+DEFAULT_SPARES_FRACTION = 0.0
+DEFAULT_LEAD_TIME_MONTHS = 0.0
 NIC_LINE = "dgx-h100-nic-line-semianalysis"
 CABLES_OPTICS = {1: "ib-cables-optics-1tier", 2: "ib-cables-optics-2tier", 3: "ib-cables-optics-3tier"}
 CABLES_OPTICS_NICS = 8  # Cheah's per-node figures are for 8-NIC nodes
@@ -167,20 +175,41 @@ class SelfBuildOverrides(Frozen):
     depreciation_years: float | None = Field(default=None, gt=0, le=30)
     residual_fraction: float | None = Field(default=None, ge=0, le=1)
     cost_of_capital_per_year: float | None = Field(default=None, ge=0, le=1)
+    frontend_usd_per_node: float | None = Field(
+        default=None,
+        ge=0,
+        le=1e6,
+        description="frontend/storage Ethernet per node (default: derived from CHEAH)",
+    )
+    frontend_ports_per_node: int | None = Field(default=None, ge=0, le=64)
+    spares_fraction: float | None = Field(
+        default=None, ge=0, le=1, description="spare servers, share of the fleet"
+    )
+    lead_time_months: float | None = Field(
+        default=None, ge=0, le=60, description="order to first training step: results come this much later"
+    )
+
+
+PRICE_OVERRIDE = "USD per instance-hour, > 0 (a $0 price is refused: omit the override to use the catalog's)"
 
 
 class CostOverrides(Frozen):
     """Every cost input; ``None`` means the catalog default. Prices are per instance-hour (USD)."""
 
     instance: str | None = Field(default=None, max_length=64, description="AWS instance slug")
+    region: str | None = Field(
+        default=None,
+        max_length=32,
+        description="region whose prices to use (default: the instance's, us-east-1)",
+    )
     prices_as_of: date | None = Field(default=None, description="prices in force that day (default: current)")
-    on_demand_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
-    commit_1yr_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
-    commit_3yr_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
+    on_demand_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
+    commit_1yr_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
+    commit_3yr_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
     commit_1yr_discount: float | None = Field(default=None, ge=0, lt=1)
     commit_3yr_discount: float | None = Field(default=None, ge=0, lt=1)
-    spot_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
-    capacity_block_usd_per_hour: float | None = Field(default=None, ge=0, le=1e6)
+    spot_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
+    capacity_block_usd_per_hour: float | None = Field(default=None, gt=0, le=1e6, description=PRICE_OVERRIDE)
     off_peak_discount: float | None = Field(default=None, ge=0, lt=1)
     off_peak_hours_per_day: float = Field(default=24.0, gt=0, le=24)
     reserved_fraction: float | None = Field(default=None, ge=0, le=1, description="reserved-spot-mix")
@@ -194,8 +223,29 @@ class CostOverrides(Frozen):
     serving_context_tokens: int | None = Field(default=None, ge=1, le=10_000_000)
     serving_batch: int = Field(default=1, ge=1, le=100_000)
     serving_weight_bytes_per_param: float = Field(default=2.0, gt=0, le=8)
+    other_clouds: bool = Field(
+        default=True, description="also price Google Cloud, Azure and GPU-cloud instances"
+    )
+    use_after_run_years: float | None = Field(
+        default=None,
+        ge=0,
+        le=30,
+        description="self-build: years the cluster keeps working after this run (default: its depreciation life)",
+    )
+    runs: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000,
+        description="self-build: runs of this length the cluster serves in all (instead of use_after_run_years)",
+    )
     self_build: SelfBuildOverrides = Field(default_factory=SelfBuildOverrides)
     reliability: ReliabilityOverrides = Field(default_factory=ReliabilityOverrides)
+
+    @model_validator(mode="after")
+    def _one_use_statement(self) -> CostOverrides:
+        if self.use_after_run_years is not None and self.runs is not None:
+            raise ValueError("give use_after_run_years or runs, not both")
+        return self
 
 
 # --------------------------------------------------------------------------------------------------
@@ -250,6 +300,7 @@ class CloudPrices(Frozen):
     reserved_fraction: float
     off_peak_discount: float
     assumptions: tuple[Assumption, ...]
+    notes: tuple[str, ...] = Field(default=(), description="warnings about these prices (dates, inversions)")
 
     def usd_per_hour(self, option: CostOption) -> float | None:
         if option is CostOption.self_build:
@@ -295,7 +346,9 @@ def cloud_prices(
     out: list[Assumption] = []
     terms = cost_catalog.pricing_terms
 
-    od_record = price.on_demand_price(on)
+    region = _region(cost_catalog, price, o.region)
+    home = region == price.region
+    od_record = price.on_demand_price(on) if home else _regional_on_demand(price, region, on)
     if o.on_demand_usd_per_hour is not None:
         on_demand: float | None = o.on_demand_usd_per_hour
         out.append(_override(f"{instance} on-demand", on_demand, "USD/instance-h"))
@@ -310,7 +363,9 @@ def cloud_prices(
         name = f"{instance} {years}-yr commitment"
         rate_override = getattr(o, f"commit_{years}yr_usd_per_hour")
         discount_override = getattr(o, f"commit_{years}yr_discount")
-        record = price.committed_rate(years, on)
+        record = (
+            price.committed_rate(years, on) if home else None
+        )  # the catalog's rates are home-region rates
         if rate_override is not None:
             commits[option] = rate_override
             out.append(_override(name, rate_override, "USD/instance-h"))
@@ -332,7 +387,7 @@ def cloud_prices(
         else:
             commits[option] = None
 
-    spot_obs = price.spot_observation(on)
+    spot_obs = price.spot_observation(on, region)
     if o.spot_usd_per_hour is not None:
         spot: float | None = o.spot_usd_per_hour
         out.append(_override(f"{instance} spot", spot, "USD/instance-h"))
@@ -347,7 +402,7 @@ def cloud_prices(
     if o.capacity_block_usd_per_hour is not None:
         block: float | None = o.capacity_block_usd_per_hour
         out.append(_override(f"{instance} capacity block", block, "USD/instance-h"))
-    elif price.capacity_block is not None:
+    elif price.capacity_block is not None and (home or region in price.capacity_block.regions):
         block = price.capacity_block.usd_per_hour
         out.append(_prov(f"{instance} capacity block ({', '.join(price.capacity_block.regions)})", block,
                          "USD/instance-h", price.capacity_block,
@@ -368,12 +423,77 @@ def cloud_prices(
     out.append(a)
     c1 = commits[CostOption.commit_1yr]
     mix = None if c1 is None or spot is None else reserved_fraction * c1 + (1.0 - reserved_fraction) * spot
+    notes = _price_notes(price, on, on_demand, spot, commits)
     return CloudPrices(
-        instance=instance, gpus_per_instance=price.gpus_per_instance, region=price.region, on=on,
+        instance=instance, gpus_per_instance=price.gpus_per_instance, region=region, on=on,
         on_demand=on_demand, commit_1yr=c1, commit_3yr=commits[CostOption.commit_3yr], spot=spot,
         capacity_block=block, off_peak=off_peak, reserved_spot_mix=mix, reserved_fraction=reserved_fraction,
-        off_peak_discount=off_discount, assumptions=tuple(out),
+        off_peak_discount=off_discount, assumptions=tuple(out), notes=notes,
     )  # fmt: skip
+
+
+def catalog_regions(cost_catalog: CostCatalog) -> tuple[str, ...]:
+    """Every region the catalog has a price in (home regions, regional on-demand, spot, capacity blocks)."""
+    regions: set[str] = set()
+    for p in cost_catalog.instance_prices:
+        regions |= {p.region, *(r.region for r in p.regional_on_demand), *(s.region for s in p.spot)}
+        if p.capacity_block is not None:
+            regions |= set(p.capacity_block.regions)
+    return tuple(sorted(regions))
+
+
+def _region(cost_catalog: CostCatalog, price: InstancePrice, wanted: str | None) -> str:
+    """The region to price in: the instance's own unless ``wanted``; CostInputError for an unknown region or one
+    where the catalog has no on-demand price for this instance."""
+    if wanted is None or wanted == price.region:
+        return price.region
+    known = catalog_regions(cost_catalog)
+    if wanted not in known:
+        raise CostInputError(
+            "overrides.region", f"unknown region {wanted!r}; regions with prices: {', '.join(known)}"
+        )
+    priced = sorted({price.region, *(r.region for r in price.regional_on_demand)})
+    if wanted not in priced:
+        raise CostInputError(
+            "overrides.region",
+            f"no {price.slug} on-demand price for region {wanted!r} in the catalog; priced in: {', '.join(priced)}",
+        )
+    return wanted
+
+
+def _regional_on_demand(price: InstancePrice, region: str, on: date | None) -> OnDemandPrice | None:
+    """The on-demand price in force in ``region`` (a regional record, shaped like the home-region one)."""
+    record = in_force([r for r in price.regional_on_demand if r.region == region], on)
+    if record is None:
+        return None
+    return OnDemandPrice(usd_per_hour=record.usd_per_hour, effective_from=record.effective_from,
+                         effective_to=record.effective_to, source=record.source, as_of=record.as_of,
+                         confidence=record.confidence, note=f"{region}; {record.note or ''}".rstrip("; "))  # fmt: skip
+
+
+def _price_notes(
+    price: InstancePrice, on: date | None, on_demand: float | None, spot: float | None,
+    commits: dict[CostOption, float | None],
+) -> tuple[str, ...]:  # fmt: skip
+    """Warnings about resolved prices: a date before the instance existed, spot or a commitment above
+    on-demand (after overrides, or in a catalog snapshot where an AZ had no spot capacity)."""
+    notes: list[str] = []
+    if on is not None and price.available_from is not None and on < price.available_from:
+        notes.append(f"prices_as_of {on} is before {price.slug} existed (available from {price.available_from}): "
+                     + ("the price shown is the earliest listed, not one anybody paid then" if on_demand is not None
+                        else "the catalog has no price in force then, so only overrides price it"))  # fmt: skip
+    elif on is not None and price.on_demand and price.on_demand_price(on) is None and on_demand is None:
+        first = min((p.effective_from for p in price.on_demand if p.effective_from), default=None)
+        notes.append(f"{price.slug} had no on-demand price in force on {on}"
+                     + (f" (first listed from {first})" if first else ""))  # fmt: skip
+    if on_demand is not None and spot is not None and spot > on_demand:
+        notes.append(f"spot ${spot:,.2f}/h is above on-demand ${on_demand:,.2f}/h: spot would cost more; check the "
+                     "figures (an AZ without spot capacity quotes on-demand)")  # fmt: skip
+    for option, rate in commits.items():
+        if on_demand is not None and rate is not None and rate > on_demand:
+            notes.append(f"{option.value} ${rate:,.2f}/h is above on-demand ${on_demand:,.2f}/h: a commitment that "
+                         "costs more than paying per hour; check the figures")  # fmt: skip
+    return tuple(notes)
 
 
 def commitment_usd(
@@ -427,6 +547,9 @@ class SelfBuildInputs(Frozen):
     depreciation_years: float = Field(gt=0)
     residual_fraction: float = Field(ge=0, le=1)
     cost_of_capital_per_year: float = Field(ge=0, le=1)
+    frontend_usd_per_node: float = Field(default=0.0, ge=0)
+    spares_fraction: float = Field(default=0.0, ge=0, le=1)
+    lead_time_months: float = Field(default=0.0, ge=0)
 
 
 class FabricCost(Frozen):
@@ -452,8 +575,11 @@ class SelfBuildTco(Frozen):
     servers_usd: float
     fabric_usd: float
     storage_usd: float
+    frontend_usd: float = 0.0
+    spares_usd: float = 0.0
     installation_usd: float
     capex_usd: float
+    lead_time_months: float = 0.0
     it_kw_max: float
     it_kw_average: float
     facility_kw_average: float
@@ -554,7 +680,9 @@ def self_build_tco(
     fabric = fabric_cost(i, nodes, nics_per_node)
     servers = nodes * i.server_usd
     storage = i.storage_tb * i.storage_usd_per_tb
-    hardware_usd = servers + fabric.total_usd + storage
+    frontend = nodes * i.frontend_usd_per_node if nodes > 1 else 0.0  # one node joins the existing LAN
+    spares = servers * i.spares_fraction
+    hardware_usd = servers + fabric.total_usd + storage + frontend + spares
     installation = hardware_usd * i.installation_fraction
     capex = hardware_usd + installation
     it_max = nodes * i.max_kw_per_node
@@ -571,7 +699,8 @@ def self_build_tco(
     monthly = capital + opex
     return SelfBuildTco(
         node=node, nodes=nodes, gpus=gpus, fabric=fabric, servers_usd=servers, fabric_usd=fabric.total_usd,
-        storage_usd=storage, installation_usd=installation, capex_usd=capex, it_kw_max=it_max,
+        storage_usd=storage, frontend_usd=frontend, spares_usd=spares, installation_usd=installation,
+        capex_usd=capex, lead_time_months=i.lead_time_months, it_kw_max=it_max,
         it_kw_average=it_avg, facility_kw_average=facility, power_usd_per_month=power,
         colocation_usd_per_month=colocation, staff_usd_per_month=staff, maintenance_usd_per_month=maintenance,
         opex_usd_per_month=opex, depreciation_years=i.depreciation_years, residual_usd=residual,
@@ -611,6 +740,24 @@ def _server_price(
         _entry(entry, "price_usd", f"{node} server price", entry.price_usd.mid, "USD/node", note),
         includes_nics,
     )
+
+
+def _max_kw_per_node(sb: SelfBuild, node: Node, override: float | None) -> tuple[float, Assumption]:
+    """Maximum power per node: the override when given (read before looking for a catalog figure), else the
+    system power entry of the node, else the node's own figure; CostInputError asking for the override."""
+    if override is not None:
+        return override, _override("max power per node", override, "kW")
+    try:
+        power_entry = sb.system_power_for(node.slug)
+    except KeyError:
+        if node.max_power_kw is None:
+            raise CostInputError(
+                "overrides.self_build.max_kw_per_node",
+                f"no power figure for {node.slug}; give overrides.self_build.max_kw_per_node",
+            ) from None
+        return node.max_power_kw, _entry(node, "max_power_kw", "max power per node", node.max_power_kw, "kW")
+    kw = power_entry.max_kw.mid / power_entry.servers
+    return kw, _entry(power_entry, "max_kw", "max power per node", kw, "kW")
 
 
 def self_build_inputs(
@@ -671,25 +818,7 @@ def self_build_inputs(
                       (DEFAULT_INSTALLATION_FRACTION, _default("installation", DEFAULT_INSTALLATION_FRACTION,
                                                                "fraction of hardware capex", "unsourced")))  # fmt: skip
     out.append(a)
-    try:
-        power_entry = sb.system_power_for(node.slug)
-        kw_default = (
-            power_entry.max_kw.mid / power_entry.servers,
-            _entry(
-                power_entry,
-                "max_kw",
-                "max power per node",
-                power_entry.max_kw.mid / power_entry.servers,
-                "kW",
-            ),
-        )
-    except KeyError:
-        if node.max_power_kw is None:
-            raise CostInputError(
-                "overrides.self_build.max_kw_per_node", f"no power figure for {node.slug}"
-            ) from None
-        kw_default = (node.max_power_kw, _entry(node, "max_power_kw", "max power per node", node.max_power_kw, "kW"))  # fmt: skip
-    kw, a = _choose(o.max_kw_per_node, "max power per node", "kW", kw_default)
+    kw, a = _max_kw_per_node(sb, node, o.max_kw_per_node)
     out.append(a)
     f = sb.factors
     avg, a = _choose(o.avg_power_fraction, "average draw while training", "fraction of max",
@@ -745,7 +874,27 @@ def self_build_inputs(
                       (DEFAULT_COST_OF_CAPITAL, _default("cost of capital", DEFAULT_COST_OF_CAPITAL, "per year",
                                                          "unsourced; 0 gives straight-line depreciation")))  # fmt: skip
     out.append(a)
+    ports = o.frontend_ports_per_node if o.frontend_ports_per_node is not None else DEFAULT_FRONTEND_PORTS
+    if o.frontend_usd_per_node is not None:
+        frontend = o.frontend_usd_per_node
+        out.append(_override("frontend network per node", frontend, "USD/node"))
+    else:
+        frontend = ports * (per_port[0] + switch_usd / radix)
+        out.append(_default("frontend network per node", round(frontend, 2), "USD/node",
+                            f"derived, low confidence: {ports} Ethernet ports per node (frontend and storage; a DGX "
+                            f"H100 has two BlueField-3 DPUs) × (1-tier cables and optics per port ${per_port[0]:,.0f} "
+                            f"+ a switch port ${switch_usd / radix:,.0f}), InfiniBand figures (CHEAH) standing in for "
+                            "Ethernet; none for a single node"))  # fmt: skip
+    spares, a = _choose(o.spares_fraction, "spare servers", "fraction of servers",
+                        (DEFAULT_SPARES_FRACTION, _default("spare servers", DEFAULT_SPARES_FRACTION, "fraction of servers",
+                         "no sourced figure: give the share of spare or hot-standby servers you buy")))  # fmt: skip
+    out.append(a)
+    lead, a = _choose(o.lead_time_months, "build lead time", "months",
+                      (DEFAULT_LEAD_TIME_MONTHS, _default("build lead time", DEFAULT_LEAD_TIME_MONTHS, "months",
+                       "no sourced figure: months from order to the first training step; results come that much later")))  # fmt: skip
+    out.append(a)
     inputs = SelfBuildInputs(
+        frontend_usd_per_node=frontend, spares_fraction=spares, lead_time_months=lead,
         server_usd=server_usd, switch_usd=switch_usd, switch_radix=radix, oversubscription=oversub,
         cables_optics_usd_per_port=tuple(per_port), nic_usd=nic_usd, storage_tb=st_tb, storage_usd_per_tb=st_usd,
         installation_fraction=inst, max_kw_per_node=kw, avg_power_fraction=avg, pue=pue,
@@ -964,6 +1113,10 @@ class TrainingJob(Frozen):
 class OptionCost(Frozen):
     option: CostOption
     available: bool
+    provider: str = Field(default="aws", description="aws (and self-build), gcp, azure, or a GPU cloud")
+    price_confidence: str | None = Field(
+        default=None, description="other clouds: the confidence of the price used"
+    )
     reason: str | None = None
     instance: str | None = None
     instances: int = 0
@@ -976,6 +1129,7 @@ class OptionCost(Frozen):
     compute_hours: float | None = None
     wall_clock_hours: float | None = None
     days: float | None = Field(default=None, description="calendar days (wall clock, after goodput)")
+    lead_time_days: float = Field(default=0.0, description="self-build: days before training can start")
     run_usd: float | None = Field(default=None, description="compute actually used")
     committed_usd: float | None = Field(
         default=None, description="compute owed: the whole term for commitments, cash outlay for self-build"
@@ -984,7 +1138,26 @@ class OptionCost(Frozen):
     data_transfer_usd: float = 0.0
     total_usd: float | None = None
     usd_per_1b_tokens: float | None = None
+    cash_usd: float | None = Field(
+        default=None,
+        description="cash basis: what is paid out for this run (whole commitment terms, all capex)",
+    )
+    amortised_usd: float | None = Field(
+        default=None,
+        description="amortised basis: this run's share when the capacity keeps working after it (commitment usage "
+        "only; self-build capital × run / useful life + opex)",
+    )
     notes: tuple[str, ...] = ()
+
+
+class Ranking(Frozen):
+    """Options from cheapest to dearest on one basis; ``winner`` is None when the cheapest ones tie."""
+
+    basis: str = Field(description="cash or amortised")
+    description: str
+    order: tuple[str, ...]
+    winner: str | None
+    tied: tuple[str, ...] = Field(default=(), description="options tied for cheapest (within $1 or 0.01 %)")
 
 
 class TrainingCost(Frozen):
@@ -1005,8 +1178,14 @@ class TrainingCost(Frozen):
     expected_failures: float
     reliability: ReliabilityReport
     options: tuple[OptionCost, ...]
-    cheapest: str | None
+    cheapest: str | None = Field(description="the amortised ranking's winner (None on a tie); see rankings")
+    cheapest_basis: str = "amortised"
+    rankings: tuple[Ranking, ...] = ()
     fastest: str | None
+    other_clouds: tuple[OptionCost, ...] = Field(
+        default=(),
+        description="on-demand and commitments on Google Cloud, Azure and GPU clouds with this GPU",
+    )
     rule_of_thumb_extra_days: float
     rule_of_thumb_extra_usd: float | None = Field(description="on-demand cost of checkpointing every 30 min")
     prices: CloudPrices
@@ -1014,6 +1193,9 @@ class TrainingCost(Frozen):
     storage: StorageCost
     serving: ServingCheck | None
     assumptions: tuple[Assumption, ...]
+    notes: tuple[str, ...] = Field(
+        default=(), description="warnings: partial instances, price dates and inversions"
+    )
 
 
 def _unavailable(option: CostOption, reason: str, instance: str | None = None) -> OptionCost:
@@ -1035,6 +1217,8 @@ def _cloud_option(
     if option is CostOption.spot:
         spot_instances = instances
         notes.append(SPOT_CAPACITY_RISK)
+        if prices.on_demand is not None and rate > prices.on_demand:
+            notes.append(f"spot ${rate:,.2f}/h is above on-demand ${prices.on_demand:,.2f}/h")
     elif option is CostOption.reserved_spot_mix:
         spot_instances = instances - round(prices.reserved_fraction * instances)
         notes.append(f"{instances - spot_instances} instances on a 1-yr commitment, {spot_instances} on spot")
@@ -1084,31 +1268,169 @@ def _cloud_option(
         job_mtbf_hours=rel.job_mtbf_hours, expected_failures=expected_failures(wall_h, rel.job_mtbf_hours),
         compute_hours=compute_h, wall_clock_hours=wall_h, days=days, run_usd=run, committed_usd=committed,
         storage_usd=storage_usd, data_transfer_usd=transfer, total_usd=total,
-        usd_per_1b_tokens=total / (job.tokens / 1e9), notes=tuple(notes),
+        usd_per_1b_tokens=total / (job.tokens / 1e9), cash_usd=total, amortised_usd=run + storage_usd + transfer,
+        notes=tuple(notes),
     )  # fmt: skip
 
 
-def _self_build_option(job: TrainingJob, tco: SelfBuildTco, rel: ReliabilityReport) -> OptionCost:
+def self_build_useful_months(
+    run_months: float,
+    depreciation_years: float,
+    use_after_run_years: float | None = None,
+    runs: int | None = None,
+) -> tuple[float, str]:
+    """Months the cluster works in all, over which its capital is shared, and how that was decided: ``runs`` runs
+    of this length, else the run plus ``use_after_run_years``, else the depreciation life.
+
+    >>> self_build_useful_months(6, 5)[0], self_build_useful_months(6, 5, use_after_run_years=0.5)[0]
+    (60.0, 12.0)
+    >>> self_build_useful_months(6, 5, runs=3)[0]
+    18
+    """
+    if runs is not None:
+        return run_months * runs, f"{runs} runs of {run_months:.1f} months (stated)"
+    if use_after_run_years is not None:
+        return (
+            run_months + use_after_run_years * 12.0,
+            f"the run + {use_after_run_years:g} years of further use (stated)",
+        )
+    return (
+        depreciation_years * 12.0,
+        f"the {depreciation_years:g}-year depreciation life (default: fully used after the run)",
+    )
+
+
+def _self_build_option(
+    job: TrainingJob, tco: SelfBuildTco, rel: ReliabilityReport, o: CostOverrides
+) -> OptionCost:
     tps = job.self_build_tokens_per_s or job.cloud_tokens_per_s
     compute_h = job.tokens / tps / SECONDS_PER_HOUR
     wall_h = wall_clock_hours(compute_h, rel.goodput)
     months = wall_h / HOURS_PER_MONTH
-    run = tco.monthly_equivalent_usd * months
+    useful, why = self_build_useful_months(months, tco.depreciation_years, o.use_after_run_years, o.runs)
+    share = min(1.0, months / useful) if useful > 0 else 1.0
+    capital_total = tco.capital_usd_per_month * tco.depreciation_years * 12.0
+    run = capital_total * share + tco.opex_usd_per_month * months
     cash = tco.capex_usd + tco.opex_usd_per_month * months
     notes = (
-        f"amortised: {months:.1f} months of the ${tco.monthly_equivalent_usd:,.0f}/month equivalent "
-        f"(capital over {tco.depreciation_years:g} years + opex)",
+        f"amortised: {share:.1%} of the capital (${capital_total:,.0f} over {tco.depreciation_years:g} years with "
+        f"financing) + opex for {months:.1f} months; useful life {useful:.1f} months = {why}",
         f"cash outlay ${cash:,.0f}: capex ${tco.capex_usd:,.0f} up front + opex for the run",
         "storage for the dataset and checkpoints is in the capex",
-    )
+        *((f"the cluster arrives after {tco.lead_time_months:g} months: results after "
+           f"{tco.lead_time_months * HOURS_PER_MONTH / 24 + wall_h / 24:,.0f} days",) if tco.lead_time_months else ()),
+    )  # fmt: skip
     return OptionCost(
         option=CostOption.self_build, available=True, instance=tco.node, instances=tco.nodes,
         usd_per_instance_hour=tco.monthly_equivalent_usd / tco.nodes / HOURS_PER_MONTH,
         usd_per_gpu_hour=tco.usd_per_gpu_hour, tokens_per_s=tps, goodput=rel.goodput,
         job_mtbf_hours=rel.job_mtbf_hours, expected_failures=expected_failures(wall_h, rel.job_mtbf_hours),
         compute_hours=compute_h, wall_clock_hours=wall_h, days=wall_h / 24.0, run_usd=run, committed_usd=cash,
-        total_usd=run, usd_per_1b_tokens=run / (job.tokens / 1e9), notes=notes,
+        total_usd=run, usd_per_1b_tokens=run / (job.tokens / 1e9), cash_usd=cash, amortised_usd=run, notes=notes,
+        lead_time_days=tco.lead_time_months * HOURS_PER_MONTH / 24.0,
     )  # fmt: skip
+
+
+def option_label(row: OptionCost) -> str:
+    """How rankings name an option: ``on-demand`` (AWS), ``self-build``, ``gcp a3-highgpu-8g on-demand``."""
+    if row.provider == "aws":
+        return row.option.value
+    return f"{row.provider} {row.instance} {row.option.value}"
+
+
+OTHER_CLOUD_OPTIONS = (CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr)
+
+
+def other_cloud_options(
+    cc: CostCatalog, hardware: HardwareCatalog, job: TrainingJob, *, wanted: Sequence[CostOption],
+    o: CostOverrides, storage: StorageCost, reliability: dict[int, ReliabilityReport],
+) -> tuple[OptionCost, ...]:  # fmt: skip
+    """On-demand and 1-/3-year commitments on every non-AWS instance carrying the job's GPU. ``reliability``
+    maps an instance count to its report (filled in by the caller). Throughput: the estimate on the node that
+    stands for the instance (``like_node``) when it is one of the two estimated, else the AWS instance's."""
+    rows: list[OptionCost] = []
+    for p in cc.provider_prices:
+        node = hardware.node(p.like_node)
+        if node.accelerator != job.accelerator:
+            continue
+        instances = math.ceil(job.gpus / p.gpus_per_instance)
+        rel = reliability[instances]
+        if p.like_node == job.self_build_estimate_node and job.self_build_tokens_per_s:
+            tps, basis = job.self_build_tokens_per_s, f"throughput as estimated on {p.like_node}"
+        else:
+            tps = job.cloud_tokens_per_s
+            basis = f"throughput as estimated on {job.cloud_estimate_node or 'the AWS instance'}" + (
+                "" if p.like_node == job.cloud_estimate_node else f" (stands in for {p.like_node})")  # fmt: skip
+        od = p.on_demand_price(o.prices_as_of)
+        for option in OTHER_CLOUD_OPTIONS:
+            if option not in wanted:
+                continue
+            if od is None:
+                rows.append(OptionCost(option=option, available=False, provider=p.provider, instance=p.instance_type,
+                                       reason=f"no {p.provider} {p.instance_type} price in force"
+                                       + (f" on {o.prices_as_of}" if o.prices_as_of else "")))  # fmt: skip
+                continue
+            notes = [f"{p.name}: on-demand ${od.usd_per_hour:,.2f}/h ({od.source}, {od.as_of}, {od.confidence.value} "
+                     f"confidence){'; ' + od.note if od.note else ''}", basis,
+                     "storage and transfer priced at the AWS S3 rates (a proxy)"]  # fmt: skip
+            rate = od.usd_per_hour
+            if option in TERM_YEARS:
+                years = TERM_YEARS[option]
+                discount = p.commit_discount(years)
+                if discount is None:
+                    rows.append(OptionCost(option=option, available=False, provider=p.provider,
+                                           instance=p.instance_type,
+                                           reason=f"{p.provider} publishes no {years}-year commitment rate for "
+                                           f"{p.instance_type} in the catalog"))  # fmt: skip
+                    continue
+                prov = p.figure_provenance(f"commit_{years}yr_discount")
+                rate = od.usd_per_hour * (1.0 - discount)
+                notes.append(f"{years}-yr commitment: on-demand less the average {p.provider} discount "
+                             f"{discount:.0%} ({prov.source}, {prov.as_of})")  # fmt: skip
+            compute_h = job.tokens / tps / SECONDS_PER_HOUR
+            wall_h = wall_clock_hours(compute_h, rel.goodput)
+            run = committed = rate * instances * wall_h
+            if option in TERM_YEARS:
+                run, committed = commitment_usd(rate, instances, wall_h, TERM_YEARS[option])
+            notes += _whole_units_notes(job.gpus, instances, p.gpus_per_instance, p.instance_type)
+            storage_usd = storage.usd_per_month * wall_h / HOURS_PER_MONTH
+            transfer = storage.egress_usd + storage.inter_region_usd
+            total = committed + storage_usd + transfer
+            rows.append(OptionCost(
+                option=option, available=True, provider=p.provider, instance=p.instance_type, instances=instances,
+                usd_per_instance_hour=rate, usd_per_gpu_hour=rate / p.gpus_per_instance, tokens_per_s=tps,
+                goodput=rel.goodput, job_mtbf_hours=rel.job_mtbf_hours,
+                expected_failures=expected_failures(wall_h, rel.job_mtbf_hours), compute_hours=compute_h,
+                wall_clock_hours=wall_h, days=wall_h / 24.0, run_usd=run, committed_usd=committed,
+                storage_usd=storage_usd, data_transfer_usd=transfer, total_usd=total,
+                usd_per_1b_tokens=total / (job.tokens / 1e9), cash_usd=total,
+                amortised_usd=run + storage_usd + transfer, price_confidence=od.confidence.value, notes=tuple(notes),
+            ))  # fmt: skip
+    return tuple(rows)
+
+
+TIE_USD = 1.0
+TIE_FRACTION = 1e-4
+RANKING_BASES = {
+    "cash": "what is paid out for this run: commitments' whole terms, self-build's capex + opex (nothing is "
+            "assumed about use after the run)",
+    "amortised": "this run's share: commitments' usage only (the rest of the term used by other work), "
+                 "self-build's capital × run / useful life + opex (useful life: use_after_run_years or runs, "
+                 "default the depreciation life)",
+}  # fmt: skip
+
+
+def rank_options(options: Sequence[OptionCost], basis: str) -> Ranking:
+    """Available options ordered by ``cash_usd`` or ``amortised_usd``; no single winner when the cheapest tie
+    (within $1 or 0.01 %)."""
+    priced = [(getattr(r, f"{basis}_usd"), option_label(r)) for r in options if r.available]
+    priced = sorted((v, name) for v, name in priced if v is not None)
+    if not priced:
+        return Ranking(basis=basis, description=RANKING_BASES[basis], order=(), winner=None)
+    best = priced[0][0]
+    tied = tuple(name for v, name in priced if v - best <= max(TIE_USD, TIE_FRACTION * abs(best)))
+    return Ranking(basis=basis, description=RANKING_BASES[basis], order=tuple(n for _, n in priced),
+                   winner=tied[0] if len(tied) == 1 else None, tied=tied if len(tied) > 1 else ())  # fmt: skip
 
 
 def training_cost(
@@ -1142,11 +1464,19 @@ def training_cost(
                 spot_instances=spot_instances,
             )  # fmt: skip
         except KeyError as exc:
-            raise CostInputError("overrides.reliability.failure_record", str(exc.args[0])) from None
+            what = "storage_tier" if "storage tier" in str(exc.args[0]) else "failure_record"
+            raise CostInputError(f"overrides.reliability.{what}", str(exc.args[0])) from None
         except ValueError as exc:
             raise CostInputError("overrides.reliability", str(exc)) from None
 
     base = rel()
+
+    def rel_on(nodes: int) -> ReliabilityReport:
+        return reliability_report(
+            cost_catalog, gpus=job.gpus, nodes=nodes, parameters=job.parameters,
+            plan_bytes_per_param=job.plan_checkpoint_bytes_per_param, overrides=o.reliability,
+        )  # fmt: skip
+
     spot_rel: dict[int, ReliabilityReport] = {}
     if CostOption.spot in wanted:
         spot_rel[instances] = rel(instances)
@@ -1176,11 +1506,20 @@ def training_cost(
                                                        storage_tb=storage.stored_tb)  # fmt: skip
             tco = self_build_tco(inputs, node=sb_node.slug, nodes=sb_nodes, gpus_per_node=sb_node.accelerators_per_node,
                                  nics_per_node=sb_node.scale_out_nics, assumptions=sb_assumptions)  # fmt: skip
-            results.append(_self_build_option(job, tco, base))
+            results.append(_self_build_option(job, tco, base, o))
 
+    others: tuple[OptionCost, ...] = ()
+    if o.other_clouds:
+        counts = {math.ceil(job.gpus / p.gpus_per_instance) for p in cost_catalog.provider_prices}
+        reports = {n: base if n == instances else rel_on(n) for n in counts}
+        others = other_cloud_options(cost_catalog, hardware, job, wanted=wanted, o=o, storage=storage,
+                                     reliability=reports)  # fmt: skip
     available = [r for r in results if r.available and r.total_usd is not None]
-    cheapest = min(available, key=lambda r: r.total_usd or 0.0).option.value if available else None
-    fastest = min(available, key=lambda r: r.days or 0.0).option.value if available else None
+    rankings = (rank_options((*results, *others), "cash"), rank_options((*results, *others), "amortised"))
+    cheapest = rankings[1].winner
+    fastest = (
+        min(available, key=lambda r: (r.days or 0.0) + r.lead_time_days).option.value if available else None
+    )
     compute_h = job.tokens / job.cloud_tokens_per_s / SECONDS_PER_HOUR
     wall_h = compute_h / base.goodput
     extra_h = wall_h * base.rule_of_thumb.extra_wall_clock_fraction
@@ -1205,15 +1544,39 @@ def training_cost(
         assumptions.append(Assumption(name="throughput on the self-built cluster", value=job.self_build_tokens_per_s,
                                       unit="tokens/s", source="formula",
                                       note=f"the estimate on {job.self_build_estimate_node or tco.node}"))  # fmt: skip
+    notes = list(prices.notes)
+    by_label = {option_label(r): r for r in (*results, *others)}
+    for ranking in rankings:
+        won = by_label.get(ranking.winner or "")
+        if won is not None and won.price_confidence == "low":
+            notes.append(f"the cheapest on the {ranking.basis} basis, {ranking.winner}, rests on a low-confidence "
+                         "price (an aggregator figure or an estimate): get a quote before deciding")  # fmt: skip
+    notes += _whole_units_notes(job.gpus, instances, prices.gpus_per_instance, instance)
+    if tco is not None:
+        notes += _whole_units_notes(job.gpus, tco.nodes, tco.gpus // tco.nodes, tco.node)
     return TrainingCost(
         model=job.model, accelerator=job.accelerator, gpus=job.gpus, tokens=job.tokens, fits=job.fits,
         instance=instance, instances=instances, self_build_node=tco.node if tco else sb_node_slug,
         self_build_nodes=sb_nodes, tokens_per_s=job.cloud_tokens_per_s, compute_hours=compute_h,
         job_mtbf_hours=base.job_mtbf_hours, checkpoint_interval_s=base.checkpoint_interval_s, goodput=base.goodput,
         expected_failures=expected_failures(wall_h, base.job_mtbf_hours), reliability=base, options=tuple(results),
-        cheapest=cheapest, fastest=fastest, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
+        cheapest=cheapest, rankings=rankings, fastest=fastest, other_clouds=others, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
         prices=prices, self_build=tco, storage=storage, serving=serving, assumptions=tuple(assumptions),
+        notes=tuple(notes),
     )  # fmt: skip
+
+
+def _whole_units_notes(gpus: int, units: int, gpus_per_unit: int, unit: str) -> list[str]:
+    """A note when ``gpus`` is not a whole number of instances or servers: the rest are paid for but idle.
+
+    >>> _whole_units_notes(12, 2, 8, "p5.48xlarge")
+    ['12 GPUs are not a whole number of p5.48xlarge (8 GPUs each): 2 are billed (16 GPUs), 4 GPUs paid for but idle']
+    """
+    paid = units * gpus_per_unit
+    if paid == gpus:
+        return []
+    return [f"{gpus} GPUs are not a whole number of {unit} ({gpus_per_unit} GPUs each): {units} are billed "
+            f"({paid} GPUs), {paid - gpus} GPUs paid for but idle"]  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------
@@ -1373,6 +1736,8 @@ def usd_per_gpu_hour(
       else the average discount), the median spot price, the capacity-block rate, on-demand less the
       off-peak discount, or the 50/50 reserved + spot mix, in force on ``on`` (default: current), ÷ GPUs
       per instance. A server slug gets None.
+    - A provider price slug (``gcp-a3-highgpu-8g``, ``prices.toml`` ``[[provider_prices]]``): on-demand, or
+      ``commit-1yr`` / ``commit-3yr`` at the provider's average discount; None for other options.
     - ``self-build`` needs a server slug with a default server price (``dgx-h100``): the per-node monthly
       equivalent with the catalog's per-node 2-tier fabric figures (switches, cables, optics), default
       power, PUE, electricity, colocation, staff, maintenance, depreciation and cost of capital, ÷
@@ -1385,6 +1750,13 @@ def usd_per_gpu_hour(
     option = CostOption(option)
     if option is CostOption.self_build:
         return _self_build_usd_per_gpu_hour(cost_catalog, node_slug, gpus_per_node)
+    other = next((p for p in cost_catalog.provider_prices if p.slug == node_slug), None)
+    if other is not None:
+        od = other.on_demand_price(on)
+        if od is None or option not in OTHER_CLOUD_OPTIONS:
+            return None
+        discount = 0.0 if option is CostOption.on_demand else other.commit_discount(TERM_YEARS[option])
+        return None if discount is None else od.usd_per_hour * (1.0 - discount) / other.gpus_per_instance
     if not any(p.slug == node_slug for p in cost_catalog.instance_prices):
         return None
     prices = cloud_prices(cost_catalog, node_slug, CostOverrides(prices_as_of=on))

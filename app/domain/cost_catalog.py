@@ -320,6 +320,39 @@ class InstancePrice(CatalogEntry):
 
 
 # --------------------------------------------------------------------------------------------------
+# Other clouds (Google Cloud, Azure, GPU clouds): on-demand prices and commitment discounts
+# --------------------------------------------------------------------------------------------------
+
+
+class ProviderPrice(CatalogEntry):
+    """An instance outside AWS. ``like_node`` is the catalog node whose hardware (accelerator, network) stands
+    for it in the estimate; commitments are a discount off on-demand (the provider's average), when published."""
+
+    provider: Literal["gcp", "azure", "coreweave", "lambda", "spheron"]
+    instance_type: str = Field(min_length=1, max_length=64)
+    like_node: str
+    gpus_per_instance: int = Field(ge=1)
+    region: str | None = None
+    on_demand: tuple[OnDemandPrice, ...] = Field(min_length=1)
+    commit_1yr_discount: float | None = Field(default=None, ge=0, lt=1)
+    commit_3yr_discount: float | None = Field(default=None, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _no_overlap(self) -> ProviderPrice:
+        _check_no_overlap("on_demand", self.on_demand)
+        return self
+
+    def source_keys(self) -> set[str]:
+        return super().source_keys() | _nested_sources(self.on_demand)
+
+    def on_demand_price(self, on: date | None = None) -> OnDemandPrice | None:
+        return in_force(self.on_demand, on)
+
+    def commit_discount(self, term_years: int) -> float | None:
+        return self.commit_1yr_discount if term_years == 1 else self.commit_3yr_discount
+
+
+# --------------------------------------------------------------------------------------------------
 # Pricing terms (single tables in prices.toml)
 # --------------------------------------------------------------------------------------------------
 
@@ -768,6 +801,13 @@ class AsyncCheckpoint(CatalogEntry):
     tokens_per_s_during_background: float | None = Field(default=None, gt=0)
 
     @property
+    def background_slowdown(self) -> float | None:
+        """Share of throughput lost while the background write runs: 1 − tokens/s during it / normal."""
+        if self.tokens_per_s_normal is None or self.tokens_per_s_during_background is None:
+            return None
+        return max(0.0, 1.0 - self.tokens_per_s_during_background / self.tokens_per_s_normal)
+
+    @property
     def async_speedup(self) -> float | None:
         if self.sync_blocking_s is None or self.async_blocking_s is None:
             return None
@@ -785,9 +825,46 @@ class StorageBandwidth(CatalogEntry):
     servers: int | None = Field(default=None, ge=1)
 
 
+class StorageTier(CatalogEntry):
+    """How checkpoint bandwidth scales with the cluster: per-node write and read limits (kept apart), and the
+    storage system's aggregate, either fixed or a share per compute node (a system sized with the cluster)."""
+
+    write_gbyte_per_s_per_node: float = Field(gt=0)
+    read_gbyte_per_s_per_node: float = Field(gt=0)
+    aggregate_write_gbyte_per_s: float | None = Field(default=None, gt=0)
+    aggregate_read_gbyte_per_s: float | None = Field(default=None, gt=0)
+    aggregate_write_gbyte_per_s_per_node: float | None = Field(default=None, gt=0)
+    aggregate_read_gbyte_per_s_per_node: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _one_aggregate_each(self) -> StorageTier:
+        for d in ("write", "read"):
+            fixed = getattr(self, f"aggregate_{d}_gbyte_per_s")
+            scaled = getattr(self, f"aggregate_{d}_gbyte_per_s_per_node")
+            if (fixed is None) == (scaled is None):
+                raise ValueError(
+                    f"give exactly one of aggregate_{d}_gbyte_per_s and aggregate_{d}_gbyte_per_s_per_node"
+                )
+        return self
+
+    def aggregate_gbyte_per_s(self, direction: Literal["write", "read"], nodes: int) -> float:
+        """The storage system's bandwidth for a cluster of ``nodes``: fixed, or nodes × the per-node share."""
+        fixed = getattr(self, f"aggregate_{direction}_gbyte_per_s")
+        if fixed is not None:
+            return float(fixed)
+        return nodes * getattr(self, f"aggregate_{direction}_gbyte_per_s_per_node")
+
+    def aggregate_field(self, direction: Literal["write", "read"]) -> str:
+        fixed = f"aggregate_{direction}_gbyte_per_s"
+        return fixed if getattr(self, fixed) is not None else f"{fixed}_per_node"
+
+
 class CheckpointDefaults(Frozen):
     checkpoint_size: str
     checkpoint_size_reason: str
+    storage_tier: str
+    storage_tier_reason: str
+    async_background: str
 
 
 class Checkpointing(Frozen):
@@ -796,8 +873,12 @@ class Checkpointing(Frozen):
     measured: tuple[MeasuredCheckpoint, ...]
     async_saves: tuple[AsyncCheckpoint, ...]
     storage_bandwidths: tuple[StorageBandwidth, ...]
+    storage_tiers: tuple[StorageTier, ...]
     cpu_memory_overhead: str
     defaults: CheckpointDefaults
+
+    def storage_tier(self, slug: str | None = None) -> StorageTier:
+        return by_slug(self.storage_tiers, slug or self.defaults.storage_tier, "storage tier")
 
     def size(self, slug: str | None = None) -> CheckpointSize:
         return by_slug(self.sizes, slug or self.defaults.checkpoint_size, "checkpoint size")
@@ -817,6 +898,7 @@ class CheckpointNotes(Frozen):
 
 class CostCatalog(Frozen):
     instance_prices: tuple[InstancePrice, ...]
+    provider_prices: tuple[ProviderPrice, ...] = ()
     pricing_terms: PricingTerms
     self_build: SelfBuild
     reliability: Reliability
@@ -940,10 +1022,17 @@ def load_checkpointing(path: Path, sources: dict[str, Source]) -> Checkpointing:
         measured=_entries(path, "measured_checkpoints", MeasuredCheckpoint, sources),
         async_saves=_entries(path, "async_checkpoints", AsyncCheckpoint, sources),
         storage_bandwidths=_entries(path, "storage_bandwidth", StorageBandwidth, sources),
+        storage_tiers=_entries(path, "storage_tiers", StorageTier, sources),
         cpu_memory_overhead=parse_table(path, "checkpoint_notes", CheckpointNotes).cpu_memory_overhead,
         defaults=parse_table(path, "checkpoint_defaults", CheckpointDefaults),
     )
     _check_default(path, "checkpoint_defaults.checkpoint_size", ck.defaults.checkpoint_size, ck.sizes)
+    _check_default(path, "checkpoint_defaults.storage_tier", ck.defaults.storage_tier, ck.storage_tiers)
+    _check_default(path, "checkpoint_defaults.async_background", ck.defaults.async_background, ck.async_saves)
+    background = by_slug(ck.async_saves, ck.defaults.async_background, "async checkpoint")
+    if background.background_slowdown is None:
+        raise CatalogError(path, "checkpoint_defaults.async_background",
+                           f"{background.slug!r} has no tokens/s during its background write")  # fmt: skip
     return ck
 
 
@@ -952,9 +1041,15 @@ def load_cost_catalog(data_dir: Path, sources: dict[str, Source], node_slugs: se
     prices_path = Path(data_dir) / PRICES_FILE
     instance_prices = _entries(prices_path, "instance_prices", InstancePrice, sources)
     _check_instances(prices_path, instance_prices, node_slugs)
+    provider_prices = _entries(prices_path, "provider_prices", ProviderPrice, sources)
+    for i, price in enumerate(provider_prices):
+        if price.like_node not in node_slugs:
+            raise CatalogError(prices_path, f"provider_prices[{i}] ({price.slug!r}).like_node",
+                               f"unknown node {price.like_node!r}")  # fmt: skip
     reliability_path = Path(data_dir) / RELIABILITY_FILE
     return CostCatalog(
         instance_prices=instance_prices,
+        provider_prices=provider_prices,
         pricing_terms=_parse_pricing_terms(prices_path, sources),
         self_build=load_self_build(Path(data_dir) / SELFBUILD_FILE, sources, node_slugs),
         reliability=load_reliability(reliability_path, sources),

@@ -7,6 +7,7 @@ a given accelerator; calibration from benchmark runs replaces them per cluster (
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 
@@ -54,10 +55,54 @@ class RuntimeMemory(CatalogEntry):
         return self.pcie_gb_per_s.get(str(pcie_generation), min(self.pcie_gb_per_s.values()))
 
 
+class StackProfile(CatalogEntry):
+    """How one software stack runs a plan (slug = the plan's framework: megatron, fsdp2, deepspeed).
+
+    ``tp_overlap``: fraction of tensor-parallel collectives hidden behind GEMMs (Megatron-Core + Transformer
+    Engine's userbuffers overlap; 0 for stacks that issue TP collectives on the critical path).
+    ``dp_overlap``: fraction of the overlappable data-parallel traffic (FSDP/ZeRO-3 parameter gathers, gradient
+    reduce-scatter or all-reduce) that the stack actually hides behind compute; the rest is exposed.
+    ``ep_overlap``: fraction of the MoE token all-to-alls (dispatch and combine) hidden behind compute.
+    """
+
+    tp_overlap: float = Field(ge=0, le=1)
+    dp_overlap: float = Field(ge=0, le=1)
+    ep_overlap: float = Field(default=0.0, ge=0, le=1)
+    attention_kernel: Literal["fa2", "cudnn"] = Field(
+        default="fa2", description="fused attention the stack runs: FlashAttention-2 (SDPA) or cuDNN (TE)"
+    )
+
+
+class ScaleTerms(CatalogEntry):
+    """Terms shared by every stack and accelerator (slug = "scale-terms").
+
+    ``straggler_cv``: relative per-rank jitter of a step; a synchronous step waits for the slowest of N ranks,
+    ≈ t·cv·√(2 ln N) longer (expected maximum of N Gaussians). ``power_exponent``: sustained clock under a
+    power cap ∝ (P/TDP)^γ. ``fp8_gemm_ratio``: an FP8 GEMM's fraction of the FP8 peak relative to a BF16 GEMM's
+    fraction of the BF16 peak. ``comm_slowdown``: compute stretched by this fraction of the communication it
+    hides (NCCL kernels occupy SMs and HBM bandwidth). ``cudnn_attention_ratio``: cuDNN fused attention's rate
+    relative to FlashAttention-2 on Hopper and Blackwell.
+    """
+
+    straggler_cv: float = Field(ge=0, le=0.5)
+    power_exponent: float = Field(ge=0, le=2)
+    fp8_gemm_ratio: float = Field(gt=0, le=1)
+    comm_slowdown: float = Field(ge=0, le=1)
+    cudnn_attention_ratio: float = Field(default=1.0, ge=1, le=3)
+
+
 class EfficiencyCatalog(Frozen):
     accelerators: tuple[AcceleratorEfficiency, ...]
     networks: tuple[NetworkEfficiency, ...]
     runtime: RuntimeMemory
+    stacks: tuple[StackProfile, ...]
+    scale: ScaleTerms
+
+    def for_stack(self, framework: str) -> StackProfile:
+        for entry in self.stacks:
+            if entry.slug == framework:
+                return entry
+        raise KeyError(f"no stack profile for framework {framework!r}; add it to data/{EFFICIENCY_FILE}")
 
     def for_accelerator(self, slug: str) -> AcceleratorEfficiency:
         for entry in self.accelerators:
@@ -80,6 +125,10 @@ def load_efficiency(
     accelerators = parse_entries(path, "efficiency", AcceleratorEfficiency)
     networks = parse_entries(path, "network_efficiency", NetworkEfficiency)
     runtime = parse_table(path, "runtime", RuntimeMemory)
+    stacks = parse_entries(path, "stack_profile", StackProfile)
+    scale = parse_table(path, "scale_terms", ScaleTerms)
+    check_sources(path, "stack_profile", stacks, sources)
+    check_sources(path, "scale_terms", (scale,), sources)
     check_sources(path, "efficiency", accelerators, sources)
     check_sources(path, "network_efficiency", networks, sources)
     check_sources(path, "runtime", (runtime,), sources)
@@ -89,4 +138,9 @@ def load_efficiency(
     unknown = sorted({e.slug for e in accelerators} - accelerator_slugs)
     if unknown:
         raise CatalogError(path, "efficiency", f"unknown accelerators {', '.join(unknown)}")
-    return EfficiencyCatalog(accelerators=accelerators, networks=networks, runtime=runtime)
+    missing_stacks = sorted({"megatron", "fsdp2", "deepspeed"} - {p.slug for p in stacks})
+    if missing_stacks:
+        raise CatalogError(path, "stack_profile", f"no profile for frameworks {', '.join(missing_stacks)}")
+    return EfficiencyCatalog(
+        accelerators=accelerators, networks=networks, runtime=runtime, stacks=stacks, scale=scale
+    )

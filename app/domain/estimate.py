@@ -119,6 +119,8 @@ def build_cluster(
         scale_up_network=efficiency.for_network(intra.kind),
         scale_out_network=efficiency.for_network(out_fabric.kind),
         runtime=efficiency.runtime,
+        stacks=efficiency.stacks,
+        scale=efficiency.scale,
         oversubscription=oversubscription,
         power_limit_w=power_limit_w,
     )

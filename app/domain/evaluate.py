@@ -19,7 +19,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.network import Collective, collective_seconds, group_link, group_shape
+from app.domain.network import (
+    Collective,
+    all_to_all_seconds,
+    collective_seconds,
+    group_link,
+    group_shape,
+)
 
 Num = Any  # a Python number or a numpy array
 
@@ -130,6 +136,11 @@ class Consts:
     host_link_bytes_per_s: float  # PCIe (or C2C) per GPU, one direction
     cpu_optimizer_bytes_per_s: float
     nvme_bytes_per_s: float
+    tp_overlap: float = 0.0  # the stack's fraction of TP collectives hidden behind GEMMs
+    ep_overlap: float = 0.0  # the stack's fraction of MoE token all-to-alls hidden behind compute
+    dp_overlap: float = 1.0  # the stack's fraction of overlappable DP/FSDP traffic actually hidden
+    comm_slowdown: float = 0.0  # compute stretched by this fraction of the communication it hides
+    straggler_cv: float = 0.0  # per-rank step jitter: a synchronous step waits ≈ cv·√(2 ln N) longer
 
 
 def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, Num]:
@@ -208,7 +219,9 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
         + largest * (c.work_b + c.grad_reduce_b)
         + xp.where(pq.fsdp2, root * c.work_b, 0)
     )
-    gathered = xp.where(pq.shards_params, xp.where(pq.grad_op, total_local * c.work_b, gathered_units), 0)
+    # SHARD_GRAD_OP, and FSDP under pipeline parallelism (gathered once per step), keep the stage unsharded
+    whole_stage = xp.logical_or(pq.grad_op, pq.pp > 1)
+    gathered = xp.where(pq.shards_params, xp.where(whole_stage, total_local * c.work_b, gathered_units), 0)
     buffers = xp.where(xp.logical_and(pq.fsdp2, pq.ddp), total_local * c.grads_b, 0) + xp.where(
         xp.logical_and(pq.deepspeed, xp.logical_not(pq.shards_params)),
         2 * xp.minimum(5e8, total_local) * c.grad_reduce_b,
@@ -247,8 +260,16 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     tp_layer = n_ar * collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
     kv_bytes = 2 * tokens * mq.kv_dim / pq.tp * c.act_b
     cp_hop = collective_seconds(xp, Collective.p2p, kv_bytes, *_group(xp, pq.cp, pq.tp, c))
-    ep_a2a = collective_seconds(
-        xp, Collective.all_to_all, tokens * mq.top_k * mq.hidden * c.act_b, *_group(xp, pq.ep, pq.tp, c)
+    ep_n, ep_per_domain, ep_nodes, _, ep_hop = _group(xp, pq.ep, pq.tp, c)
+    ep_a2a = all_to_all_seconds(
+        xp,
+        tokens * mq.top_k * mq.hidden * c.act_b,
+        ep_n,
+        ep_per_domain,
+        ep_nodes,
+        c.scale_up,
+        c.scale_out,
+        ep_hop,
     )
     p2p_bytes = tokens * mq.hidden * c.act_b / xp.where(pq.sequence_parallel, pq.tp, 1)
     pp_hop = collective_seconds(xp, Collective.p2p, p2p_bytes, *_group(xp, 2, pq.tp * pq.cp * pq.dp, c))
@@ -263,6 +284,24 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     }
 
 
+def exposed_dp(xp, comm_s: Num, window_s: Num, units: Num, c: Consts) -> Num:
+    """Seconds of data-parallel communication ``comm_s`` left on the critical path when it can overlap
+    ``window_s`` of compute, issued in ``units`` buckets or FSDP units:
+
+        max(0, comm − window) + (1 − ρ)·min(comm, window) + κ·ρ·min(comm, window) + comm / units
+
+    — the part longer than the window; the share the stack does not overlap (ρ = its ``dp_overlap``); the
+    slowdown of the compute that hides the rest (κ = ``comm_slowdown``); and the last bucket, which has nothing
+    left to hide behind."""
+    hidden = xp.minimum(comm_s, window_s)
+    return (
+        xp.maximum(0.0, comm_s - window_s)
+        + (1 - c.dp_overlap) * hidden
+        + c.comm_slowdown * c.dp_overlap * hidden
+        + comm_s / xp.maximum(1, units)
+    )
+
+
 def rank_time(
     xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts, comm: dict[str, Num]
 ) -> dict[str, Num]:
@@ -271,27 +310,38 @@ def rank_time(
     compute = compute + xp.where(rq.last, kq.head_fwd + kq.head_bwd, 0)
     recompute = rq.n_dense * kq.rec_dense + rq.n_moe * kq.rec_moe
     n_layers = rq.n_dense + rq.n_moe
-    tp_s = n_layers * comm["tp_layer"]
+    tp_total = n_layers * comm["tp_layer"]
+    # Hidden communication still costs: compute that shares the GPU with NCCL kernels runs slower (they take
+    # SMs and HBM bandwidth), by comm_slowdown × the hidden time; counted with the exposed part.
+    tp_s = tp_total * (1 - c.tp_overlap) + c.comm_slowdown * c.tp_overlap * tp_total
     ring = (pq.cp - 1) * comm["cp_hop"]
 
     def cp_exposed(attn: Num) -> Num:
         return xp.maximum(0.0, ring - attn) + xp.maximum(0.0, 2 * ring - 2 * attn)
 
     cp_s = xp.where(pq.cp > 1, rq.n_dense * cp_exposed(kq.attn_dense) + rq.n_moe * cp_exposed(kq.attn_moe), 0)
-    ep_s = rq.n_moe * comm["ep_a2a"] * (4 + 2 * pq.recompute_full)
+    ep_total = rq.n_moe * comm["ep_a2a"] * (4 + 2 * pq.recompute_full)
+    # The stack's share of the token all-to-alls hidden behind another micro-batch's compute (Megatron-Core's
+    # 1F1B all-to-all overlap); the rest is on the critical path, and the hidden part slows the compute.
+    ep_s = ep_total * (1 - c.ep_overlap) + c.comm_slowdown * c.ep_overlap * ep_total
 
     dense, expert, _, _ = local_params(xp, mq, pq, rq)
     total_local = dense + expert
     mb_compute = compute + recompute
     multi_dp = pq.dp * pq.cp > 1
-    gathers = xp.where(pq.grad_op, 1, 2)
-    fsdp_comm = gathers * collective_seconds(
-        xp, Collective.all_gather, total_local * c.work_b, *comm["dp_shard"]
-    )
-    fsdp_comm = fsdp_comm + collective_seconds(
+    gather = collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp_shard"])
+    scatter = collective_seconds(
         xp, Collective.reduce_scatter, total_local * c.grad_reduce_b, *comm["dp_shard"]
     )
-    fsdp = xp.maximum(0.0, fsdp_comm - mb_compute) + fsdp_comm / (xp.maximum(1, n_layers) + 1)
+    # With pipeline parallelism FSDP gathers a stage's parameters once per step and reduce-scatters its gradients
+    # once (torch.distributed.pipelining turns resharding and gradient sync off for all but the last micro-batch;
+    # Llama 3's FSDP does the same); without it every micro-batch gathers (twice unless SHARD_GRAD_OP).
+    once_per_step = pq.pp > 1
+    gathers = xp.where(pq.grad_op, 1, 2)
+    fsdp = xp.where(
+        once_per_step, 0.0, exposed_dp(xp, gathers * gather + scatter, mb_compute, n_layers + 1, c)
+    )
+    fsdp_step = xp.where(once_per_step, exposed_dp(xp, gather + scatter, mb_compute, n_layers + 1, c), 0.0)
     hsdp_dp = xp.where(
         pq.hybrid,
         collective_seconds(
@@ -300,15 +350,29 @@ def rank_time(
         0,
     )
     grads_bytes = total_local * c.grad_reduce_b
-    ddp_comm = xp.where(
+    # DDP all-reduces the gradients during the last micro-batch's backward; a sharded optimizer (ZeRO-1/2,
+    # Megatron's distributed optimizer) reduce-scatters them there and all-gathers the updated parameters during
+    # the next step's first forward.
+    ddp_dp = xp.where(
         pq.ddp,
-        collective_seconds(xp, Collective.all_reduce, grads_bytes, *comm["dp"]),
-        collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"])
-        + collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"]),
+        exposed_dp(
+            xp, collective_seconds(xp, Collective.all_reduce, grads_bytes, *comm["dp"]), compute * 2 / 3,
+            n_layers, c,
+        ),
+        exposed_dp(
+            xp, collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"]), compute * 2 / 3,
+            n_layers, c,
+        )
+        + exposed_dp(
+            xp, collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"]), compute / 3,
+            n_layers, c,
+        ),
+    )  # fmt: skip
+    uses_fsdp = xp.logical_and(pq.shards_params, multi_dp)
+    fsdp_s = xp.where(uses_fsdp, fsdp, 0)
+    dp_s = xp.where(
+        multi_dp, xp.where(pq.shards_params, hsdp_dp + xp.where(uses_fsdp, fsdp_step, 0), ddp_dp), 0
     )
-    ddp_dp = xp.maximum(0.0, ddp_comm - compute * 2 / 3) + ddp_comm / xp.maximum(1, n_layers)
-    fsdp_s = xp.where(xp.logical_and(pq.shards_params, multi_dp), fsdp, 0)
-    dp_s = xp.where(multi_dp, xp.where(pq.shards_params, hsdp_dp, ddp_dp), 0)
     sharded_params = xp.where(pq.shards_optimizer, total_local / pq.shard, total_local)
     offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
     # Offloaded optimizer: gradients down and 16-bit params back over the host link, Adam on the CPU
@@ -332,9 +396,17 @@ def rank_time(
     }  # fmt: skip
 
 
+def straggler_factor(xp, gpus: Num, cv: float) -> Num:
+    """Expected slowest-of-N stretch of a synchronous step: cv·√(2 ln N) (maximum of N Gaussians, N ≥ 2)."""
+    return cv * xp.sqrt(2 * xp.log(xp.maximum(gpus, 1)))
+
+
 def combine_step(
-    pq: PlanQ, micro_batch_s: Num, pp_p2p_s: Num, dp_s: Num, optimizer_s: Num
-) -> tuple[Num, Num]:
-    """(step seconds, bubble seconds): m·t_mb + (pp − 1)/vpp·t_mb + p2p + exposed DP + optimizer."""
+    xp, pq: PlanQ, c: Consts, micro_batch_s: Num, pp_p2p_s: Num, dp_s: Num, optimizer_s: Num
+) -> tuple[Num, Num, Num]:
+    """(step, bubble, synchronisation seconds): base = m·t_mb + (pp − 1)/vpp·t_mb + p2p + exposed DP + optimizer;
+    step = base · (1 + cv·√(2 ln N)) — every rank waits for the slowest at each synchronous collective."""
     bubble = (pq.pp - 1) / pq.vpp * micro_batch_s
-    return pq.micro_batches * micro_batch_s + bubble + pp_p2p_s + dp_s + optimizer_s, bubble
+    base = pq.micro_batches * micro_batch_s + bubble + pp_p2p_s + dp_s + optimizer_s
+    sync = base * straggler_factor(xp, pq.gpus, c.straggler_cv)
+    return base + sync, bubble, sync

@@ -87,6 +87,9 @@ class Accelerator(CatalogEntry):
     nvlink_bandwidth_gb_per_s: PositiveFloat | None = None
     pcie_generation: PositiveInt | None = None
     tdp_w: PositiveFloat
+    sm_count: PositiveInt | None = Field(
+        default=None, description="streaming multiprocessors: a GEMM's tiles run in waves of this many"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> Accelerator:

@@ -70,6 +70,20 @@ def collective_seconds(xp, kind: Collective, size_bytes, n, per_domain, nodes, b
     return xp.where((n <= 1) | (size_bytes <= 0), 0.0, t)
 
 
+def all_to_all_seconds(xp, size_bytes, n, per_domain, nodes, scale_up_gb_per_s, scale_out_gb_per_s, hop_s):
+    """All-to-all of ``size_bytes`` sent by each of ``n`` ranks, ``per_domain`` of them per NVLink domain.
+
+    Each rank sends (n−1)/n of its buffer: (per_domain−1)/n to peers in its own domain over NVLink and
+    (n−per_domain)/n to other nodes over its NIC share, both at once; the slower part sets the time (NCCL's
+    all-to-all is point-to-point sends on every link concurrently). One domain: (n−1)/n·S / scale-up bandwidth.
+    """
+    nn = xp.maximum(n, 1)
+    local = (xp.maximum(per_domain, 1) - 1) / nn * size_bytes / (scale_up_gb_per_s * 1e9)
+    remote = (nn - per_domain) / nn * size_bytes / (scale_out_gb_per_s * 1e9)
+    t = xp.maximum(local, xp.where(nodes > 1, remote, 0.0)) + hop_s
+    return xp.where((n <= 1) | (size_bytes <= 0), 0.0, t)
+
+
 def link_speeds(cluster: Cluster) -> tuple[float, float, float, float]:
     """(scale-up bus GB/s, scale-out bus GB/s per GPU, scale-up hop s, scale-out hop s) of a cluster."""
     return (

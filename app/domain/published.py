@@ -18,9 +18,11 @@ from pydantic import Field, model_validator
 
 from app.domain.architecture import Architecture, architecture_by_slug
 from app.domain.catalog_io import CatalogError, check_sources, parse_entries, parse_table
+from app.domain.hardware import HardwareCatalog
 from app.domain.provenance import CatalogEntry, Confidence, FigureProvenance, Frozen, Source
 
 PUBLISHED_RUNS_FILE = "published_runs.toml"
+PUBLISHED_RUNS_DIR = "published_runs"
 PUBLISHED_RUNS_TABLE = "published_run"
 RELIABILITY_TABLE = "reliability_stats"
 
@@ -33,6 +35,8 @@ class Sharding(StrEnum):
     zero2 = "zero2"  # + gradients
     zero3 = "zero3"  # + parameters
     fsdp_full = "fsdp-full"  # FSDP / FSDP2 FULL_SHARD (parameters, gradients, optimizer states)
+    fsdp_grad_op = "fsdp-grad-op"  # FSDP SHARD_GRAD_OP (parameters kept after the forward)
+    fsdp_hybrid = "fsdp-hybrid"  # HSDP: FULL_SHARD inside groups of shard_group_size, replicated across them
     megatron_distopt = "megatron-distopt"  # Megatron distributed optimizer (ZeRO-1-like)
 
 
@@ -53,8 +57,27 @@ class FlopsAccounting(StrEnum):
 
 Precision = Literal["fp16", "bf16", "fp8"]
 Recompute = Literal["none", "selective", "full"]
-Framework = Literal["megatron-lm", "megatron-deepspeed", "torchtitan", "composer"]
-ArchitectureTemplate = Literal["gpt", "bloom"]
+Framework = Literal[
+    "megatron-lm",  # NVIDIA/Megatron-LM (Megatron-Core, Transformer Engine in recent releases)
+    "nemo",  # NVIDIA NeMo / Megatron-Bridge: Megatron-Core + Transformer Engine underneath
+    "megatron-deepspeed",  # Megatron's model code with DeepSpeed's engine (ZeRO-1, pipeline)
+    "deepspeed",  # DeepSpeed ZeRO (stage 1/2/3) on a plain PyTorch / Hugging Face model
+    "torchtitan",  # PyTorch-native: FSDP2 + DTensor TP + torch.distributed.pipelining
+    "pytorch-fsdp",  # PyTorch FSDP (FSDP1 FlatParameter) on a plain PyTorch model
+    "composer",  # MosaicML Composer / llm-foundry (FSDP1 with fused kernels)
+]
+ArchitectureTemplate = Literal["gpt", "bloom", "llama"]
+
+# Software stacks: runs of one stack share kernels and overlap behaviour, so accuracy is reported per stack.
+STACK_OF_FRAMEWORK: dict[str, str] = {
+    "megatron-lm": "megatron",
+    "nemo": "megatron",
+    "megatron-deepspeed": "deepspeed",
+    "deepspeed": "deepspeed",
+    "torchtitan": "fsdp",
+    "pytorch-fsdp": "fsdp",
+    "composer": "composer",
+}
 
 
 class PublishedMemory(Frozen):
@@ -110,7 +133,10 @@ _INFERABLE = {
     "pp",
     "dp",
     "cp",
+    "ep",
     "vpp",
+    "n_experts",
+    "experts_top_k",
     "micro_batch",
     "global_batch",
     "grad_accum",
@@ -135,6 +161,11 @@ class PublishedRun(CatalogEntry):
 
     priority: Literal[1, 2] = Field(
         description="1 = core held-out set; 2 = supplementary / weaker provenance"
+    )
+    source_family: str | None = Field(
+        default=None,
+        description="the group left out together in cross-validation (default: the source key); runs of "
+        "one paper, one benchmark table or one framework's published numbers share it",
     )
     source_year: int = Field(ge=2000, le=2100)
     source_where: str
@@ -161,6 +192,9 @@ class PublishedRun(CatalogEntry):
     n_experts: int = Field(default=0, ge=0)
     experts_top_k: int = Field(default=0, ge=0)
     total_params_b_reported: float | None = Field(default=None, gt=0)
+    tied_embeddings: bool | None = Field(
+        default=None, description="template models: input and output embeddings shared (gpt/bloom: yes)"
+    )
 
     # hardware
     gpu_name: str
@@ -176,6 +210,9 @@ class PublishedRun(CatalogEntry):
     )
     hardware_caveat: str | None = None
     n_gpus: int = Field(gt=0)
+    node: str | None = Field(
+        default=None, description="node slug the run ran on (default: the reference server of its GPU)"
+    )
 
     # plan
     model_parallel_size: int | None = Field(default=None, gt=0)
@@ -183,6 +220,7 @@ class PublishedRun(CatalogEntry):
     pp: int | None = Field(default=None, gt=0)
     dp: int | None = Field(default=None, gt=0)
     cp: int | None = Field(default=None, gt=0)
+    ep: int | None = Field(default=None, gt=0, description="expert-parallel degree (MoE)")
     vpp: int | None = Field(default=None, gt=0)
     micro_batch: int | None = Field(default=None, gt=0)
     global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step")
@@ -190,6 +228,7 @@ class PublishedRun(CatalogEntry):
     recompute: Recompute
     sequence_parallel: bool
     sharding: Sharding
+    shard_group_size: int | None = Field(default=None, gt=0, description="HSDP shard group (GPUs)")
     sharding_text: str
     framework: Framework
     precision: Precision
@@ -236,6 +275,16 @@ class PublishedRun(CatalogEntry):
     @property
     def id(self) -> str:
         return self.slug
+
+    @property
+    def family(self) -> str:
+        """The cross-validation group: ``source_family`` or the source key."""
+        return self.source_family or self.source
+
+    @property
+    def stack(self) -> str:
+        """The software stack (megatron, fsdp, deepspeed, composer) the run's framework belongs to."""
+        return STACK_OF_FRAMEWORK[str(self.framework)]
 
     @property
     def included_in_validation(self) -> bool:
@@ -332,11 +381,20 @@ class PublishedReliabilityStats(Frozen):
 
 
 def load_published_runs(data_dir: Path, sources: dict[str, Source]) -> tuple[PublishedRun, ...]:
-    """``data/published_runs.toml`` → validated runs; :class:`CatalogError` on a bad entry or source key."""
-    path = data_dir / PUBLISHED_RUNS_FILE
-    runs = parse_entries(path, PUBLISHED_RUNS_TABLE, PublishedRun)
-    check_sources(path, PUBLISHED_RUNS_TABLE, runs, sources)
-    return runs
+    """``data/published_runs.toml`` and ``data/published_runs/*.toml`` (one file per source family) → validated
+    runs, slugs unique across files; :class:`CatalogError` on a bad entry, a duplicate or an unknown source key."""
+    paths = [data_dir / PUBLISHED_RUNS_FILE, *sorted((data_dir / PUBLISHED_RUNS_DIR).glob("*.toml"))]
+    runs: list[PublishedRun] = []
+    seen: dict[str, Path] = {}
+    for path in paths:
+        entries = parse_entries(path, PUBLISHED_RUNS_TABLE, PublishedRun)
+        check_sources(path, PUBLISHED_RUNS_TABLE, entries, sources)
+        for run in entries:
+            if run.slug in seen:
+                raise CatalogError(path, run.slug, f"duplicate run slug (also in {seen[run.slug].name})")
+            seen[run.slug] = path
+        runs.extend(entries)
+    return tuple(runs)
 
 
 def load_published_reliability(data_dir: Path, sources: dict[str, Source]) -> PublishedReliabilityStats:
@@ -377,6 +435,23 @@ def check_run_architectures(runs: tuple[PublishedRun, ...], presets: tuple[Archi
             )
 
 
+def check_run_nodes(runs: tuple[PublishedRun, ...], hardware: HardwareCatalog) -> None:
+    """Every node a run names exists and carries the run's accelerator; else :class:`CatalogError`."""
+    nodes = {n.slug: n for n in hardware.nodes}
+    for run in runs:
+        if run.node is None:
+            continue
+        node = nodes.get(run.node)
+        if node is None:
+            raise CatalogError(PUBLISHED_RUNS_FILE, f"{run.slug}.node", f"unknown node {run.node!r}")
+        if run.accelerator is not None and node.accelerator != run.accelerator:
+            raise CatalogError(
+                PUBLISHED_RUNS_FILE,
+                f"{run.slug}.node",
+                f"node {run.node} carries {node.accelerator}, not the run's {run.accelerator}",
+            )
+
+
 # -- the run's model and its FLOP accounting -------------------------------------------------------------------
 
 
@@ -386,7 +461,8 @@ def architecture_for_run(run: PublishedRun, presets: tuple[Architecture, ...]) -
     ``gpt``: learned positions (a table of ``seq_len`` rows), LayerNorm with bias, biases on every linear layer,
     GELU MLP, tied embeddings — Megatron-LM GPT defaults, and also llm-foundry's MPT benchmark configs (their
     published parameter counts match this layout exactly). ``bloom``: ALiBi, an extra LayerNorm after the
-    embedding, biases, tied embeddings.
+    embedding, biases, tied embeddings. ``llama``: rotary positions, RMSNorm, no biases, SwiGLU (or GELU as the
+    run says), grouped-query attention from ``n_kv_heads``, untied embeddings unless ``tied_embeddings``.
     """
     if run.architecture is not None:
         return architecture_by_slug(presets, run.architecture)
@@ -418,6 +494,17 @@ def architecture_for_run(run: PublishedRun, presets: tuple[Architecture, ...]) -
         attn_out_bias=True,
         mlp_bias=True,
     )
+    if run.architecture_template == "llama":
+        llama = {
+            **common,
+            "tied_embeddings": bool(run.tied_embeddings),
+            "norm": "rmsnorm",
+            "norm_bias": False,
+            "qkv_bias": False,
+            "attn_out_bias": False,
+            "mlp_bias": False,
+        }
+        return Architecture(position="rotary", **llama)
     if run.architecture_template == "gpt":
         return Architecture(position="learned", max_position_embeddings=run.seq_len, **common)
     return Architecture(position="alibi", embedding_norm=True, **common)

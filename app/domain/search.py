@@ -334,7 +334,9 @@ def _evaluate(
     comm = plan_comm(VECTOR, mq, pq, c)
     t = rank_time(VECTOR, mq, pq, rq, kq, c, comm)
     worst = lambda a: np.max(np.broadcast_to(a, mem["total"].shape), axis=1, keepdims=True)  # noqa: E731
-    step, _ = combine_step(pq, worst(t["micro_batch"]), comm["pp_p2p"], worst(t["dp"]), worst(t["optimizer"]))
+    step, _, _ = combine_step(
+        VECTOR, pq, c, worst(t["micro_batch"]), comm["pp_p2p"], worst(t["dp"]), worst(t["optimizer"])
+    )
     ranks_per_node = min(cluster.gpus_per_node, gpus)
     host_cap, nvme_cap = host_capacity_bytes(cluster.node.host_memory_gib, cluster.node.local_nvme_tb)
     host_ok = (worst(mem["host"]).ravel() * ranks_per_node <= host_cap) & (

@@ -54,6 +54,9 @@ class StepTime(Frozen):
     bubble_s: float
     dp_exposed_s: float
     optimizer_s: float
+    sync_s: float = Field(
+        default=0.0, description="waiting for the slowest rank at synchronous collectives (straggler term)"
+    )
     slowest_rank: int
     ranks: tuple[RankTime, ...]
     groups: Groups

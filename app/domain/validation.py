@@ -11,6 +11,7 @@ from __future__ import annotations
 import statistics
 
 from app.domain.catalog import Catalog
+from app.domain.cluster import Cluster
 from app.domain.estimate import InvalidPlan, build_cluster, estimate
 from app.domain.plan import Framework, Plan, Precision, Recompute, Sharding
 from app.domain.provenance import Frozen
@@ -30,8 +31,11 @@ DEFAULT_NODE = {
 }
 FRAMEWORK = {
     "megatron-lm": Framework.megatron,
+    "nemo": Framework.megatron,
     "megatron-deepspeed": Framework.deepspeed,
+    "deepspeed": Framework.deepspeed,
     "torchtitan": Framework.fsdp2,
+    "pytorch-fsdp": Framework.fsdp2,
     "composer": Framework.fsdp2,
 }
 
@@ -64,7 +68,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     """The capplan plan for a published run, with the choices made where the source is silent."""
     notes: list[str] = []
     framework = FRAMEWORK.get(str(run.framework), Framework.megatron)
-    tp, pp, cp = run.tp or 1, run.pp or 1, run.cp or 1
+    tp, pp, cp, ep = run.tp or 1, run.pp or 1, run.cp or 1, run.ep or 1
     dp = run.dp or run.n_gpus // (tp * pp * cp)
     micro = run.micro_batch
     if micro is None:
@@ -88,7 +92,17 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         Sharding.zero3,
     ):
         sharding = Sharding.zero1
-    flash = framework is Framework.fsdp2 or "flash-attention" in run.optimizations
+    # Fused (flash) attention: what the run states; else FSDP stacks and NeMo (Transformer Engine) always, and any
+    # stack from 2023 on (FlashAttention appeared mid-2022; Megatron-LM, DeepSpeed and PyTorch SDPA adopted it by
+    # 2023). A run that says "no-flash-attention" keeps the unfused kernel.
+    flash = "no-flash-attention" not in run.optimizations and (
+        framework is Framework.fsdp2
+        or "flash-attention" in run.optimizations
+        or str(run.framework) == "nemo"
+        or run.source_year >= 2023
+    )
+    if flash and "flash-attention" not in run.optimizations and framework is not Framework.fsdp2:
+        notes.append("fused (flash) attention assumed: the stack uses it by default since 2023")
     # Composer (MPT) trains with FlashAttention, fused LayerNorm and fused cross-entropy kernels; torchtitan
     # is eager unless the run used torch.compile; Megatron and DeepSpeed use their fused kernels.
     fused = None
@@ -100,7 +114,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         else Precision.bf16
     )
     plan = Plan(
-        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, sharding=sharding, micro_batch=micro,
+        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=Recompute(str(run.recompute)),
         sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused,
@@ -108,7 +122,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     return plan, notes
 
 
-def _published_iteration_s(run: PublishedRun, peak_tflops: float) -> tuple[str, float | None, float | None]:
+def published_iteration_s(run: PublishedRun, peak_tflops: float) -> tuple[str, float | None, float | None]:
     """(metric name, published value, iteration seconds it implies under the run's own accounting)."""
     acc = FlopsAccounting(run.flops_accounting)
     if acc is FlopsAccounting.none_reported or (run.mfu is None and run.tflops_per_gpu_reported is None):
@@ -131,6 +145,14 @@ def _published_iteration_s(run: PublishedRun, peak_tflops: float) -> tuple[str, 
     return "—", None, None
 
 
+def run_cluster(run: PublishedRun, catalog: Catalog) -> Cluster:
+    """The cluster the run ran on: its node (or its GPU's reference server) with the catalog's efficiencies."""
+    return build_cluster(
+        catalog.hardware, catalog.efficiency, accelerator=run.accelerator, gpus=run.n_gpus,
+        node=run.node or DEFAULT_NODE.get(run.accelerator), power_limit_w=run.gpu_power_limit_w,
+    )  # fmt: skip
+
+
 def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
     base = dict(run=run.slug, model=run.model, accelerator=run.accelerator, gpus=run.n_gpus,
                 accounting=str(run.flops_accounting))  # fmt: skip
@@ -142,10 +164,7 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
                              predicted_mfu=None, skipped=f"GPU {run.gpu_name} is not in the catalog")  # fmt: skip
     arch = architecture_for_run(run, catalog.architectures)
     plan, notes = run_plan(run)
-    cluster = build_cluster(
-        catalog.hardware, catalog.efficiency, accelerator=run.accelerator, gpus=run.n_gpus,
-        node=DEFAULT_NODE.get(run.accelerator), power_limit_w=run.gpu_power_limit_w,
-    )  # fmt: skip
+    cluster = run_cluster(run, catalog)
     summary = (f"tp{plan.tp} pp{plan.pp} vpp{plan.vpp} dp{plan.dp} cp{plan.cp} mb{plan.micro_batch} "
                f"gb{plan.global_batch} s{plan.seq_len} {plan.recompute.value} {plan.sharding.value} {plan.framework.value}")  # fmt: skip
     try:
@@ -153,7 +172,7 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
     except InvalidPlan as exc:
         return ValidationRow(**base, plan=summary, metric="—", published=None, predicted=None, error=None,
                              predicted_mfu=None, skipped=f"plan invalid: {exc}")  # fmt: skip
-    metric, published, t_pub = _published_iteration_s(run, cluster.accelerator.bf16_dense_tflops)
+    metric, published, t_pub = published_iteration_s(run, cluster.accelerator.bf16_dense_tflops)
     if t_pub is None or published is None:
         return ValidationRow(**base, plan=summary, metric=metric, published=None, predicted=None, error=None,
                              predicted_mfu=est.mfu, skipped="no comparable throughput published")  # fmt: skip

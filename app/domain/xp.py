@@ -1,7 +1,7 @@
 """One formula, two number types: the few array operations domain formulas use, for Python numbers
 (``SCALAR``, the per-plan estimator) and for numpy arrays (``VECTOR``, the plan search).
 
-A formula written against ``xp`` (``where``, ``maximum``, ``minimum``, ``ceil``, ``log2``, ``logical_and``,
+A formula written against ``xp`` (``where``, ``maximum``, ``minimum``, ``ceil``, ``log2``, ``log``, ``sqrt``, ``logical_and``,
 ``logical_or``, ``logical_not`` and the arithmetic operators) runs unchanged on both, so the search and the estimator cannot drift apart.
 """
 
@@ -33,6 +33,8 @@ class _ScalarOps:
     minimum = staticmethod(min)
     ceil = staticmethod(math.ceil)
     log2 = staticmethod(math.log2)
+    log = staticmethod(math.log)
+    sqrt = staticmethod(math.sqrt)
 
 
 SCALAR = _ScalarOps()

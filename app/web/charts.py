@@ -41,6 +41,7 @@ STEP_TERMS: tuple[tuple[str, str, str], ...] = (
     ("bubble_s", "pipeline bubble", "#bab0ac"),
     ("dp_exposed_s", "DP reduction (exposed)", "#e15759"),
     ("optimizer_s", "optimizer step", "#59a14f"),
+    ("sync_s", "waiting for stragglers", "#ff9da7"),
 )
 
 OPTION_COLORS = {

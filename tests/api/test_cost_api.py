@@ -123,3 +123,19 @@ def test_cost_is_in_the_openapi_document(client: TestClient) -> None:
     paths = client.get("/api/v1/openapi.json").json()["paths"]
     assert "/api/v1/cost" in paths and "/api/v1/cost/monthly" in paths
     assert "422" in paths["/api/v1/cost"]["post"]["responses"]
+
+
+def test_cost_nan_tokens_and_zero_price_are_422(client: TestClient) -> None:
+    response = client.post("/api/v1/cost", content=b'{"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": 64, '
+                           b'"global_batch": 256, "seq_len": 8192, "tokens": NaN}',
+                           headers={"content-type": "application/json"})  # fmt: skip
+    assert response.status_code == 422, response.text
+    assert "must be a number" in response.text
+    response = post(client, overrides={"spot_usd_per_hour": 0})
+    assert response.status_code == 422 and "spot_usd_per_hour" in response.text
+
+
+def test_cost_unknown_region_is_422(client: TestClient) -> None:
+    response = post(client, overrides={"region": "mars-1"})
+    assert response.status_code == 422, response.text
+    assert "unknown region" in response.text and "region" in response.text

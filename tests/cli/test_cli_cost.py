@@ -121,3 +121,33 @@ def test_cost_from_a_plan_file(monkeypatch, capsys, tmp_path: Path) -> None:
         monkeypatch, capsys, "cost", "--plan", str(plan), "--tokens", "1e12", "--gpus", "8"
     )
     assert code == 2 and "--gpus" in err
+
+
+def test_cost_nan_tokens_is_a_clear_error(monkeypatch, capsys) -> None:
+    args = [a if a != "1e12" else "nan" for a in ARGS]
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 2 and "--tokens" in err and "must be a number" in err and "1e16" not in err
+
+
+def test_cost_notes_partial_instances_and_no_rule_line_at_30_min(monkeypatch, capsys) -> None:
+    args = [a if a != "64" else "12" for a in ARGS]
+    args = [a if a != "256" else "12" for a in args]
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--option", "on-demand",
+                             "--set", "reliability.checkpoint_interval_s=1800")  # fmt: skip
+    assert code == 0, err
+    assert "12 GPUs are not a whole number of p5.48xlarge" in out
+    assert "min instead" not in out
+
+
+def test_cost_zero_price_exits_2(monkeypatch, capsys) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--set", "on_demand_usd_per_hour=0")
+    assert code == 2 and "on_demand_usd_per_hour" in err and "greater than 0" in err
+
+
+def test_cost_region(monkeypatch, capsys) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, "cost", "--instance", "p5.48xlarge", "--nodes", "1", "--monthly",
+                             "--region", "eu-west-2", "--option", "on-demand", "--json")  # fmt: skip
+    assert code == 0, err
+    assert json.loads(out)["on_demand_usd_per_month"] == pytest.approx(71.552 * 730)
+    code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--region", "mars-1")
+    assert code == 2 and "unknown region 'mars-1'" in err

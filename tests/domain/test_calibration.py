@@ -23,6 +23,9 @@ from app.domain.plan import Plan
 from app.settings import REPO_ROOT
 
 CATALOG = load_catalog(REPO_ROOT / "data")
+# The catalog's H100 figures (fitted on published runs by capplan calibrate-published; they change on a refit)
+GEMM0 = CATALOG.efficiency.for_accelerator("h100-sxm").gemm_efficiency
+ATTN0 = CATALOG.efficiency.for_accelerator("h100-sxm").attention_efficiency
 
 
 def cluster(gpus: int = 8):
@@ -84,7 +87,7 @@ def test_apply_gemm_and_collective_fit_with_provenance():
     prov = new.efficiency.figure_provenance("gemm_efficiency")
     assert prov.source == "calibrated (run 7, 2026-12-01)" and prov.as_of == "2026-12-01"
     assert by_field["gemm_efficiency"].default == c.efficiency.gemm_efficiency
-    assert c.efficiency.gemm_efficiency == 0.55  # the input cluster is untouched
+    assert c.efficiency.gemm_efficiency == GEMM0  # the input cluster is untouched
 
 
 def test_step_ratio_scales_gemm_and_attention_and_newest_wins():
@@ -92,8 +95,8 @@ def test_step_ratio_scales_gemm_and_attention_and_newest_wins():
     old = run(1, [Sample("step_time_s", "s", 0, 2.0, 1.0)], date="2026-11-01")  # measured twice as slow
     new = run(2, [Sample("step_time_s", "s", 0, 1.0, 1.1)], date="2026-12-01")  # 10 % faster than predicted
     cal, changes = apply_calibration(c, fit_calibrations([new, old]))
-    assert cal.efficiency.gemm_efficiency == pytest.approx(0.55 * 1.1)
-    assert cal.efficiency.attention_efficiency == pytest.approx(0.25 * 1.1)
+    assert cal.efficiency.gemm_efficiency == pytest.approx(GEMM0 * 1.1)
+    assert cal.efficiency.attention_efficiency == pytest.approx(ATTN0 * 1.1)
     assert {ch.run_id for ch in changes} == {2}
     note = calibration_assumption("h100-sxm", changes)
     assert note.value == "calibrated by run 2" and note.source == "calibrated (run 2, 2026-12-01)"
@@ -126,7 +129,7 @@ def test_calibrated_cluster_changes_the_estimate_and_other_accelerators_do_not()
 
 def test_step_ratio_calibrates_relative_to_the_figures_the_run_was_predicted_with():
     """A run predicted with GEMM efficiency 0.60 (an older efficiency.toml) whose steps took 1.25 × the
-    prediction calibrates to 0.60 × 0.8 = 0.48, not to today's default 0.55 × 0.8 = 0.44: retuning the catalog
+    prediction calibrates to 0.60 × 0.8 = 0.48, not to today's default (GEMM0) × 0.8: retuning the catalog
     must not shift an old run's calibration. Without a recorded basis, today's default is the basis."""
     c = cluster(1)
     step = [Sample("step_time_s", "s", 0, 1.25, 1.0)]
@@ -135,11 +138,11 @@ def test_step_ratio_calibrates_relative_to_the_figures_the_run_was_predicted_wit
     assert cal.efficiency.gemm_efficiency == pytest.approx(0.48)
     assert cal.efficiency.attention_efficiency == pytest.approx(0.24)
     gemm = next(ch for ch in changes if ch.field == "gemm_efficiency")
-    assert gemm.default == 0.55 and gemm.method.startswith(
+    assert gemm.default == GEMM0 and gemm.method.startswith(
         "0.6 (the figure the run was predicted with) × 0.800"
     )
     cal, _ = apply_calibration(c, fit_calibrations([run(4, step)]))
-    assert cal.efficiency.gemm_efficiency == pytest.approx(0.55 * 0.8)
+    assert cal.efficiency.gemm_efficiency == pytest.approx(GEMM0 * 0.8)
 
 
 def test_runner_results_record_their_prediction_basis():
@@ -148,7 +151,7 @@ def test_runner_results_record_their_prediction_basis():
     from app.calibration_store import calibration_run_from
 
     r = synthetic_h100_result()
-    assert r.config["prediction_basis"] == {"gemm_efficiency": 0.55, "attention_efficiency": 0.25}
+    assert r.config["prediction_basis"] == {"gemm_efficiency": GEMM0, "attention_efficiency": ATTN0}
     cal = calibration_run_from(run_id=1, measured_at=r.measured_at, accelerator=r.accelerator,
                                world_size=r.world_size, config=r.config, samples=r.metrics)  # fmt: skip
-    assert cal is not None and cal.basis == {"gemm_efficiency": 0.55, "attention_efficiency": 0.25}
+    assert cal is not None and cal.basis == {"gemm_efficiency": GEMM0, "attention_efficiency": ATTN0}

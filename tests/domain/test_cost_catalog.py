@@ -29,7 +29,7 @@ INSTANCES = {
     "g5.48xlarge",
     "g6e.48xlarge",
 }
-SERVERS = {"dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72"}
+SERVERS = {"dgx-a100", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72"}
 NODES = INSTANCES | SERVERS
 BEFORE_CUT = date(2025, 1, 15)
 AFTER_CUT = date(2025, 9, 1)
@@ -385,3 +385,18 @@ def test_reliability_default_must_exist(tmp_path, sources):
     with pytest.raises(CatalogError) as err:
         _load(data, sources)
     assert err.value.key == "reliability_defaults.failure_rate"
+
+
+def test_provider_prices_and_storage_tiers_are_checked(tmp_path: Path) -> None:
+    sources = load_sources(DATA)
+    data = tmp_path / "data"
+    shutil.copytree(DATA, data)
+    prices = data / "prices.toml"
+    prices.write_text(prices.read_text().replace('like_node = "dgx-h100"', 'like_node = "no-such-node"', 1))
+    with pytest.raises(CatalogError, match="like_node"):
+        _load(data, sources)
+    shutil.copy(DATA / "prices.toml", prices)
+    rel = data / "reliability.toml"
+    rel.write_text(rel.read_text().replace("aggregate_write_gbyte_per_s = 2000\n", "", 1))
+    with pytest.raises(CatalogError, match="aggregate_write"):
+        _load(data, sources)

@@ -109,15 +109,12 @@ def test_time_to_train() -> None:
     assert est.time_to_train_days == pytest.approx(est.time_to_train_s / 86400)
 
 
-def test_published_runs_accuracy() -> None:
-    """`capplan validate`: median |throughput error| ≤ 10 %, none worse than 25 %, with one set of
-    efficiency defaults per accelerator (data/efficiency.toml) shared by every run."""
+def test_published_runs_fit_error_is_the_one_recorded() -> None:
+    """`capplan validate` (in sample, the FIT error — accuracy is cross-validated, tests/domain/test_fitting.py)
+    scores every run with the fitted constants; its median equals the one data/fitted.toml recorded when the fit
+    ran through the fitting code's own fast path, so the two paths compute the same step times."""
     report = validate(CATALOG)
-    assert report.compared >= 25
-    assert report.median_abs_error is not None and report.median_abs_error <= 0.10, report.median_abs_error
-    assert report.max_abs_error is not None and report.max_abs_error <= 0.25, (
-        report.worst_run,
-        report.max_abs_error,
-    )
+    assert report.compared >= 60
+    assert report.median_abs_error == pytest.approx(CATALOG.fit.fit_median_abs_error, abs=0.002)
     skipped = [r for r in report.rows if r.error is None]
     assert all(r.skipped for r in skipped)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from app.domain.architecture import load_architectures, parameter_counts
-from app.domain.catalog_io import CatalogError, load_sources
+from app.domain.catalog_io import CatalogError, load_sources, parse_entries
 from app.domain.provenance import Confidence
 from app.domain.published import (
     FlopsAccounting,
@@ -92,7 +92,14 @@ def sources():
 
 
 @pytest.fixture(scope="module")
-def runs(sources):
+def runs():
+    """The 29 runs transcribed from shared/reference/published_runs.json (data/published_runs.toml); the runs
+    added per source family under data/published_runs/ are checked by the tests at the end of this file."""
+    return {r.id: r for r in parse_entries(DATA / "published_runs.toml", "published_run", PublishedRun)}
+
+
+@pytest.fixture(scope="module")
+def all_runs(sources):
     return {r.id: r for r in load_published_runs(DATA, sources)}
 
 
@@ -402,3 +409,43 @@ def test_load_rejects_unknown_source_and_bad_entries(tmp_path):
     d = _copy_data(tmp_path, original.replace('source = "RUN-LLAMA3-HERD"', 'source = "NOPE"', 1))
     with pytest.raises(CatalogError, match="reliability_stats.source"):
         load_published_reliability(d, load_sources(d))
+
+
+# -- every run, the per-family files included ------------------------------------------------------------------
+
+
+def test_evidence_covers_stacks_gpus_moe_scale_and_long_sequences(all_runs):
+    """Issue 12's coverage: ≥ 60 runs in validation, ≥ 4 software stacks with ≥ 6 runs each, A100, Hopper and
+    Blackwell, ≥ 5 MoE runs, runs at ≥ 4,096 GPUs and context-parallel long-sequence runs."""
+    scored = [r for r in all_runs.values() if r.included_in_validation]
+    assert len(scored) >= 60
+    by_stack = {}
+    for r in scored:
+        by_stack[r.stack] = by_stack.get(r.stack, 0) + 1
+    assert sum(1 for n in by_stack.values() if n >= 6) >= 4, by_stack
+    gpus = {r.accelerator for r in scored}
+    assert {"a100-80gb", "h100-sxm"} <= gpus and gpus & {"b200", "gb200"}
+    assert sum(1 for r in scored if r.n_experts) >= 5
+    assert sum(1 for r in scored if r.n_gpus >= 4096) >= 3
+    assert sum(1 for r in scored if (r.cp or 1) > 1 and r.seq_len >= 32768) >= 5
+    assert len({r.family for r in scored}) >= 10
+
+
+def test_every_run_is_consistent(all_runs):
+    for run in all_runs.values():
+        product = run.parallel_degrees_product()
+        if product is not None and product != run.n_gpus:
+            assert run.parallelism_note, f"{run.id}: tp·pp·dp·cp = {product} ≠ {run.n_gpus} and no note"
+        if run.accelerator is None:
+            assert run.excluded_from_validation, run.id
+        assert run.source_where and run.flops_accounting_text, run.id
+        if run.ep:
+            assert run.n_experts and run.n_experts % run.ep == 0, run.id
+
+
+def test_a_duplicate_slug_across_family_files_is_a_catalog_error(tmp_path, sources):
+    shutil.copytree(DATA, tmp_path / "data")
+    family = tmp_path / "data" / "published_runs" / "copy.toml"
+    family.write_text((DATA / "published_runs.toml").read_text())
+    with pytest.raises(CatalogError, match="duplicate run slug"):
+        load_published_runs(tmp_path / "data", sources)
