@@ -49,9 +49,10 @@ test-fast: install-dev
 bench: install-dev
 	$(BIN)/python -m app.benchmarks
 
-## fuzz: schemathesis over the OpenAPI schema with many examples per operation (CI runs 8)
+## fuzz: schemathesis over the OpenAPI schema (300 examples per operation; CI runs 8), the issue-15 probes and
+## random HTML queries (1,200 per page), on SQLite and, with CAPPLAN_TEST_POSTGRES_URL set, PostgreSQL
 fuzz: install-dev
-	CAPPLAN_FUZZ_EXAMPLES=$${CAPPLAN_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest -q -n 2 tests/api/test_fuzz.py
+	CAPPLAN_FUZZ_EXAMPLES=$${CAPPLAN_FUZZ_EXAMPLES:-300} $(BIN)/python -m pytest -q -n 2 tests/api/test_fuzz.py tests/web/test_fuzz_pages.py
 
 ## loadtest: 2 uvicorn workers on loopback, 8 clients for 30 s (CONCURRENCY=32 make loadtest for more); prints requests/s, p50/p95/p99, errors
 loadtest: install-app

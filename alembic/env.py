@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from alembic import context
+from sqlalchemy import event
 
 import app.db.tables  # noqa: F401  (registers the tables on Base.metadata)
 from app.db.base import Base
@@ -33,12 +34,23 @@ def _run(connection) -> None:
         context.run_migrations()
 
 
+def _foreign_keys_off(dbapi_connection, _record) -> None:
+    cursor = dbapi_connection.cursor()
+    cursor.execute("PRAGMA foreign_keys=OFF")
+    cursor.close()
+
+
 def run_online() -> None:
     connection = config.attributes.get("connection")
     if connection is not None:
         _run(connection)
         return
     engine = build_engine(_url())
+    if engine.dialect.name == "sqlite":
+        # batch mode rebuilds a table by copy, drop and rename; with foreign keys on, dropping a parent table
+        # would cascade-delete its children's rows. PRAGMA foreign_keys only takes effect outside a
+        # transaction, so it is set as each connection opens (after the engine's own hook turned it on).
+        event.listen(engine, "connect", _foreign_keys_off)
     try:
         with engine.connect() as conn:
             _run(conn)

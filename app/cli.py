@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -28,7 +30,7 @@ from app.domain.export import (
     request_fields,
 )
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
-from app.schemas import EstimateRequest
+from app.schemas import EstimateRequest, load_json_text
 from app.services import InputError
 from app.settings import Settings
 
@@ -133,6 +135,64 @@ def _catalog(calibration: bool = False, runs: list[Path] | None = None, from_db:
     return catalog.with_calibrations(fit_all(shipped, extra))
 
 
+def _safe_url(url: str) -> str:
+    """The database URL without its credentials, for messages."""
+    return url.split("@")[-1]
+
+
+@contextmanager
+def database_errors(url: str) -> Iterator[None]:
+    """Database failures as one line (exit 2): unreachable server, bad URL, unmigrated tables."""
+    from sqlalchemy.exc import (
+        ArgumentError,
+        NoSuchModuleError,
+        OperationalError,
+        ProgrammingError,
+        SQLAlchemyError,
+    )
+
+    try:
+        yield
+    except (ArgumentError, NoSuchModuleError) as exc:
+        raise UsageError(
+            f"CAPPLAN_DATABASE_URL is not a usable database URL: {str(exc).splitlines()[0]}"
+        ) from None
+    except (OperationalError, ProgrammingError) as exc:
+        reason = str(exc.orig).strip().splitlines()[0] if exc.orig is not None else str(exc).splitlines()[0]
+        if "no such table" in reason or "does not exist" in reason and "relation" in reason:
+            raise UsageError(
+                f"the database {_safe_url(url)} is not migrated: run `capplan db upgrade` first ({reason})"
+            ) from None
+        raise UsageError(f"cannot use the database {_safe_url(url)}: {reason}") from None
+    except SQLAlchemyError as exc:
+        raise UsageError(f"database {_safe_url(url)}: {str(exc).splitlines()[0]}") from None
+
+
+def _require_migrated(url: str) -> None:
+    from app.db.migrate import current_revision, head_revision
+
+    current = current_revision(url)
+    if current is None:
+        raise UsageError(
+            f"the database {_safe_url(url)} is empty (never migrated): run `capplan db upgrade` first"
+        )
+    if current != head_revision():
+        raise UsageError(
+            f"the database {_safe_url(url)} is at revision {current}, not {head_revision()}: run `capplan db upgrade`"
+        )
+
+
+def _writable_output(output: Path) -> None:
+    if output.is_dir():
+        raise UsageError(f"-o {output}: is a directory; give a file name")
+    if not output.parent.is_dir():
+        raise UsageError(f"-o {output}: the directory {output.parent} does not exist")
+    if output.exists() and not output.is_file():  # a FIFO would block until someone reads it: a hang
+        raise UsageError(
+            f"-o {output}: not a regular file (a device, socket or named pipe); give a file name"
+        )
+
+
 @app.command()
 def serve(
     host: Annotated[str, typer.Option(help="Interface to bind")] = "127.0.0.1",
@@ -156,8 +216,9 @@ def serve(
     if upgrade_db:
         from app.db.migrate import upgrade
 
-        upgrade(settings.database_url)
-    typer.echo(f"capplan serving on http://{host}:{port}  (database: {settings.database_url.split('@')[-1]})")
+        with database_errors(settings.database_url):
+            upgrade(settings.database_url)
+    typer.echo(f"capplan serving on http://{host}:{port}  (database: {_safe_url(settings.database_url)})")
     uvicorn.run(
         "app.main:create_app",
         factory=True,
@@ -174,26 +235,84 @@ def db_upgrade(revision: Annotated[str, typer.Argument(help="Target revision")] 
     from app.db.migrate import upgrade
 
     settings = Settings()
-    upgrade(settings.database_url, revision)
+    with database_errors(settings.database_url):
+        upgrade(settings.database_url, revision)
     typer.echo(f"database at {revision}")
 
 
 @db_app.command("downgrade")
-def db_downgrade(revision: Annotated[str, typer.Argument(help="Target revision, e.g. base or -1")]) -> None:
-    """Revert migrations down to REVISION."""
-    from app.db.migrate import downgrade
+def db_downgrade(
+    revision: Annotated[str, typer.Argument(help="Target revision, e.g. base, 0001 or (after --) -1")],
+    yes: Annotated[
+        bool, typer.Option("--yes", help="drop the tables and their rows named in the warning")
+    ] = False,
+    backup: Annotated[
+        Path | None,
+        typer.Option("--backup", help="write `capplan db export` to this file before downgrading"),
+    ] = None,
+) -> None:
+    """Revert migrations down to REVISION. A downgrade that drops tables holding rows is refused without --yes;
+    the message lists them, and --backup FILE writes a backup first."""
+    from app.db.migrate import downgrade, downgrade_drops
 
-    downgrade(Settings().database_url, revision)
-    typer.echo(f"database at {revision}")
+    url = Settings().database_url
+    with database_errors(url):
+        drops = downgrade_drops(url, revision)
+        rows = sum(drops.values())
+        if rows and not yes:
+            listed = ", ".join(f"{t} ({n} rows)" for t, n in drops.items() if n)
+            raise UsageError(
+                f"downgrading to {revision} drops {listed}: nothing was changed. Back them up "
+                f"(`capplan db export -o backup.json`, or add --backup FILE) and repeat with --yes"
+            )
+        if backup is not None:
+            _write_backup(url, backup)
+        downgrade(url, revision)
+    dropped = f"; dropped {rows} rows in {', '.join(drops)}" if rows else ""
+    typer.echo(f"database at {revision}{dropped}")
 
 
 @db_app.command("check")
 def db_check() -> None:
     """Fail if the ORM tables and the migrations disagree."""
+    from alembic.util import AutogenerateDiffsDetected
+
     from app.db.migrate import check
 
-    check(Settings().database_url)
+    url = Settings().database_url
+    with database_errors(url):
+        _require_migrated(url)
+        try:
+            check(url)
+        except AutogenerateDiffsDetected as exc:
+            raise UsageError(f"models and migrations differ: {str(exc).splitlines()[0][:300]}") from None
     typer.echo("models match migrations")
+
+
+def _write_backup(url: str, output: Path | None) -> None:
+    from app.db.backup import export_backup
+    from app.db.engine import build_engine, session_factory
+
+    if output is not None:
+        _writable_output(output)
+    with database_errors(url):
+        _require_migrated(url)
+        engine = build_engine(url)
+        try:
+            with session_factory(engine)() as session:
+                backup = export_backup(session)
+        finally:
+            engine.dispose()
+    text = backup.model_dump_json(by_alias=True, indent=2)
+    if output is None:
+        typer.echo(text)
+        return
+    try:
+        output.write_text(text + "\n", encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"-o {output}: {exc.strerror or exc}") from None
+    typer.echo(f"wrote {output}: {len(backup.scenarios)} scenarios, {len(backup.custom_catalog_entries)} custom "
+               f"catalog entries, {len(backup.benchmark_runs)} benchmark runs", err=True)  # fmt: skip
 
 
 @db_app.command("export")
@@ -203,22 +322,10 @@ def db_export(
     ] = None,
 ) -> None:
     """Every scenario, custom catalog entry and benchmark run as one JSON document (capplan.backup/v1)."""
-    from app.db.backup import export_backup
-    from app.db.engine import build_engine, session_factory
+    _write_backup(Settings().database_url, output)
 
-    engine = build_engine(Settings().database_url)
-    try:
-        with session_factory(engine)() as session:
-            backup = export_backup(session)
-    finally:
-        engine.dispose()
-    text = backup.model_dump_json(by_alias=True, indent=2)
-    if output is None:
-        typer.echo(text)
-        return
-    output.write_text(text + "\n", encoding="utf-8")
-    typer.echo(f"wrote {output}: {len(backup.scenarios)} scenarios, {len(backup.custom_catalog_entries)} custom "
-               f"catalog entries, {len(backup.benchmark_runs)} benchmark runs", err=True)  # fmt: skip
+
+MAX_BACKUP_BYTES = 2_000_000_000
 
 
 @db_app.command("import")
@@ -226,7 +333,8 @@ def db_import(
     path: Annotated[Path, typer.Argument(help="a file written by `capplan db export`")],
     replace: Annotated[bool, typer.Option("--replace", help="empty the tables first")] = False,
 ) -> None:
-    """Restore a backup in one transaction (ids kept). Without --replace an existing id aborts the import."""
+    """Restore a backup in one transaction (ids and versions kept). Without --replace an existing id aborts the
+    import. NUL characters (which PostgreSQL cannot store) are replaced by U+FFFD and counted."""
     from sqlalchemy.exc import IntegrityError
 
     from app.db.backup import Backup, import_backup
@@ -234,22 +342,31 @@ def db_import(
 
     if not path.is_file():
         raise UsageError(f"no such file {path}")
+    if path.stat().st_size > MAX_BACKUP_BYTES:
+        raise UsageError(f"{path}: larger than {MAX_BACKUP_BYTES:,} bytes; not a capplan backup")
     try:
         backup = Backup.model_validate_json(path.read_bytes())
     except ValidationError as exc:
         first = exc.errors()[0]
-        raise UsageError(f"{path}: {'.'.join(str(p) for p in first['loc'])}: {first['msg']}") from None
-    engine = build_engine(Settings().database_url)
-    try:
-        with session_factory(engine)() as session:
-            counts = import_backup(session, backup, replace=replace)
-    except IntegrityError:
-        raise UsageError(
-            f"{path}: rows with these ids already exist; nothing was imported (use --replace)"
-        ) from None
-    finally:
-        engine.dispose()
+        where = ".".join(str(p) for p in first["loc"])
+        raise UsageError(f"{path}: {where + ': ' if where else ''}{first['msg']}") from None
+    url = Settings().database_url
+    with database_errors(url):
+        _require_migrated(url)
+        engine = build_engine(url)
+        try:
+            with session_factory(engine)() as session:
+                counts = import_backup(session, backup, replace=replace)
+        except IntegrityError:
+            raise UsageError(
+                f"{path}: rows with these ids already exist; nothing was imported (use --replace)"
+            ) from None
+        finally:
+            engine.dispose()
+    nul = counts.pop("nul_characters_replaced", 0)
     typer.echo("imported " + ", ".join(f"{n} {k.replace('_', ' ')}" for k, n in counts.items()))
+    if nul:
+        typer.echo(f"note: {nul} NUL characters replaced by U+FFFD (PostgreSQL cannot store them)", err=True)
 
 
 @catalog_app.command("list")
@@ -303,9 +420,9 @@ def _model_argument(model: str) -> dict:
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise UsageError(f"--model: {model} is larger than {MAX_CONFIG_BYTES} bytes; not a config.json")
         try:
-            config = json.loads(path.read_text(encoding="utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise UsageError(f"--model: {model} is not valid JSON: {exc}") from None
+            config = load_json_text(path.read_text(encoding="utf-8"), model)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise UsageError(f"--model: {exc}") from None
         if not isinstance(config, dict):
             raise UsageError(f"--model: {model} must hold a JSON object")
         return {"hf_config": config}
@@ -1465,10 +1582,20 @@ def bench_launch_cmd(
 
 def main() -> None:
     """Console entry point: known errors print one line and exit 2, never a traceback."""
+    from alembic.util import CommandError
+
     try:
         app(standalone_mode=True)
-    except (CatalogError, UnknownSlugError, UsageError, InputError) as exc:
+    except (CatalogError, UnknownSlugError, UsageError, InputError, CommandError) as exc:
         typer.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    except ValidationError as exc:  # Settings from the environment: CAPPLAN_LOG_LEVEL=bogus, …
+        if exc.title != "Settings":
+            raise
+        first = exc.errors()[0]
+        name = "CAPPLAN_" + "_".join(str(p) for p in first["loc"]).upper()
+        msg = str(first["msg"]).removeprefix("Value error, ")
+        typer.echo(f"error: {name}: {msg} (got {first.get('input')!r})", err=True)
         sys.exit(2)
 
 

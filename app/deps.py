@@ -29,5 +29,6 @@ async def get_catalog(request: Request) -> Catalog:
     return state.catalog.with_calibrations(calibrations)
 
 
-RowId = Annotated[int, Path(ge=1, le=2_147_483_647, description="row id (32-bit, as the database stores it)")]
+MAX_ROW_ID = 2_147_483_647
+RowId = Annotated[int, Path(ge=1, le=MAX_ROW_ID, description="row id (32-bit, as the database stores it)")]
 """A database id in a URL path: out-of-range values are a 422, never an overflow in the database driver."""

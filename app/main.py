@@ -5,14 +5,17 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from html import escape
+from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.gzip import GZipMiddleware
-from fastapi.responses import JSONResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from fastapi.staticfiles import StaticFiles
 from prometheus_fastapi_instrumentator import Instrumentator
+from sqlalchemy.exc import DataError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from app.api import benchmarks as api_benchmarks
@@ -27,7 +30,8 @@ from app.calibration_store import CalibrationCache, load_shipped_runs
 from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
 from app.metrics import build_metrics
-from app.services import InputError
+from app.schemas import JSON_MAX_DEPTH, ErrorOut
+from app.services import InputError, SearchBudget, SearchBusy
 from app.settings import REPO_ROOT, Settings
 from app.web import benchmarks as web_benchmarks
 from app.web import planner as web_planner
@@ -35,7 +39,7 @@ from app.web import routes as web_routes
 from app.web import scenarios as web_scenarios
 from app.web import search as web_search
 from app.web.htmx import render
-from app.web.security import SESSION_COOKIE, needs_login, valid_session
+from app.web.security import SESSION_COOKIE, LoginLimiter, needs_login, valid_session
 from app.web.templating import build_templates
 
 API_PREFIX = "/api/v1"
@@ -153,7 +157,91 @@ def _wants_json(request: Request) -> bool:
     return request.url.path.startswith(API_PREFIX) or request.url.path in ("/healthz",)
 
 
+DB_RETRY_AFTER_S = 10
+API_COMMON_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: {
+        "model": ErrorOut,
+        "description": "the database is unavailable, or the search budget is spent (Retry-After)",
+    }
+}
+
+
+def _error_page(
+    request: Request, status_code: int, message: str, headers: dict[str, str] | None = None
+) -> Response:
+    """The site's error page; a plain HTML page with the same headers if even the template cannot render."""
+    try:
+        response = render(
+            request,
+            "pages/error.html",
+            {"status_code": status_code, "message": message, "known": None},
+            block="content",
+            status_code=status_code,
+        )
+    except Exception:  # noqa: BLE001 - the last resort must answer
+        log.exception("error page failed to render")
+        response = HTMLResponse(
+            f"<!doctype html><title>Error {status_code}</title><h1>{status_code} — {escape(message)}</h1>",
+            status_code=status_code,
+        )
+    response.headers.update(headers or {})
+    return response
+
+
+def _error(
+    request: Request, status_code: int, detail: Any, headers: dict[str, str] | None = None
+) -> Response:
+    if _wants_json(request):
+        return JSONResponse({"detail": detail}, status_code=status_code, headers=headers)
+    message = detail if isinstance(detail, str) else "; ".join(str(d.get("msg", d)) for d in detail)
+    return _error_page(request, status_code, message, headers)
+
+
+def _body_parse_error(exc: StarletteHTTPException) -> str | None:
+    """FastAPI answers a JSON body its parser cannot read (nesting past the recursion limit, an integer past
+    4,300 digits) with a bare 400; say what is wrong instead, as a 422 like every other bad input."""
+    cause = exc.__cause__
+    if exc.status_code != 400 or cause is None:
+        return None
+    if isinstance(cause, RecursionError):
+        return f"the JSON body is nested too deeply to read (a config.json may nest at most {JSON_MAX_DEPTH} levels)"
+    if isinstance(cause, ValueError):
+        return f"the JSON body cannot be read: {str(cause)[:120]}"
+    return None
+
+
 def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(OperationalError)
+    @app.exception_handler(InterfaceError)
+    async def database_unavailable(request: Request, exc: Exception) -> Response:
+        log.warning("database unavailable: %s", str(exc).splitlines()[0][:200])
+        return _error(
+            request,
+            503,
+            "the database is unavailable; try again shortly (GET /healthz shows its state)",
+            {"Retry-After": str(DB_RETRY_AFTER_S)},
+        )
+
+    @app.exception_handler(DataError)
+    async def unstorable_value(request: Request, exc: DataError) -> Response:
+        # the last line of defence (inputs are validated first): PostgreSQL refuses e.g. a NUL character in text
+        reason = (
+            str(exc.orig).splitlines()[0] if exc.orig is not None else "a value the database cannot store"
+        )
+        return _error(request, 422, [{"loc": ["query"], "msg": reason, "type": "value_error.database"}])
+
+    @app.exception_handler(SearchBusy)
+    async def search_busy(request: Request, exc: SearchBusy) -> Response:
+        return _error(request, exc.status_code, str(exc), {"Retry-After": str(exc.retry_after_s)})
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> Response:
+        # runs in Starlette's outermost middleware, outside SecurityHeaders: the headers are added here
+        log.error("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+        response = _error(request, 500, "internal error; the server log has the details")
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
     @app.exception_handler(UnknownSlugError)
     async def unknown_slug(request: Request, exc: UnknownSlugError) -> Response:
         if _wants_json(request):
@@ -180,6 +268,9 @@ def _install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def http_error(request: Request, exc: StarletteHTTPException) -> Response:
+        parse_error = _body_parse_error(exc)
+        if parse_error is not None:
+            return _error(request, 422, [{"loc": ["body"], "msg": parse_error, "type": "json_invalid"}])
         if _wants_json(request):
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
         return render(
@@ -243,6 +334,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.session_factory = session_factory(engine)
     app.state.calibrations = CalibrationCache(app.state.session_factory, shipped)
     app.state.metrics = metrics
+    app.state.login_limiter = LoginLimiter()
+    app.state.search_budget = SearchBudget(settings.search_concurrency, settings.search_timeout_s)
     app.state.templates = build_templates()
 
     app.add_middleware(GZipMiddleware, minimum_size=1024)
@@ -253,16 +346,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(SecurityHeaders)
     _install_error_handlers(app)
     app.include_router(health.router)
-    app.include_router(api_catalog.router, prefix=API_PREFIX)
-    app.include_router(api_estimate.router, prefix=API_PREFIX)
-    app.include_router(api_search.router, prefix=API_PREFIX)
-    app.include_router(api_cost.router, prefix=API_PREFIX)
-    app.include_router(api_plans.router, prefix=API_PREFIX)
-    app.include_router(api_scenarios.router, prefix=API_PREFIX)
+    api = {"prefix": API_PREFIX, "responses": API_COMMON_RESPONSES}
+    app.include_router(api_catalog.router, **api)
+    app.include_router(api_estimate.router, **api)
+    app.include_router(api_search.router, **api)
+    app.include_router(api_cost.router, **api)
+    app.include_router(api_plans.router, **api)
+    app.include_router(api_scenarios.router, **api)
     app.include_router(web_planner.router)
     app.include_router(web_scenarios.router)
     app.include_router(web_search.router)
-    app.include_router(api_benchmarks.router, prefix=API_PREFIX)
+    app.include_router(api_benchmarks.router, **api)
     app.include_router(web_routes.router)
     app.include_router(web_benchmarks.router)
     app.mount("/static", StaticFiles(directory=str(REPO_ROOT / "static")), name="static")

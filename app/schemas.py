@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+import json
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from types import UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
+from app.domain.architecture import ArchitectureImportError, check_hf_config_bounds
 from app.domain.export import PlanDocument
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 
@@ -31,7 +43,99 @@ class ValidationErrorOut(BaseModel):
     detail: list[ErrorItem]
 
 
-class EstimateRequest(BaseModel):
+# -- free-form JSON (a config.json, a benchmark run's config): bounded before it is stored or read ----------
+
+JSON_MAX_DEPTH = 20
+
+
+def load_json_text(text: str | bytes, what: str = "input") -> Any:
+    """``json.loads`` that answers every malformed or oversized document with a ValueError naming the problem
+    (the standard parser raises RecursionError past ~1,000 levels and a bare ValueError past 4,300 digits)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON: {exc.msg} (line {exc.lineno})") from None
+    except RecursionError:
+        raise ValueError(f"{what} is nested deeper than {JSON_MAX_DEPTH} levels (limit)") from None
+    except ValueError as exc:  # int digits over sys.get_int_max_str_digits()
+        raise ValueError(f"{what} holds an integer over 18 digits (limit): {str(exc)[:80]}") from None
+
+
+def _bounded_hf_config(value: dict[str, Any]) -> dict[str, Any]:
+    try:
+        check_hf_config_bounds(value)
+    except ArchitectureImportError as exc:
+        raise ValueError(str(exc).split(" (supported model_type")[0]) from None
+    return value
+
+
+def _bounded_json(value: dict[str, Any]) -> dict[str, Any]:
+    """Any stored JSON object: nesting, digits, size and NUL characters bounded like a config.json (what the
+    API accepts must be what a backup can restore, on SQLite and PostgreSQL alike)."""
+    try:
+        check_hf_config_bounds(value)
+    except ArchitectureImportError as exc:
+        if "over the limit of" in exc.reason:  # model-size limits are for config.json only
+            return value
+        raise ValueError(str(exc).split(" (supported model_type")[0]) from None
+    return value
+
+
+def _no_nul(value: str) -> str:
+    if "\x00" in value:
+        raise ValueError("NUL characters are not allowed")
+    return value
+
+
+HfConfig = Annotated[dict[str, Any], AfterValidator(_bounded_hf_config)]
+BoundedJson = Annotated[dict[str, Any], AfterValidator(_bounded_json)]
+NoNul = Annotated[str, AfterValidator(_no_nul)]
+
+
+# -- numbers are numbers: JSON true/false is refused where a number is expected (pydantic's lax mode would take
+# false as 0), in the request models and every override model nested in them.
+
+
+def _bool_paths(annotation: Any, value: Any, path: tuple[str, ...]) -> list[tuple[str, ...]]:
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _bool_paths(args[0], value, path)
+    if origin in (Union, UnionType):
+        if isinstance(value, bool) and bool in args:
+            return []
+        found = [_bool_paths(a, value, path) for a in args if a is not type(None)]
+        return min(found, key=len) if found else []
+    if isinstance(value, bool):
+        return [path] if annotation in (int, float) else []
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and isinstance(value, dict):
+        out: list[tuple[str, ...]] = []
+        for name, field in annotation.model_fields.items():
+            key = field.alias or name
+            if key in value:
+                out += _bool_paths(field.annotation, value[key], (*path, key))
+        return out
+    if origin is dict and isinstance(value, dict) and len(args) == 2:
+        return [p for k, v in value.items() for p in _bool_paths(args[1], v, (*path, str(k)))]
+    if origin is list and isinstance(value, list) and args:
+        return [p for i, v in enumerate(value) for p in _bool_paths(args[0], v, (*path, str(i)))]
+    return []
+
+
+class StrictNumbers(BaseModel):
+    """Base of request models: a boolean where a number is expected is an error naming the field."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, data: Any) -> Any:
+        paths = _bool_paths(cls, data, ())
+        if paths:
+            raise ValueError(
+                "expected a number, got true/false: " + ", ".join(".".join(p) for p in paths[:5])
+            )
+        return data
+
+
+class EstimateRequest(StrictNumbers):
     """Inputs of one estimate. ``model`` (a preset slug) or ``hf_config`` (a Hugging Face config.json object)."""
 
     model_config = ConfigDict(extra="forbid")
@@ -39,7 +143,11 @@ class EstimateRequest(BaseModel):
     model: str | None = Field(
         default=None, max_length=64, description="architecture preset slug, e.g. llama3.1-70b"
     )
-    hf_config: dict[str, Any] | None = Field(default=None, description="a Hugging Face config.json, as JSON")
+    hf_config: HfConfig | None = Field(
+        default=None,
+        description="a Hugging Face config.json, as JSON (nesting ≤ 20, integers ≤ 18 digits, "
+        "num_hidden_layers ≤ 1,024, experts ≤ 4,096, vocab ≤ 4,194,304, …)",
+    )
     gpu: str = Field(max_length=64, description="accelerator slug, e.g. h100-sxm")
     node: str | None = Field(
         default=None, max_length=64, description="node or instance slug (default: reference server)"
@@ -148,7 +256,7 @@ class CostRequest(EstimateRequest):
         return value
 
 
-class MonthlyCostRequest(BaseModel):
+class MonthlyCostRequest(StrictNumbers):
     """The monthly bill of ``nodes`` × an instance or node running all month, for every option."""
 
     model_config = ConfigDict(extra="forbid")
@@ -179,14 +287,14 @@ from app.domain.search import Objective  # noqa: E402
 RANGE_PATTERN = r"^\s*\d+(\.\d+)?([eE]\d+)?\s*:\s*\d+(\.\d+)?([eE]\d+)?\s*$"
 
 
-class PlanSearchRequest(BaseModel):
+class PlanSearchRequest(StrictNumbers):
     """Find the best plan: the model, the hardware, the cluster size (or a range of whole-node sizes), the
     batch (or a range in tokens), the objective, the constraints and, optionally, a narrower space."""
 
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(default=None, max_length=64)
-    hf_config: dict[str, Any] | None = None
+    hf_config: HfConfig | None = None
     gpu: str = Field(max_length=64)
     node: str | None = Field(default=None, max_length=64)
     fabric: str | None = Field(default=None, max_length=64)
@@ -254,7 +362,7 @@ class BenchmarkMetricIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     metric: str = Field(min_length=1, max_length=80, pattern=METRIC_PATTERN)
-    unit: str = Field(max_length=32)
+    unit: NoNul = Field(max_length=32)
     rank: int = Field(default=0, ge=0, le=1_048_576)
     measured: float = Field(allow_inf_nan=False)
     predicted: float | None = Field(default=None, allow_inf_nan=False)
@@ -276,22 +384,22 @@ class BenchmarkResultIn(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
     schema_version: str = Field(default=BENCH_SCHEMA, alias="schema", pattern=r"^capplan\.bench/v1$")
-    preset: str = Field(min_length=1, max_length=120)
+    preset: NoNul = Field(min_length=1, max_length=120)
     accelerator: str | None = Field(
         default=None,
         max_length=64,
         description="catalog accelerator slug (None: not a catalog device, e.g. CPU)",
     )
     node: str | None = Field(default=None, max_length=64, description="catalog node slug, if known")
-    device_name: str = Field(max_length=200, description="the device as the runtime reports it")
+    device_name: NoNul = Field(max_length=200, description="the device as the runtime reports it")
     world_size: int = Field(ge=1, le=1_048_576)
     nodes: int = Field(default=1, ge=1, le=65_536)
     measured_at: datetime
-    config: dict[str, Any] = Field(default_factory=dict, description="preset and resolved run configuration")
-    hardware: dict[str, Any] = Field(default_factory=dict)
-    software: dict[str, Any] = Field(default_factory=dict, description="torch, CUDA, NCCL, Python versions")
+    config: BoundedJson = Field(default_factory=dict, description="preset and resolved run configuration")
+    hardware: BoundedJson = Field(default_factory=dict)
+    software: BoundedJson = Field(default_factory=dict, description="torch, CUDA, NCCL, Python versions")
     metrics: list[BenchmarkMetricIn] = Field(min_length=1, max_length=20_000)
-    notes: str = Field(default="", max_length=4000)
+    notes: NoNul = Field(default="", max_length=4000)
 
     @model_validator(mode="after")
     def _ranks_in_world(self) -> BenchmarkResultIn:
@@ -361,23 +469,23 @@ class BenchmarkIngestOut(BaseModel):
 # Saved scenarios (issue 6): `GET/POST /api/v1/scenarios`, `GET/PUT/DELETE /api/v1/scenarios/{id}`.
 
 
-class ScenarioCreate(BaseModel):
+class ScenarioCreate(StrictNumbers):
     """A scenario to save: a name, the estimate inputs (with ``tokens``) and any overridden catalog figures."""
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(min_length=1, max_length=200)
+    name: NoNul = Field(min_length=1, max_length=200)
     inputs: EstimateRequest
     overrides: CostOverrides = Field(default_factory=CostOverrides)
 
 
-class ScenarioUpdate(BaseModel):
+class ScenarioUpdate(StrictNumbers):
     """A change to a saved scenario. ``version`` is the one you read: a stale version is a 409."""
 
     model_config = ConfigDict(extra="forbid")
 
     version: int = Field(ge=1, description="the scenario's version when you read it (optimistic locking)")
-    name: str | None = Field(default=None, min_length=1, max_length=200)
+    name: NoNul | None = Field(default=None, min_length=1, max_length=200)
     inputs: EstimateRequest | None = None
     overrides: CostOverrides | None = None
 

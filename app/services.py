@@ -7,8 +7,10 @@ into a 422, the pages into inline messages and the CLI into one line and exit co
 from __future__ import annotations
 
 import math
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 from app.domain.architecture import Architecture, ArchitectureImportError, architecture_from_hf_config
@@ -88,12 +90,36 @@ def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:
             tokens_to_train=request.tokens,
             allow_tp_across_nodes=request.allow_tp_across_nodes,
         )
+        _check_finite(result, request)
         note = calibration_assumption(cluster.accelerator.slug, changes, enabled=request.calibrated)
         return result.model_copy(update={"assumptions": (*result.assumptions, note)})
     except InvalidPlan as exc:
         raise InputError(
             [_error(v.field, f"{v.message}; fix: {v.fix}", f"plan.{v.code}") for v in exc.violations]
         ) from None
+    except ArithmeticError:  # a figure so small or large that a division fails (0, overflow)
+        raise _non_finite(request, "a division by zero or an overflow") from None
+
+
+FINITE_FIELDS = ("step_time_s", "tokens_per_s", "tokens_per_s_per_gpu", "mfu", "hfu", "peak_memory_bytes")
+
+
+def _non_finite(request: EstimateRequest, what: str) -> InputError:
+    keys = sorted(request.figure_overrides)
+    if keys:
+        given = ", ".join(f"{k}={request.figure_overrides[k]:g}" for k in keys)
+        msg = f"the estimate is not a finite number ({what}) with these overrides ({given}); use realistic values"
+        return InputError([_error(f"figure_overrides.{k}", msg, "value_error.non_finite") for k in keys])
+    return InputError(
+        [_error("body", f"the estimate is not a finite number ({what})", "value_error.non_finite")]
+    )
+
+
+def _check_finite(result: Estimate, request: EstimateRequest) -> None:
+    """Never answer NaN or infinity where the schema promises a number: name the override that caused it."""
+    bad = [f for f in FINITE_FIELDS if not math.isfinite(float(getattr(result, f, 0.0) or 0.0))]
+    if bad:
+        raise _non_finite(request, ", ".join(bad))
 
 
 def timed_estimate(catalog: Catalog, request: EstimateRequest, metrics: Any, surface: str) -> Estimate:
@@ -256,7 +282,7 @@ def checked_plan_document(doc: PlanDocument) -> PlanDocument:
 from app.domain.architecture import parameter_counts  # noqa: E402
 from app.domain.compute import model_flops_per_token  # noqa: E402
 from app.domain.cost import usd_per_gpu_hour  # noqa: E402
-from app.domain.search import SearchResult, SearchSpec, SearchTooLarge, search  # noqa: E402
+from app.domain.search import SearchCancelled, SearchResult, SearchSpec, SearchTooLarge, search  # noqa: E402
 from app.schemas import PlanSearchRequest  # noqa: E402
 
 MAX_CLUSTER_SIZES = 12
@@ -302,7 +328,65 @@ def batch_sizes(request: PlanSearchRequest) -> list[int]:
     return sizes[-MAX_BATCH_SIZES:]
 
 
-def run_search(catalog: Catalog, request: PlanSearchRequest, max_plans: int | None = None) -> SearchResult:
+class SearchBusy(RuntimeError):
+    """The server's search budget is spent: all slots busy, or the search ran past its deadline (503)."""
+
+    status_code = 503
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        self.retry_after_s = retry_after_s
+        super().__init__(message)
+
+
+class SearchBudget:
+    """At most ``concurrency`` searches at once (a caller waits up to ``queue_s`` for a slot, then gets
+    :class:`SearchBusy`), each stopped after ``timeout_s`` of work."""
+
+    def __init__(self, concurrency: int, timeout_s: float, queue_s: float = 2.0) -> None:
+        self.concurrency, self.timeout_s, self.queue_s = concurrency, timeout_s, queue_s
+        self._slots = threading.BoundedSemaphore(concurrency)
+
+    @contextmanager
+    def slot(self) -> Iterator[Callable[[], bool]]:
+        """Hold a slot for one search; yields its ``should_stop`` deadline check."""
+        if not self._slots.acquire(timeout=self.queue_s):
+            raise SearchBusy(
+                f"all {self.concurrency} plan-search slots are busy (CAPPLAN_SEARCH_CONCURRENCY); retry shortly",
+                retry_after_s=max(1, math.ceil(self.timeout_s / 2)),
+            )
+        deadline = time.monotonic() + self.timeout_s
+        try:
+            yield lambda: time.monotonic() > deadline
+        finally:
+            self._slots.release()
+
+
+def run_search(
+    catalog: Catalog,
+    request: PlanSearchRequest,
+    max_plans: int | None = None,
+    budget: SearchBudget | None = None,
+) -> SearchResult:
+    if budget is None:
+        return _run_search(catalog, request, max_plans, None)
+    with budget.slot() as should_stop:
+        try:
+            return _run_search(catalog, request, max_plans, should_stop)
+        except SearchCancelled:
+            raise SearchBusy(
+                f"the search ran past its {budget.timeout_s:g} s budget (CAPPLAN_SEARCH_TIMEOUT_S) and was "
+                "stopped; narrow the space (fewer cluster or batch sizes, a fixed sharding or recompute, a "
+                "lower max pp) or retry when the server is less busy",
+                retry_after_s=max(1, math.ceil(budget.timeout_s)),
+            ) from None
+
+
+def _run_search(
+    catalog: Catalog,
+    request: PlanSearchRequest,
+    max_plans: int | None,
+    should_stop: Callable[[], bool] | None,
+) -> SearchResult:
     arch = resolve_architecture(catalog, request)  # type: ignore[arg-type]
     calibrations = catalog.calibrations if request.calibrated else None
 
@@ -355,7 +439,7 @@ def run_search(catalog: Catalog, request: PlanSearchRequest, max_plans: int | No
     )  # fmt: skip
     flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
     try:
-        result = search(arch, clusters, spec, flops)
+        result = search(arch, clusters, spec, flops, should_stop)
     except SearchTooLarge as exc:
         raise InputError([_error("gpus", str(exc), "value_error.search_too_large")]) from None
     best = result.best
@@ -365,9 +449,14 @@ def run_search(catalog: Catalog, request: PlanSearchRequest, max_plans: int | No
 
 
 def timed_search(
-    catalog: Catalog, request: PlanSearchRequest, metrics: Any, surface: str, max_plans: int | None = None
+    catalog: Catalog,
+    request: PlanSearchRequest,
+    metrics: Any,
+    surface: str,
+    max_plans: int | None = None,
+    budget: SearchBudget | None = None,
 ) -> SearchResult:
-    result = run_search(catalog, request, max_plans)
+    result = run_search(catalog, request, max_plans, budget)
     if metrics is not None:
         metrics.searches_total.labels(surface=surface).inc()
     return result
@@ -413,7 +502,7 @@ def create_scenario(
     session: Session, name: str, inputs: EstimateRequest, overrides: CostOverrides | None = None
 ) -> Scenario:
     scenario = Scenario(
-        name=name.strip(),
+        name=_scenario_name(name),
         inputs=scenario_inputs(inputs),
         overrides=scenario_overrides(overrides or CostOverrides()),
     )
@@ -422,8 +511,41 @@ def create_scenario(
     return scenario
 
 
-def list_scenarios(session: Session) -> list[Scenario]:
-    return list(session.scalars(select(Scenario).order_by(Scenario.updated_at.desc(), Scenario.id.desc())))
+def list_scenarios(session: Session, limit: int | None = None, offset: int = 0) -> list[Scenario]:
+    """Most recently changed first; one page of ``limit`` rows from ``offset`` (all without a limit)."""
+    query = select(Scenario).order_by(Scenario.updated_at.desc(), Scenario.id.desc()).offset(offset)
+    return list(session.scalars(query.limit(limit) if limit is not None else query))
+
+
+def count_scenarios(session: Session) -> int:
+    from sqlalchemy import func
+
+    return int(session.scalar(select(func.count()).select_from(Scenario)) or 0)
+
+
+def check_scenario_inputs(catalog: Catalog, inputs: EstimateRequest) -> None:
+    """What is saved must open later: the model (preset or config.json), accelerator, node and fabric must exist
+    in the catalog now (an InputError naming the field, under ``inputs``, otherwise)."""
+    try:
+        resolve_architecture(catalog, inputs)
+        try:
+            build_cluster(
+                catalog.hardware, catalog.efficiency, accelerator=inputs.gpu, gpus=inputs.gpus, node=inputs.node,
+                fabric=inputs.fabric, oversubscription=inputs.oversubscription, power_limit_w=inputs.power_limit_w,
+            )  # fmt: skip
+        except HardwareError as exc:
+            raise InputError([_error(exc.field, str(exc), "value_error.hardware")]) from None
+        except UnknownSlugError as exc:
+            raise InputError([_error("gpu", str(exc), "value_error.unknown_slug")]) from None
+    except InputError as exc:
+        raise InputError([{**e, "loc": ["body", "inputs", *e["loc"][1:]]} for e in exc.errors]) from None
+
+
+def _scenario_name(name: str) -> str:
+    name = name.strip()
+    if "\x00" in name:
+        raise InputError([_error("name", "NUL characters are not allowed", "value_error.nul")])
+    return name
 
 
 def get_scenario(session: Session, scenario_id: int) -> Scenario:
@@ -457,7 +579,7 @@ def update_scenario(
         if scenario.version != version:
             raise ScenarioConflict(scenario_id, scenario.version)
         if name is not None:
-            scenario.name = name.strip()
+            scenario.name = _scenario_name(name)
         if inputs is not None:
             scenario.inputs = scenario_inputs(inputs)
         if overrides is not None:

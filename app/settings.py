@@ -35,6 +35,16 @@ class Settings(BaseSettings):
         default=2_000_000, ge=1_000, description="largest plan-search space served (grid points, ~10 s)"
     )
 
+    search_concurrency: int = Field(
+        default=2, ge=1, le=64, description="plan searches run at once per worker; more wait, then get 503"
+    )
+    search_timeout_s: float = Field(
+        default=20.0,
+        gt=0,
+        le=600,
+        description="a plan search still running after this many seconds is stopped",
+    )
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:

@@ -20,6 +20,9 @@ down_revision: str | None = None
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+# what downgrading past this revision deletes, with every row in it (`capplan db downgrade` asks first)
+DROPS_TABLES = ("benchmark_samples", "benchmark_runs", "custom_catalog_entries", "scenarios")
+
 
 def upgrade() -> None:
     op.create_table(

@@ -86,7 +86,7 @@ def post_benchmark(
 )
 def get_benchmarks(
     session: Annotated[Session, Depends(get_session)],
-    accelerator: Annotated[str | None, Query(max_length=64)] = None,
+    accelerator: Annotated[str | None, Query(max_length=64, pattern=r"^[A-Za-z0-9._\-]*$")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 200,
 ) -> list[BenchmarkRunSummary]:
     return list_benchmark_runs(session, accelerator=accelerator, limit=limit)

@@ -10,12 +10,13 @@ from __future__ import annotations
 import secrets
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Header, HTTPException, Request, Response
+from fastapi import APIRouter, Depends, Header, HTTPException, Query, Request, Response
 from fastapi.responses import JSONResponse
 from sqlalchemy.orm import Session
 
 from app.db.tables import Scenario
-from app.deps import RowId, get_session
+from app.deps import MAX_ROW_ID, RowId, get_catalog, get_session
+from app.domain.catalog import Catalog
 from app.schemas import (
     ErrorOut,
     ScenarioConflictOut,
@@ -27,6 +28,8 @@ from app.schemas import (
 from app.services import (
     ScenarioConflict,
     ScenarioNotFound,
+    check_scenario_inputs,
+    count_scenarios,
     create_scenario,
     delete_scenario,
     get_scenario,
@@ -36,6 +39,8 @@ from app.services import (
 
 router = APIRouter(tags=["scenarios"])
 SessionDep = Annotated[Session, Depends(get_session)]
+CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+DEFAULT_PAGE, MAX_PAGE = 50, 200
 
 AUTH_RESPONSES = {
     401: {"model": ErrorOut, "description": "no bearer token"},
@@ -81,15 +86,29 @@ def _found(session: Session, scenario_id: int) -> Scenario:
 @router.get(
     "/scenarios", response_model=list[ScenarioOut], summary="Saved scenarios, most recently changed first"
 )
-def get_scenarios(session: SessionDep) -> list[ScenarioOut]:
-    return [scenario_out(s) for s in list_scenarios(session)]
+def get_scenarios(
+    request: Request,
+    session: SessionDep,
+    response: Response,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="scenarios per page")] = DEFAULT_PAGE,
+    offset: Annotated[int, Query(ge=0, le=MAX_ROW_ID, description="scenarios to skip")] = 0,
+) -> list[ScenarioOut]:
+    """One page, most recently changed first; ``X-Total-Count`` gives the total and ``Link`` the next page."""
+    total = count_scenarios(session)
+    response.headers["X-Total-Count"] = str(total)
+    if offset + limit < total:
+        response.headers["Link"] = f'<{request.url.path}?limit={limit}&offset={offset + limit}>; rel="next"'
+    return [scenario_out(s) for s in list_scenarios(session, limit, offset)]
 
 
 @router.post(
     "/scenarios", status_code=201, response_model=ScenarioOut, responses=AUTH_RESPONSES,
     summary="Save a scenario: name, estimate inputs and overridden catalog figures",
 )  # fmt: skip
-def post_scenario(body: ScenarioCreate, session: SessionDep, _: WriteAuth, response: Response) -> ScenarioOut:
+def post_scenario(
+    body: ScenarioCreate, session: SessionDep, _: WriteAuth, response: Response, catalog: CatalogDep
+) -> ScenarioOut:
+    check_scenario_inputs(catalog, body.inputs)
     scenario = create_scenario(session, body.name, body.inputs, body.overrides)
     response.headers["Location"] = f"/api/v1/scenarios/{scenario.id}"
     return scenario_out(scenario)
@@ -107,8 +126,12 @@ def get_one_scenario(scenario_id: RowId, session: SessionDep) -> ScenarioOut:
     responses={**AUTH_RESPONSES, **NOT_FOUND, 409: {"model": ScenarioConflictOut, "description": "stale version"}},
     summary="Change a scenario's name, inputs or overrides (send the version you read)",
 )  # fmt: skip
-def put_scenario(scenario_id: RowId, body: ScenarioUpdate, session: SessionDep, _: WriteAuth) -> Response:
+def put_scenario(
+    scenario_id: RowId, body: ScenarioUpdate, session: SessionDep, _: WriteAuth, catalog: CatalogDep
+) -> Response:
     _found(session, scenario_id)
+    if body.inputs is not None:
+        check_scenario_inputs(catalog, body.inputs)
     try:
         scenario = update_scenario(
             session, scenario_id, version=body.version, name=body.name, inputs=body.inputs, overrides=body.overrides

@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
 from app.domain.search import SearchResult
-from app.schemas import PlanSearchRequest, ValidationErrorOut
+from app.schemas import ErrorOut, PlanSearchRequest, ValidationErrorOut
 from app.services import timed_search
 
 router = APIRouter(tags=["plans"])
@@ -22,7 +22,11 @@ router = APIRouter(tags=["plans"])
         422: {
             "model": ValidationErrorOut,
             "description": "invalid input, or a space too large (how to narrow it)",
-        }
+        },
+        503: {
+            "model": ErrorOut,
+            "description": "every search slot busy, or the search ran past its time budget (Retry-After)",
+        },
     },
     summary="Search every TP × PP × DP × CP × EP / sharding / micro-batch / recompute plan; best first",
 )
@@ -30,4 +34,5 @@ def post_search(
     body: PlanSearchRequest, request: Request, catalog: Annotated[Catalog, Depends(get_catalog)]
 ) -> SearchResult:
     settings = request.app.state.settings
-    return timed_search(catalog, body, request.app.state.metrics, "api", settings.search_max_plans)
+    state = request.app.state
+    return timed_search(catalog, body, state.metrics, "api", settings.search_max_plans, state.search_budget)

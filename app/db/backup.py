@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.orm import Session, selectinload
 
 from app.db.tables import BenchmarkRun, BenchmarkSample, CustomCatalogEntry, CustomKind, Scenario
@@ -98,22 +98,49 @@ def export_backup(session: Session) -> Backup:
     )
 
 
+def _without_nul(value: Any, counter: list[int]) -> Any:
+    """``value`` with every NUL character replaced by U+FFFD (PostgreSQL stores neither in text nor in jsonb)."""
+    if isinstance(value, str):
+        if "\x00" in value:
+            counter[0] += value.count("\x00")
+            return value.replace("\x00", "\ufffd")
+        return value
+    if isinstance(value, dict):
+        return {_without_nul(k, counter): _without_nul(v, counter) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v, counter) for v in value]
+    return value
+
+
 def import_backup(session: Session, backup: Backup, *, replace: bool = False) -> dict[str, int]:
-    """Insert every row of ``backup`` (keeping ids) in one transaction. With ``replace`` the tables are emptied
-    first; otherwise an id that already exists is an error and nothing is written."""
+    """Insert every row of ``backup`` (keeping ids and scenario versions) in one transaction. With ``replace``
+    the tables are emptied first; otherwise an id that already exists is an error and nothing is written.
+
+    Rows go in through Core inserts: the ORM would restart each scenario's ``version`` (its optimistic-locking
+    counter) at 1, and a client holding version 3 could then overwrite a change. NUL characters, which SQLite
+    stores and PostgreSQL refuses, are replaced by U+FFFD (counted in ``nul_characters_replaced``)."""
+    nul = [0]
+
+    def rows(items: list[Any], **exclude: Any) -> list[dict[str, Any]]:
+        return [_without_nul(item.model_dump(exclude=set(exclude)), nul) for item in items]
+
     try:
         if replace:
             for table in (BenchmarkSample, BenchmarkRun, CustomCatalogEntry, Scenario):
                 session.execute(delete(table))
-        for row in backup.scenarios:
-            session.add(Scenario(**row.model_dump()))
-        for row in backup.custom_catalog_entries:
-            session.add(CustomCatalogEntry(**row.model_dump()))
-        for row in backup.benchmark_runs:
-            data = row.model_dump(exclude={"samples"})
-            run = BenchmarkRun(**data)
-            run.samples = [BenchmarkSample(**s.model_dump()) for s in row.samples]
-            session.add(run)
+        if backup.scenarios:
+            session.execute(insert(Scenario.__table__), rows(backup.scenarios))
+        if backup.custom_catalog_entries:
+            session.execute(insert(CustomCatalogEntry.__table__), rows(backup.custom_catalog_entries))
+        if backup.benchmark_runs:
+            session.execute(insert(BenchmarkRun.__table__), rows(backup.benchmark_runs, samples=True))
+            samples = [
+                {**_without_nul(s.model_dump(), nul), "run_id": run.id}
+                for run in backup.benchmark_runs
+                for s in run.samples
+            ]
+            if samples:
+                session.execute(insert(BenchmarkSample.__table__), samples)
         session.flush()
         _reset_sequences(session)
         session.commit()
@@ -125,6 +152,7 @@ def import_backup(session: Session, backup: Backup, *, replace: bool = False) ->
         "custom_catalog_entries": len(backup.custom_catalog_entries),
         "benchmark_runs": len(backup.benchmark_runs),
         "benchmark_samples": sum(len(r.samples) for r in backup.benchmark_runs),
+        "nul_characters_replaced": nul[0],
     }
 
 
@@ -134,5 +162,8 @@ def _reset_sequences(session: Session) -> None:
         return
     for model in (Scenario, CustomCatalogEntry, BenchmarkRun, BenchmarkSample):
         top = session.execute(select(func.max(model.id))).scalar()
-        if top:
-            session.execute(select(func.setval(f"{model.__tablename__}_id_seq", top)))
+        if top:  # never move a sequence back: an id handed out once is never handed out again
+            seq = f"{model.__tablename__}_id_seq"
+            session.execute(
+                text(f"SELECT setval('{seq}', GREATEST(:top, (SELECT last_value FROM {seq})))"), {"top": top}
+            )

@@ -26,6 +26,7 @@ class Scenario(Base):
     """A saved planning scenario: its inputs and the catalog figures the user overrode."""
 
     __tablename__ = "scenarios"
+    __table_args__ = {"sqlite_autoincrement": True}  # ids are never reused (migration 0002)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     name: Mapped[str] = mapped_column(String(200))
@@ -42,7 +43,7 @@ class CustomCatalogEntry(Base):
     """An accelerator, node or price a user added; validated by the same domain model as data/."""
 
     __tablename__ = "custom_catalog_entries"
-    __table_args__ = (UniqueConstraint("kind", "slug", name="kind_slug"),)
+    __table_args__ = (UniqueConstraint("kind", "slug", name="kind_slug"), {"sqlite_autoincrement": True})
 
     id: Mapped[int] = mapped_column(primary_key=True)
     kind: Mapped[CustomKind] = mapped_column(
@@ -58,6 +59,7 @@ class BenchmarkRun(Base):
     """One execution of the microbenchmark runner, with the hardware and software it ran on."""
 
     __tablename__ = "benchmark_runs"
+    __table_args__ = {"sqlite_autoincrement": True}
 
     id: Mapped[int] = mapped_column(primary_key=True)
     preset: Mapped[str] = mapped_column(String(120))
@@ -80,7 +82,10 @@ class BenchmarkSample(Base):
     """One measured figure of a run (per rank), next to the estimator's prediction for it."""
 
     __tablename__ = "benchmark_samples"
-    __table_args__ = (Index("ix_benchmark_samples_run_metric", "run_id", "metric"),)
+    __table_args__ = (
+        Index("ix_benchmark_samples_run_metric", "run_id", "metric"),
+        {"sqlite_autoincrement": True},
+    )
 
     id: Mapped[int] = mapped_column(primary_key=True)
     run_id: Mapped[int] = mapped_column(ForeignKey("benchmark_runs.id", ondelete="CASCADE"))

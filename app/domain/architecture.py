@@ -889,6 +889,80 @@ def _from_gpt_neox(cfg: _Cfg) -> dict[str, Any]:
     }
 
 
+# -- size bounds, checked before anything reads the config: a config.json is user input, and the sizes in it
+# drive work (the estimator loops per layer, the search per expert-parallel degree), so every one is capped
+# well above any published model; nesting, integer digits, element count and string length are capped too.
+
+HF_MAX_DEPTH = 20
+HF_MAX_INT_DIGITS = 18
+HF_MAX_ELEMENTS = 50_000
+HF_MAX_STRING_CHARS = 100_000
+HF_SIZE_LIMITS: dict[str, int] = {
+    **dict.fromkeys(("num_hidden_layers", "n_layer", "num_layers"), 1024),
+    **dict.fromkeys(("hidden_size", "n_embd", "d_model"), 262_144),
+    **dict.fromkeys(("num_attention_heads", "num_key_value_heads", "n_head"), 4096),
+    **dict.fromkeys(
+        ("head_dim", "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"),
+        65_536,
+    ),
+    **dict.fromkeys(
+        ("intermediate_size", "n_inner", "moe_intermediate_size", "shared_expert_intermediate_size"),
+        1_048_576,
+    ),
+    "vocab_size": 4_194_304,
+    **dict.fromkeys(
+        ("num_local_experts", "num_experts", "n_routed_experts", "n_shared_experts", "num_experts_per_tok"),
+        4096,
+    ),
+    **dict.fromkeys(("max_position_embeddings", "n_positions", "n_ctx"), 16_777_216),
+    **dict.fromkeys(("first_k_dense_replace", "moe_layer_freq", "decoder_sparse_step"), 1024),
+}
+
+
+def check_hf_config_bounds(config: Any) -> None:
+    """Refuse a config.json whose size would make work: nesting over ``HF_MAX_DEPTH``, an integer of more than
+    ``HF_MAX_INT_DIGITS`` digits, more than ``HF_MAX_ELEMENTS`` values, a string over ``HF_MAX_STRING_CHARS``
+    or holding a NUL character, or a model size over ``HF_SIZE_LIMITS``. Iterative (no recursion), O(size)."""
+    if not isinstance(config, dict):
+        return
+    stack: list[tuple[Any, int, str]] = [(config, 1, "")]
+    seen = 0
+    while stack:
+        value, depth, where = stack.pop()
+        seen += 1
+        if seen > HF_MAX_ELEMENTS:
+            raise ArchitectureImportError(None, None, f"more than {HF_MAX_ELEMENTS:,} values (limit)")
+        if isinstance(value, dict | list):
+            if depth > HF_MAX_DEPTH:
+                raise ArchitectureImportError(
+                    None, where or None, f"nested deeper than {HF_MAX_DEPTH} levels (limit)"
+                )
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, item in items:
+                if isinstance(key, str) and (len(key) > HF_MAX_STRING_CHARS or "\x00" in key):
+                    raise ArchitectureImportError(
+                        None, where or None, "a key is too long or holds a NUL character"
+                    )
+                stack.append((item, depth + 1, f"{where}.{key}" if where else str(key)))
+        elif isinstance(value, str):
+            if len(value) > HF_MAX_STRING_CHARS:
+                raise ArchitectureImportError(
+                    None, where, f"string longer than {HF_MAX_STRING_CHARS:,} characters (limit)"
+                )
+            if "\x00" in value:
+                raise ArchitectureImportError(None, where, "string holds a NUL character")
+        elif isinstance(value, int) and abs(value) >= 10**HF_MAX_INT_DIGITS:
+            raise ArchitectureImportError(None, where, f"integer over {HF_MAX_INT_DIGITS} digits (limit)")
+    for key, limit in HF_SIZE_LIMITS.items():
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > limit:
+            raise ArchitectureImportError(
+                config.get("model_type") if isinstance(config.get("model_type"), str) else None,
+                key,
+                f"{value:,} is over the limit of {limit:,}",
+            )
+
+
 def _slugify(text: str) -> str:
     slug = re.sub(r"[^a-z0-9.\-]+", "-", text.lower()).strip("-.")
     return slug[:64].rstrip("-.") or "imported"
@@ -908,6 +982,7 @@ def architecture_from_hf_config(
     """
     if not isinstance(config, dict):
         raise ArchitectureImportError(None, None, f"expected a JSON object, got {type(config).__name__}")
+    check_hf_config_bounds(config)
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         raise ArchitectureImportError(None, "model_type", "required field is missing or not a string")
@@ -955,6 +1030,7 @@ __all__ = [
     "SUPPORTED_HF_MODEL_TYPES",
     "architecture_by_slug",
     "architecture_from_hf_config",
+    "check_hf_config_bounds",
     "attention_parameters",
     "attention_projection_weights",
     "expert_parameters",

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -59,6 +60,10 @@ class Objective(StrEnum):
 
 class SearchTooLarge(ValueError):
     """The space would take too long; the message says how to narrow it."""
+
+
+class SearchCancelled(RuntimeError):
+    """The caller's ``should_stop`` hook said stop (a deadline passed); the search gave up between grids."""
 
 
 class SearchSpec(Frozen):
@@ -403,9 +408,20 @@ def _score(spec: SearchSpec, tps: np.ndarray, gpus: int, margin: np.ndarray) -> 
 
 
 def search(
-    arch: Architecture, clusters: dict[int, Cluster], spec: SearchSpec, flops_per_token: float
+    arch: Architecture,
+    clusters: dict[int, Cluster],
+    spec: SearchSpec,
+    flops_per_token: float,
+    should_stop: Callable[[], bool] | None = None,
 ) -> SearchResult:
-    """Every plan of ``spec`` for each cluster size in ``clusters`` (GPUs → Cluster); best first."""
+    """Every plan of ``spec`` for each cluster size in ``clusters`` (GPUs → Cluster); best first.
+    ``should_stop`` (e.g. a deadline check) is asked before and after each grid's evaluation; when it answers
+    true the search raises :class:`SearchCancelled`."""
+
+    def checkpoint() -> None:
+        if should_stop is not None and should_stop():
+            raise SearchCancelled("the search was stopped before it finished")
+
     start = time.perf_counter()
     size = space_size(arch, clusters, spec)
     if size > spec.max_plans:
@@ -424,6 +440,7 @@ def search(
     for gpus in spec.gpus:
         cluster = clusters[gpus]
         for batch in spec.global_batches:
+            checkpoint()
             grid = _grid(arch, cluster, spec, gpus, batch)
             considered += grid.size
             alive = np.ones(grid.size, dtype=bool)
@@ -436,7 +453,9 @@ def search(
             evaluated += int(alive.sum())
             if not alive.any():
                 continue
+            checkpoint()
             scored = _evaluate(arch, cluster, spec, gpus, batch, _subset(grid.cols, alive))
+            checkpoint()
             limit = scored.usable - max(spec.headroom_bytes, spec.headroom_fraction * scored.usable)
             host_short = ~scored.host_ok
             if host_short.any():

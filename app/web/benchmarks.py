@@ -33,7 +33,7 @@ def benchmarks_page(
     request: Request,
     catalog: CatalogDep,
     session: SessionDep,
-    accelerator: Annotated[str, Query(max_length=64)] = "",
+    accelerator: Annotated[str, Query(max_length=64, pattern=r"^[A-Za-z0-9._\-]*$")] = "",
 ) -> HTMLResponse:
     runs = list_benchmark_runs(session, accelerator=accelerator or None)
     calibrations = catalog.calibrations  # what estimates use now (the app's cache: shipped + posted runs)

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 from pydantic import ValidationError
 
 from app.domain.cost import CostOverrides
-from app.schemas import EstimateRequest
+from app.schemas import EstimateRequest, load_json_text
 
 HF = "hf"
 """The ``model`` value meaning "use the config.json in ``hf_config``"."""
@@ -146,8 +146,14 @@ def form_values(params: Mapping[str, Any]) -> dict[str, str]:
 
 
 def _set_path(target: dict[str, Any], path: list[str], value: Any) -> None:
+    """Set ``target[a][b]… = value``; a ValueError when a path is both a value and a group
+    (``o.self_build.pue=1.2`` with ``o.self_build.pue.x=1``)."""
     for key in path[:-1]:
         target = target.setdefault(key, {})
+        if not isinstance(target, dict):
+            raise ValueError(f"{key} is a single figure, not a group of figures")
+    if isinstance(target.get(path[-1]), dict):
+        raise ValueError(f"{path[-1]} is a group of figures, not a single figure")
     target[path[-1]] = value
 
 
@@ -216,9 +222,9 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
             out.errors["hf_config"] = f"longer than {MAX_HF_CONFIG_CHARS:,} characters"
         else:
             try:
-                cfg = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                out.errors["hf_config"] = f"not valid JSON: {exc.msg} (line {exc.lineno})"
+                cfg = load_json_text(raw, "the config.json")
+            except ValueError as exc:
+                out.errors["hf_config"] = str(exc)
             else:
                 if isinstance(cfg, dict):
                     body["hf_config"] = cfg
@@ -242,7 +248,10 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
             except ValueError:
                 out.errors[name] = "a number"
             continue
-        _set_path(overrides, name.split(".")[1:], _override_value(name, text))
+        try:
+            _set_path(overrides, name.split(".")[1:], _override_value(name, text))
+        except ValueError as exc:
+            out.errors[name] = str(exc)
     if figures:
         body["figure_overrides"] = figures
     try:

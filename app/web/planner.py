@@ -29,7 +29,7 @@ from app.domain.schedule import (
     pipeline_schedule,
     stage_times_from_rank,
 )
-from app.schemas import CostRequest, MonthlyCostRequest
+from app.schemas import CostRequest, MonthlyCostRequest, load_json_text
 from app.services import (
     InputError,
     plan_document_from_request,
@@ -349,7 +349,7 @@ async def upload_hf_config(
     params = dict(parse_qsl(current, keep_blank_values=True))
     raw = b"" if file is None else await file.read(MAX_HF_CONFIG_CHARS * 4 + 1)
     try:
-        cfg = json.loads(raw.decode("utf-8"))
+        cfg = load_json_text(raw.decode("utf-8"), "the file")
         if not isinstance(cfg, dict):
             raise ValueError("a config.json is a JSON object")
         text = json.dumps(cfg, separators=(",", ":"), sort_keys=True)

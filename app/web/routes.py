@@ -137,12 +137,33 @@ async def login(request: Request) -> Response:
     expected = settings.ui_password.get_secret_value() if settings.ui_password else None
     if expected is None:
         return RedirectResponse(target, status_code=303)
+    limiter = request.app.state.login_limiter
+    client = request.client.host if request.client else "unknown"
+    wait = limiter.retry_after(client)
+    if wait:
+        response = render(
+            request, "pages/login.html",
+            {"next": target, "error": f"Too many failed attempts; try again in {wait} s."}, status_code=429,
+        )  # fmt: skip
+        response.headers["Retry-After"] = str(wait)
+        return response
     if not hmac.compare_digest(password.encode(), expected.encode()):
+        limiter.failed(client)
         return render(
             request, "pages/login.html", {"next": target, "error": "Wrong password."}, status_code=401
         )
+    limiter.succeeded(client)
     secret = (settings.secret_key or settings.ui_password).get_secret_value()
     response = RedirectResponse(target, status_code=303)
     response.set_cookie(SESSION_COOKIE, session_cookie(secret), httponly=True, samesite="lax",
                         max_age=SESSION_SECONDS, path="/")  # fmt: skip
+    return response
+
+
+@router.post("/logout", dependencies=[Depends(verify_csrf)])
+def logout() -> Response:
+    """Forget this browser's session (the cookie is signed, not stored: rotate CAPPLAN_SECRET_KEY to end every
+    session at once)."""
+    response = RedirectResponse("/login", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
     return response

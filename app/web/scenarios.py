@@ -8,16 +8,19 @@ from urllib.parse import parse_qsl
 
 from fastapi import APIRouter, Depends, Form, HTTPException, Query, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from pydantic import Field
 from sqlalchemy.orm import Session
 
 from app.db.tables import Scenario
-from app.deps import RowId, get_catalog, get_session
+from app.deps import MAX_ROW_ID, RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.schemas import MonthlyCostRequest
 from app.services import (
     InputError,
     ScenarioConflict,
     ScenarioNotFound,
+    check_scenario_inputs,
+    count_scenarios,
     create_scenario,
     delete_scenario,
     duplicate_scenario,
@@ -31,7 +34,7 @@ from app.web import charts
 from app.web.forms import FORM_FIELDS, OVERRIDES, parse_planner, to_query, values_from_inputs
 from app.web.htmx import render
 from app.web.planner import planner_context
-from app.web.security import verify_csrf
+from app.web.security import require_ui_writer
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -68,18 +71,30 @@ def _summary(s: Scenario) -> str:
     return f"{model} · {i.get('gpus')} × {i.get('gpu')} · tp {i.get('tp', 1)} pp {i.get('pp', 1)}"
 
 
-@router.get("/scenarios", response_class=HTMLResponse)
-def scenarios_page(request: Request, session: SessionDep) -> HTMLResponse:
-    rows = [
-        {"s": s, "summary": _summary(s), "query": scenario_query(s), "overrides": overridden_figures(s)}
-        for s in list_scenarios(session)
+PAGE_SIZE = 25
+
+
+def _rows(session: Session, page: int = 1) -> list[dict[str, Any]]:
+    return [
+        {"s": s, "summary": _summary(s), "overrides": overridden_figures(s)}
+        for s in list_scenarios(session, PAGE_SIZE, (page - 1) * PAGE_SIZE)
     ]
-    return render(
-        request, "pages/scenarios.html", {"rows": rows, "message": request.query_params.get("msg", "")}
-    )
 
 
-@router.post("/scenarios", dependencies=[Depends(verify_csrf)])
+@router.get("/scenarios", response_class=HTMLResponse)
+def scenarios_page(
+    request: Request, session: SessionDep, page: Annotated[int, Query(ge=1, le=100_000)] = 1
+) -> HTMLResponse:
+    """One page of 25 saved scenarios (the planner link goes through /scenarios/{id}: a config.json scenario's
+    query can be megabytes)."""
+    total = count_scenarios(session)
+    pages = max(1, -(-total // PAGE_SIZE))
+    ctx = {"rows": _rows(session, page), "message": request.query_params.get("msg", ""), "page": page,
+           "pages": pages, "total": total}  # fmt: skip
+    return render(request, "pages/scenarios.html", ctx)
+
+
+@router.post("/scenarios", dependencies=[Depends(require_ui_writer)])
 def save_scenario(
     request: Request,
     catalog: CatalogDep,
@@ -95,6 +110,7 @@ def save_scenario(
         ctx = planner_context(request, catalog, form)
         return render(request, "pages/planner.html", ctx, status_code=422)
     req = form.request.model_copy(update={"tokens": form.tokens})
+    check_scenario_inputs(catalog, req)
     scenario = create_scenario(session, name, req, form.overrides)
     return RedirectResponse(f"/scenarios/{scenario.id}", status_code=303)
 
@@ -104,16 +120,15 @@ def compare_page(
     request: Request,
     catalog: CatalogDep,
     session: SessionDep,
-    ids: Annotated[list[int], Query(max_length=4)] = [],  # noqa: B006
+    ids: Annotated[list[Annotated[int, Field(ge=1, le=MAX_ROW_ID)]], Query(max_length=4)] = [],  # noqa: B006
 ) -> HTMLResponse:
     """2–4 scenarios side by side: key figures in a table, step time and memory, and cumulative cost overlaid."""
     chosen = [_scenario(session, i) for i in dict.fromkeys(ids)]
     if not 2 <= len(chosen) <= 4:
         return render(
             request, "pages/scenarios.html",
-            {"rows": [{"s": s, "summary": _summary(s), "query": scenario_query(s), "overrides": overridden_figures(s)}
-                      for s in list_scenarios(session)],
-             "message": "Choose 2 to 4 scenarios to compare."},
+            {"rows": _rows(session), "message": "Choose 2 to 4 scenarios to compare.", "page": 1,
+             "pages": max(1, -(-count_scenarios(session) // PAGE_SIZE))},
             status_code=422,
         )  # fmt: skip
     cols: list[dict[str, Any]] = []
@@ -168,7 +183,7 @@ def scenario_page(
     return render(request, "pages/scenario.html", ctx, block="results", status_code=200 if form.ok else 422)
 
 
-@router.post("/scenarios/{scenario_id}/update", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios/{scenario_id}/update", dependencies=[Depends(require_ui_writer)])
 def update_scenario_inputs(
     request: Request,
     scenario_id: RowId,
@@ -186,6 +201,7 @@ def update_scenario_inputs(
                     "form_action": f"/scenarios/{s.id}", "message": ""})  # fmt: skip
         return render(request, "pages/scenario.html", ctx, status_code=422)
     req = form.request.model_copy(update={"tokens": form.tokens})
+    check_scenario_inputs(catalog, req)
     try:
         update_scenario(session, scenario_id, version=version, inputs=req, overrides=form.overrides)
     except ScenarioConflict as exc:
@@ -195,7 +211,7 @@ def update_scenario_inputs(
     return RedirectResponse(f"/scenarios/{scenario_id}?msg=saved", status_code=303)
 
 
-@router.post("/scenarios/{scenario_id}/rename", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios/{scenario_id}/rename", dependencies=[Depends(require_ui_writer)])
 def rename_scenario(
     request: Request,
     scenario_id: RowId,
@@ -212,7 +228,7 @@ def rename_scenario(
     return RedirectResponse(f"/scenarios/{scenario_id}?msg=renamed", status_code=303)
 
 
-@router.post("/scenarios/{scenario_id}/duplicate", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios/{scenario_id}/duplicate", dependencies=[Depends(require_ui_writer)])
 def duplicate(scenario_id: RowId, session: SessionDep) -> Response:
     try:
         copy = duplicate_scenario(session, scenario_id)
@@ -226,7 +242,7 @@ def confirm_delete(request: Request, scenario_id: RowId, session: SessionDep) ->
     return render(request, "pages/scenario_delete.html", {"s": _scenario(session, scenario_id)})
 
 
-@router.post("/scenarios/{scenario_id}/delete", dependencies=[Depends(verify_csrf)])
+@router.post("/scenarios/{scenario_id}/delete", dependencies=[Depends(require_ui_writer)])
 def delete(scenario_id: RowId, session: SessionDep) -> Response:
     try:
         delete_scenario(session, scenario_id)

@@ -7,6 +7,7 @@ by reason. It calls :func:`app.services.run_search`; nothing is computed here.
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
@@ -66,9 +67,12 @@ def search_request(
         text = opts[key].strip()
         if text:
             try:
-                body[key] = kind(float(text)) if kind is int else kind(text)
-            except ValueError:
-                errors[key] = "a number"
+                number = float(text)
+                if not math.isfinite(number):
+                    raise ValueError(text)
+                body[key] = int(number) if kind is int else number
+            except (ValueError, OverflowError):
+                errors[key] = "a finite number"
     if errors:
         return None, errors
     try:
@@ -98,7 +102,8 @@ def search_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
     result = None
     if req is not None:
         try:
-            result = run_search(catalog, req)
+            settings = request.app.state.settings
+            result = run_search(catalog, req, settings.search_max_plans, request.app.state.search_budget)
         except InputError as exc:
             for e in exc.errors:
                 loc = [str(p) for p in e.get("loc", []) if p != "body"]

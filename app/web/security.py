@@ -5,6 +5,15 @@ browser has none, and every POST form carries the same value in a hidden ``csrf_
 ``X-CSRF-Token`` header); :func:`verify_csrf` refuses a POST whose two values differ (403). A cross-site page
 can make the browser send the cookie but cannot read it to fill in the field.
 
+Who may write through the UI (save, change, rename, duplicate, delete scenarios): with ``CAPPLAN_UI_PASSWORD``
+set, whoever logged in (every page is behind the login); without it, only a client on the loopback interface
+(127.0.0.0/8 or ::1, with no Forwarded/X-Forwarded-For header) -- the single-user laptop case. Anyone else gets
+403 and the reason: a server reachable from other hosts needs the UI password for writes through the browser
+(the JSON API keeps its bearer token). :func:`require_ui_writer` enforces it.
+
+Login attempts are rate-limited per client address (:class:`LoginLimiter`: 5 failures a minute, then 429 with
+Retry-After) and in total (60 failures a minute); ``POST /logout`` clears the session cookie.
+
 Login: when ``CAPPLAN_UI_PASSWORD`` is set, every HTML page (not the JSON API, which has its bearer token, nor
 /healthz, /metrics, /static) needs the ``capplan_session`` cookie that ``POST /login`` sets: an HMAC of its
 expiry time keyed by ``CAPPLAN_SECRET_KEY``.
@@ -14,8 +23,11 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import secrets
+import threading
 import time
+from collections import deque
 
 from fastapi import HTTPException, Request
 
@@ -76,3 +88,70 @@ def valid_session(secret: str, value: str | None, now: float | None = None) -> b
 
 def needs_login(path: str) -> bool:
     return not path.startswith(OPEN_PATHS)
+
+
+def is_loopback_client(request: Request) -> bool:
+    """The request comes from this host, directly: a loopback address and no proxy header (a reverse proxy on
+    the same host would make every client look local)."""
+    if request.headers.get("forwarded") or request.headers.get("x-forwarded-for"):
+        return False
+    host = request.client.host if request.client else ""
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+async def require_ui_writer(request: Request) -> None:
+    """Dependency for every HTML form that writes: the CSRF token, then the UI password's session (checked by
+    the login middleware when a password is set) or a loopback client."""
+    await verify_csrf(request)
+    if request.app.state.settings.ui_password is not None:
+        return  # LoginRequired already refused requests without a valid session
+    if not is_loopback_client(request):
+        raise HTTPException(
+            403,
+            "saving through the browser is open to this machine only: set CAPPLAN_UI_PASSWORD on a server "
+            "others can reach (or use the JSON API with its bearer token)",
+        )
+
+
+class LoginLimiter:
+    """Failed logins per client address in a sliding window, and in total (a distributed guesser)."""
+
+    def __init__(self, per_client: int = 5, total: int = 60, window_s: float = 60.0) -> None:
+        self.per_client, self.total, self.window_s = per_client, total, window_s
+        self._failures: dict[str, deque[float]] = {}
+        self._all: deque[float] = deque()
+        self._lock = threading.Lock()
+
+    def _trim(self, q: deque[float], now: float) -> None:
+        while q and q[0] <= now - self.window_s:
+            q.popleft()
+
+    def retry_after(self, client: str, now: float | None = None) -> int:
+        """Seconds until ``client`` may try again (0: now)."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            self._trim(self._all, now)
+            q = self._failures.get(client, deque())
+            self._trim(q, now)
+            waits = []
+            if len(q) >= self.per_client:
+                waits.append(q[0] + self.window_s - now)
+            if len(self._all) >= self.total:
+                waits.append(self._all[0] + self.window_s - now)
+            return max(1, int(max(waits)) + 1) if waits else 0
+
+    def failed(self, client: str, now: float | None = None) -> None:
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            if len(self._failures) > 10_000:  # bounded memory: forget clients with no recent failure
+                for key in [k for k, q in self._failures.items() if not q or q[-1] <= now - self.window_s]:
+                    del self._failures[key]
+            self._failures.setdefault(client, deque()).append(now)
+            self._all.append(now)
+
+    def succeeded(self, client: str) -> None:
+        with self._lock:
+            self._failures.pop(client, None)

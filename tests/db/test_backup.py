@@ -58,6 +58,7 @@ def test_round_trip_keeps_every_row(database_url: str, tmp_path) -> None:
         "custom_catalog_entries": 1,
         "benchmark_runs": 1,
         "benchmark_samples": 2,
+        "nul_characters_replaced": 0,
     }
     assert snapshot(factory) == before
     # ids continue after the imported ones

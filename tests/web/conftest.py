@@ -11,7 +11,12 @@ from app.web.security import CSRF_COOKIE, CSRF_FIELD
 
 
 class BrowserLikeClient(TestClient):
-    """A TestClient whose form posts carry the CSRF token (fetching a page first to get the cookie)."""
+    """A TestClient whose form posts carry the CSRF token (fetching a page first to get the cookie). It connects
+    from 127.0.0.1, the single-user case in which the UI may write without a UI password."""
+
+    def __init__(self, app, *args, **kwargs) -> None:
+        kwargs.setdefault("client", ("127.0.0.1", 50000))
+        super().__init__(app, *args, **kwargs)
 
     def post(self, url, *args, **kwargs):  # type: ignore[override]
         if not str(url).startswith("/api/") and "raw_csrf" not in kwargs:
