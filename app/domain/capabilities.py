@@ -39,6 +39,7 @@ class Facts:
     cp: Any
     ep: Any
     micro_batches: Any
+    seq_len: Any
     replicated: Any  # DDP: nothing sharded
     shards_grads: Any
     shards_params: Any
@@ -51,7 +52,7 @@ class Facts:
 def plan_facts(plan: Plan, *, tied_embeddings: bool = False) -> Facts:
     return Facts(
         tp=plan.tp, pp=plan.pp, vpp=plan.vpp, cp=plan.cp, ep=plan.ep, micro_batches=plan.micro_batches,
-        replicated=not plan.sharding.shards_optimizer, shards_grads=plan.sharding.shards_grads,
+        seq_len=plan.seq_len, replicated=not plan.sharding.shards_optimizer, shards_grads=plan.sharding.shards_grads,
         shards_params=plan.sharding.shards_params, offload_optimizer=plan.offload is Offload.optimizer_cpu,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, tied_embeddings=tied_embeddings,
     )  # fmt: skip
@@ -93,6 +94,12 @@ def _smaller_micro_batch(plan: Plan, framework: Framework) -> Plan:
         if per_rank % mb == 0 and per_rank // mb >= plan.pp:
             return replace_plan(plan, micro_batch=mb)
     return replace_plan(plan, micro_batch=1)
+
+
+def _seq_multiple(plan: Plan, framework: Framework) -> Plan:
+    """The next sequence length torchtitan can split over tp (sequence parallel) and 2·cp."""
+    unit = plan.tp * (2 * plan.cp if plan.cp > 1 else 1)
+    return replace_plan(plan, seq_len=-(-plan.seq_len // unit) * unit)
 
 
 def _bf16(plan: Plan, framework: Framework) -> Plan:
@@ -184,6 +191,12 @@ CAPABILITIES: tuple[Capability, ...] = (
         "torch.distributed.pipelining: 'Number of microbatches must be greater than or equal to the number of "
         "stages' (pipeline ranks)", "use a smaller micro-batch or a larger global batch", TORCHTITAN_SOURCE,
         lambda f: (f.pp > 1) & (f.micro_batches < f.pp), _smaller_micro_batch,
+    ),
+    Capability(
+        Framework.fsdp2, "torchtitan-seq-split", "seq_len",
+        "torchtitan: the sequence length must divide by tp (its TP always shards norms over the sequence) "
+        "times 2·cp", "use a sequence length that is a multiple of tp·2·cp", TORCHTITAN_SOURCE,
+        lambda f: f.seq_len % (f.tp * ((f.cp > 1) * (2 * f.cp - 1) + 1)) != 0, _seq_multiple,
     ),
 )  # fmt: skip
 

@@ -197,7 +197,7 @@ def _reject_masks(
         ("offload needs fully sharded parameters",
          np.isin(off, [Offload.params_cpu, Offload.nvme]) & ~shards_params),
         *capability_masks(spec.framework, Facts(
-            tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batches=np.maximum(micro, 1),
+            tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batches=np.maximum(micro, 1), seq_len=spec.seq_len,
             replicated=~np.array([s.shards_optimizer for s in SHARDINGS])[g["sh"]],
             shards_grads=np.array([s.shards_grads for s in SHARDINGS])[g["sh"]], shards_params=shards_params,
             offload_optimizer=off == Offload.optimizer_cpu, fp16=spec.precision is Precision.fp16,

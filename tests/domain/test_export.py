@@ -249,7 +249,7 @@ def run_torchtitan_module(doc: PlanDocument, monkeypatch: pytest.MonkeyPatch) ->
 
     def base_config():
         return _ns(
-            model_spec=None, dump_folder="", dataloader=_ns(dataset=""),
+            model_spec=None, dump_folder="", hf_assets_path="", dataloader=_ns(dataset=""),
             training=_ns(local_batch_size=8, global_batch_size=-1, seq_len=2048, steps=10,
                          mixed_precision_param="bfloat16", enable_cpu_offload=False),
             parallelism=_ns(), activation_checkpoint=None, compile=None, checkpoint=None, optimizer=None,
@@ -279,8 +279,7 @@ def run_torchtitan_module(doc: PlanDocument, monkeypatch: pytest.MonkeyPatch) ->
     return namespace["capplan_plan"]()
 
 
-TITAN_DOCS = [name for name, d in DOCS.items() if d.arch.slug in {"llama3.1-8b", "llama3.1-70b", "llama3.1-405b",
-                                                                  "deepseek-v3"}]  # fmt: skip
+TITAN_DOCS = [name for name, d in DOCS.items() if not framework_problems(d, ExportFormat.torchtitan)]
 
 
 @pytest.mark.parametrize("name", TITAN_DOCS)
@@ -346,15 +345,12 @@ def test_torchtitan_data_parallel_degrees(sharding, group, replicate, shard, res
 
 def test_torchtitan_model_flavor_and_batches(monkeypatch: pytest.MonkeyPatch) -> None:
     text = export_plan(DOCS["llama70b-fsdp-tp8"], "torchtitan").content
-    assert "from torchtitan.models.llama3.config_registry import llama3_70b as base_config" in text
+    assert "from torchtitan.models.llama3.config_registry import llama3_8b as base_config" in text
+    assert "config.hf_assets_path = './assets/hf/Llama-3.1-70B'" in text
     assert run_torchtitan_module(DOCS["llama70b-fsdp-tp8"], monkeypatch).model_spec.flavor == "70B"
     assert batches(DOCS["llama70b-fsdp-tp8"]).gradient_accumulation_steps == 8  # 64 / (1 · 8)
-    unknown = export_plan(DOCS["gpt3-megatron-ddp"], "torchtitan")
-    assert any("ships no model for gpt3-175b" in n for n in unknown.notes)
-    assert (
-        "PLACEHOLDER" in unknown.content.splitlines()[0]
-        or "# note: PLACEHOLDER: torchtitan" in unknown.content
-    )
+    with pytest.raises(FrameworkRefusal, match="torchtitan 0.3.0 ships no model for gpt3-175b"):
+        export_plan(DOCS["gpt3-megatron-ddp"], "torchtitan")
 
 
 # -- torchrun ------------------------------------------------------------------------------------------------
@@ -860,3 +856,26 @@ def test_shell_words() -> None:
     assert shlex.split(shell_word("it's")) == ["it's"]
     with pytest.raises(ValueError):
         shell_word("$(rm -rf /)")
+
+
+# -- the search proposes only plans the framework runs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron", "fsdp2"])
+def test_search_never_returns_a_plan_its_framework_refuses(framework: str) -> None:
+    from app.domain.architecture import parameter_counts
+    from app.domain.capabilities import capability_violations
+    from app.domain.compute import model_flops_per_token
+    from app.domain.search import SearchSpec, search
+
+    arch = CATALOG.architecture("llama3.1-8b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=32)
+    spec = SearchSpec(gpus=(32,), global_batches=(64,), seq_len=4096, framework=framework, vpps=(1, 2),
+                      cps=(1, 2), micro_batches=(1, 4), recomputes=("full",), max_pp=4, top_k=100)  # fmt: skip
+    flops = model_flops_per_token(arch, 4096, parameter_counts(arch).matmul_weights_active).total
+    result = search(arch, {32: cluster}, spec, flops)
+    assert result.plans
+    for cand in result.plans:
+        assert capability_violations(cand.plan, tied_embeddings=arch.tied_embeddings) == [], cand.plan
+    refused = {k: v for k, v in result.rejected.items() if k.startswith(f"{framework}: ")}
+    assert refused, result.rejected  # the table's masks did remove plans the framework cannot run

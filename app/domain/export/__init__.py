@@ -1,15 +1,17 @@
-"""Export a plan as runnable configuration: one pure function, one plan document, nine formats.
+"""Export a plan as runnable configuration: one pure function, one plan document, ten formats.
 
 :func:`export_plan` turns a :class:`PlanDocument` into an :class:`ExportedFile` (filename, media type,
 text). It reads nothing but the document, so the CLI, the API and the pages produce byte-identical files
 for the same plan. Build the document from an estimate with :func:`build_plan_document`; read one back with
 :func:`parse_plan_document`.
 
-Formats: ``json`` (the plan document itself), ``torchtitan`` (FSDP2 job TOML), ``torchrun`` (launch
-command), ``megatron`` (Megatron-LM arguments), ``deepspeed`` (DeepSpeed config JSON), ``slurm`` (batch
-script), ``k8s`` (Kubeflow Trainer v2 TrainJob with a checkpoint claim), ``k8s-v1`` (the older PyTorchJob), ``prometheus`` (alert rules for the training job, thresholds from the
-estimate) and ``grafana`` (a dashboard for the job with the predictions as reference lines). Every format is produced for every plan; where a framework cannot
-express part of the plan the file says so in a comment and :attr:`ExportedFile.notes` lists it.
+Formats: ``json`` (the plan document itself), ``torchtitan`` (a torchtitan 0.3 config module),
+``torchrun`` (launch command), ``megatron`` (Megatron-LM arguments), ``deepspeed`` (DeepSpeed config JSON),
+``slurm`` (batch script), ``k8s`` (Kubeflow Trainer v2 TrainJob with a checkpoint claim), ``k8s-v1`` (the older
+PyTorchJob), ``prometheus`` (alert rules for the training job, thresholds from the estimate) and ``grafana`` (a dashboard for the job with the predictions as reference lines). A format whose
+framework cannot run the plan (``app.domain.capabilities``) raises :class:`FrameworkRefusal` naming the limit
+and the nearest runnable plan; where a framework cannot express a detail of the plan the file says so in a
+comment and :attr:`ExportedFile.notes` lists it.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from app.domain.export.launch import layout, torchrun_args
 from app.domain.export.megatron import megatron_args, megatron_script
 from app.domain.export.monitoring import grafana_dashboard, prometheus_rules
 from app.domain.export.scripts import slurm_script, torchrun_script
-from app.domain.export.torchtitan import torchtitan_config_module
+from app.domain.export.torchtitan import TORCHTITAN_MODELS, TORCHTITAN_VERSION, torchtitan_config_module
 from app.domain.plan import Framework
 from app.domain.provenance import Frozen
 
@@ -97,6 +99,14 @@ class FrameworkRefusal(PlanDocumentError):
 def framework_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[str, str]]:
     """What the format's framework refuses in this plan: (dotted field, message with the nearest plan)."""
     fw = FORMAT_FRAMEWORK.get(key, doc.plan.framework)
+    if key is ExportFormat.torchtitan and doc.arch.slug not in TORCHTITAN_MODELS:
+        return [
+            (
+                "model",
+                f"torchtitan {TORCHTITAN_VERSION} ships no model for {doc.arch.slug} (it ships "
+                f"{', '.join(TORCHTITAN_MODELS)}): register the model in torchtitan, or export megatron",
+            )
+        ]
     return [
         (f"plan.{v.field}", f"{v.message} (fix: {v.fix})")
         for v in capability_violations(doc.plan, fw, tied_embeddings=doc.arch.tied_embeddings)

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass
 
 from app.domain.export.document import PlanDocument
-from app.domain.plan import Framework, Sharding
+from app.domain.plan import Framework
 
 RDZV_PORT = 29500
 MAX_RESTARTS = 3
@@ -96,7 +96,7 @@ def framework_env(doc: PlanDocument) -> list[tuple[str, str, str]]:
     Blackwell) so the TP/CP communication kernels are queued ahead of the GEMMs they overlap, and refuses it
     with torch FSDP2 (which needs it unset or > 1)."""
     p = doc.plan
-    if p.framework is Framework.megatron and p.sharding is not Sharding.fsdp_full and p.tp * p.cp > 1:
+    if p.framework is Framework.megatron and not p.sharding.shards_params and p.tp * p.cp > 1:
         return [
             (
                 "CUDA_DEVICE_MAX_CONNECTIONS",

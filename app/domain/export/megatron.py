@@ -54,18 +54,24 @@ def _sharding_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
     p = doc.plan
     sh = p.sharding
     out: list[Arg] = []
-    if sh is Sharding.megatron_distopt:
-        out.append(("--use-distributed-optimizer", None))
-    elif sh is Sharding.fsdp_full:
+    if sh.shards_params:
         # validate_args: torch FSDP2 refuses gradient-accumulation fusion and needs a distributed checkpoint
         out += [
             ("--use-torch-fsdp2", None),
             ("--no-gradient-accumulation-fusion", None),
             ("--ckpt-format", "torch_dist"),
         ]
-    if p.dp > 1 and sh is not Sharding.fsdp_full:
+        if sh is not Sharding.fsdp_full:
+            notes.append(f"{sh.value} maps to Megatron's torch FSDP2 (fully sharded)")
+    elif sh.shards_optimizer:
+        out.append(("--use-distributed-optimizer", None))
+        if sh is not Sharding.megatron_distopt:
+            notes.append(
+                f"{sh.value} maps to Megatron's distributed optimizer (optimizer state sharded over dp)"
+            )
+    if p.dp > 1 and not sh.shards_params:
         out.append(("--overlap-grad-reduce", None))
-        if sh is Sharding.megatron_distopt:
+        if sh.shards_optimizer:
             out.append(("--overlap-param-gather", None))
     if p.offload is Offload.optimizer_cpu:
         # validate_args: CPU offload runs through the precision-aware optimizer (HybridDeviceOptimizer)
@@ -74,6 +80,8 @@ def _sharding_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
             ("--use-precision-aware-optimizer", None),
             ("--overlap-cpu-optimizer-d2h-h2d", None),
         ]
+    elif p.offload is not Offload.none:
+        notes.append(f"Megatron offloads only the optimizer to CPU; {p.offload.value} is not expressible")
     return out
 
 
@@ -252,6 +260,9 @@ def megatron_script(doc: PlanDocument) -> tuple[str, list[str]]:
     )
     lines = [f"  {flag}" + ("" if value is None else f" {shell_word(value)}") for flag, value in pairs]
     env = "".join(f"export {var}={value}  # {comment}\n" for var, value, comment in framework_env(doc))
-    if doc.plan.sharding is Sharding.fsdp_full:
+    if doc.plan.sharding.shards_params:
         env += "unset CUDA_DEVICE_MAX_CONNECTIONS  # torch FSDP2 refuses CUDA_DEVICE_MAX_CONNECTIONS=1\n"
-    return "#!/usr/bin/env bash\n" + head + env + "MEGATRON_ARGS=(\n" + "\n".join(lines) + "\n)\n", notes
+    sourced = "# shellcheck disable=SC2034  # MEGATRON_ARGS is read by the script that sources this file\n"
+    return "#!/usr/bin/env bash\n" + head + env + sourced + "MEGATRON_ARGS=(\n" + "\n".join(
+        lines
+    ) + "\n)\n", notes

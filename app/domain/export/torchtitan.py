@@ -41,23 +41,30 @@ TORCHTITAN_VERSION = "0.3.0"
 
 @dataclass(frozen=True, slots=True)
 class TitanModel:
-    """A model torchtitan ships: the package under ``torchtitan.models``, its registry function and flavor."""
+    """A model torchtitan ships: the package under ``torchtitan.models``, the registry function the config
+    starts from, the flavor and the Hugging Face assets folder (tokenizer).
+
+    The base is a registry function without converters (``llama3_8b`` for every Llama 3 flavor: torchtitan's
+    ``llama3_405b`` builds fp8 converters, which fail on GPUs before SM89); the model spec, assets and every
+    plan-dependent field are replaced."""
 
     package: str
     registry_function: str
     flavor: str
+    hf_assets: str
     registry_kwargs: str = ""  # extra keyword arguments of model_registry, as Python source
     fp8_filter: tuple[str, ...] = ("lm_head",)
 
 
 TORCHTITAN_MODELS: dict[str, TitanModel] = {
-    "llama3.1-8b": TitanModel("llama3", "llama3_8b", "8B"),
-    "llama3.1-70b": TitanModel("llama3", "llama3_70b", "70B"),
-    "llama3.1-405b": TitanModel("llama3", "llama3_405b", "405B"),
+    "llama3.1-8b": TitanModel("llama3", "llama3_8b", "8B", "Llama-3.1-8B"),
+    "llama3.1-70b": TitanModel("llama3", "llama3_8b", "70B", "Llama-3.1-70B"),
+    "llama3.1-405b": TitanModel("llama3", "llama3_8b", "405B", "Llama-3.1-405B"),
     "deepseek-v3": TitanModel(
-        "deepseek_v3", "deepseek_v3_671b", "671B", 'attn_backend="flex"', ("lm_head", "router.gate")
+        "deepseek_v3", "deepseek_v3_671b", "671B", "DeepSeek-V3.1-Base", 'attn_backend="flex"',
+        ("lm_head", "router.gate"),
     ),
-}
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,7 +154,7 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
             f"({arch.n_layers} layers, hidden {arch.hidden_size}, {arch.n_heads} heads, {arch.n_kv_heads} KV heads, "
             f"FFN {arch.ffn_hidden_size}, vocab {arch.vocab_size}) and point the imports below at it"
         )
-        model = TitanModel("PLACEHOLDER_your_model", "PLACEHOLDER_your_config", arch.slug)
+        model = TitanModel("PLACEHOLDER_your_model", "PLACEHOLDER_your_config", arch.slug, arch.slug)
     if p.precision is Precision.fp16:
         notes.append(
             "torchtitan mixed precision is bfloat16 or float32: the plan's fp16 is written as bfloat16"
@@ -196,6 +203,7 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
         f'    """{doc.name}: {arch.name} on {doc.hardware.gpus} x {doc.hardware.gpu} (capplan plan)."""',
         "    config = base_config()",
         f"    config.model_spec = model_registry({', '.join(registry_args)})",
+        f"    config.hf_assets_path = {_py('./assets/hf/' + model.hf_assets)}  # tokenizer (download_hf_assets.py)",
         f"    config.dump_folder = {_py('./outputs')}",
         f"    config.dataloader.dataset = {_py('c4')}  # PLACEHOLDER: your dataset",
         "    # training: sequences per data-parallel rank per step"
@@ -208,6 +216,12 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
         "    config.training.mixed_precision_param = "
         + _py("float32" if p.precision is Precision.fp32 else "bfloat16"),
         f"    config.training.enable_cpu_offload = {p.offload is not Offload.none}",
+        f"    config.training.disable_cuda_graphs = {p.pp > 1 or p.ep > 1}"
+        + (
+            "  # torchtitan: CUDA graphs support neither PP nor EP's standard dispatcher"
+            if p.pp > 1 or p.ep > 1
+            else ""
+        ),
         f"    config.parallelism.data_parallel_replicate_degree = {dp.replicate}",
         f"    config.parallelism.data_parallel_shard_degree = {dp.shard}"
         f"  # replicate x shard x tp x pp x cp = {dp.replicate * dp.shard * p.tp * p.pp * p.cp} GPUs",
@@ -253,7 +267,6 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
             *header_lines(doc, f"torchtitan {TORCHTITAN_VERSION} config module"),
             f"run: torchrun ... -m torchtitan.train --module {TORCHTITAN_MODULE} --config {TORCHTITAN_CONFIG_FUNCTION}"
             " (this file's folder on PYTHONPATH)",
-            "hf_assets_path (tokenizer) is the registry's: ./assets/hf/... from scripts/download_hf_assets.py",
             "placeholders: the dataset, the learning rate"
             + (", the model imports" if arch.slug not in TORCHTITAN_MODELS else ""),
             *(f"note: {n}" for n in notes),
