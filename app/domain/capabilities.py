@@ -24,7 +24,9 @@ from typing import Any
 
 from app.domain.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding, Violation
 
-MEGATRON_SOURCE = "Megatron-LM core_r0.16 megatron/training/arguments.py validate_args; megatron-core 0.16.1"
+MEGATRON_SOURCE = (
+    "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args; megatron-core 0.16.1"
+)
 DEEPSPEED_SOURCE = "DeepSpeed 0.19.8 deepspeed/runtime/pipe/engine.py PipelineEngine.__init__"
 TORCHTITAN_SOURCE = "torchtitan 0.3.0 with torch 2.13 torch/distributed/pipelining/schedules.py"
 

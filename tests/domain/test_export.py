@@ -879,3 +879,27 @@ def test_search_never_returns_a_plan_its_framework_refuses(framework: str) -> No
         assert capability_violations(cand.plan, tied_embeddings=arch.tied_embeddings) == [], cand.plan
     refused = {k: v for k, v in result.rejected.items() if k.startswith(f"{framework}: ")}
     assert refused, result.rejected  # the table's masks did remove plans the framework cannot run
+
+
+def test_export_targets_are_pinned_consistently() -> None:
+    """data/export_targets.toml, the code's constants, the check environment's pins and the sourced data agree."""
+    from app.domain.export.torchtitan import TORCHTITAN_VERSION
+
+    root = Path(__file__).resolve().parents[2]
+    targets = {
+        t["format"]: t for t in tomllib.loads((root / "data/export_targets.toml").read_text())["target"]
+    }
+    assert set(targets) == set(EXPORT_FORMATS) - {"json", "torchrun"}
+    pins = dict(
+        line.split("==", 1)
+        for line in (root / "scripts/check_exports/requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert targets["torchtitan"]["version"] == TORCHTITAN_VERSION == pins["torchtitan"]
+    assert targets["deepspeed"]["version"] == pins["deepspeed"]
+    assert targets["megatron"]["version"] == "core_v" + pins["megatron-core"]
+    flags = json.loads((root / "scripts/check_exports/megatron_flags.json").read_text())["_source"]
+    assert flags["tag"] == targets["megatron"]["version"]
+    for fmt, schema in (("k8s", "trainjob.json"), ("k8s-v1", "pytorchjob.json")):
+        source = json.loads((root / "scripts/check_exports/schemas" / schema).read_text())["_source"]
+        assert source["tag"] == targets[fmt]["version"]

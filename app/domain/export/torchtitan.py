@@ -181,6 +181,7 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
     pkg = f"torchtitan.models.{model.package}"
     fp8 = p.precision is Precision.fp8
     compile_model = p.uses_fused_kernels or fp8
+    ac_class = {Recompute.full: "FullAC", Recompute.selective: "SelectiveAC"}.get(p.recompute)
     registry_args = [_py(model.flavor)] + ([model.registry_kwargs] if model.registry_kwargs else [])
     if fp8:
         registry_args.append(
@@ -194,7 +195,7 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
         *(["from torchtitan.components.quantization import Float8LinearConverter"] if fp8 else []),
         "from torchtitan.components.optimizer import default_adamw",
         "from torchtitan.config import CompileConfig",
-        "from torchtitan.distributed.activation_checkpoint import FullAC, SelectiveAC",
+        *([f"from torchtitan.distributed.activation_checkpoint import {ac_class}"] if ac_class else []),
         f"from {pkg} import model_registry",
         f"from {pkg}.config_registry import {model.registry_function} as base_config",
         "",
@@ -244,12 +245,7 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
             f"    # layers per stage {'/'.join(map(str, counts))} (capplan's split; embedding first, output last)",
             f"    config.parallelism.module_fqns_per_model_part = {_py(stage_modules(arch.n_layers, stages))}",
         ]
-    if p.recompute is Recompute.full:
-        ac = "FullAC.Config()"
-    elif p.recompute is Recompute.selective:
-        ac = "SelectiveAC.Config()"
-    else:
-        ac = "None"
+    ac = f"{ac_class}.Config()" if ac_class else "None"
     components = ["model", "loss"] if compile_model else ["loss"]
     lines += [
         f"    config.activation_checkpoint = {ac}",
