@@ -318,6 +318,16 @@ def check_megatron_args(argv: list[str], env: dict[str, str], entry: dict) -> st
     if unknown:
         raise Rejected(f"pretrain_gpt.py: unrecognized arguments: {' '.join(unknown)}")
     megatron_validate_args(args, env, entry["gpus"])
+    import megatron.core.optimizer.optimizer_config as oc
+    from megatron.core.optimizer import OptimizerConfig
+    from packaging.version import Version
+
+    oc.is_te_min_version = lambda version, check_equality=True: (
+        Version("2.8") >= Version(str(version))
+    )  # TE 2.8
+    # megatron-core's own optimizer rules (precision-aware optimizer: adam and the distributed optimizer only)
+    OptimizerConfig(**{k: getattr(args, k) for k in ("optimizer", "use_distributed_optimizer", "fp16", "bf16",
+                                                      "use_precision_aware_optimizer", "optimizer_cpu_offload")})  # fmt: skip
     config = megatron_transformer_config(args)
     layers = megatron_layers_per_rank(config)
     flat = [n for rank in layers for n in rank]
