@@ -18,7 +18,8 @@ Runs in ``.venv-exports`` (CPU only, pinned in ``requirements.txt``) on the fold
   ``#SBATCH`` directives against Slurm's option table;
 * Kubernetes: the TrainJob / PyTorchJob CRD OpenAPI schemas (``schemas/``, from the Kubeflow tags) with
   ``jsonschema``, strict: unknown fields are errors (``kubectl apply --validate=strict``); the PVC's fields;
-* Prometheus: ``promtool check rules``; Grafana: the uid rule (``^[a-zA-Z0-9_-]{1,40}$``), unique uids, panel
+* Prometheus: ``promtool check rules`` and ``promtool test rules`` (a healthy run alerts nothing, a slow one
+  raises TrainingThroughputLow); Grafana: the uid rule (``^[a-zA-Z0-9_-]{1,40}$``), unique uids, panel
   ids, schema fields.
 
     .venv-exports/bin/python scripts/check_exports/validate.py OUT_DIR   # exit 1 if any cell is rejected
@@ -544,13 +545,56 @@ def check_k8s(path: Path, entry: dict, schema_file: str) -> str:
 # -- monitoring ----------------------------------------------------------------------------------------------
 
 
+def _promtool_tests(path: Path) -> str:
+    """A promtool unit test of the file's own rules: a healthy run at the predicted figures raises no alert; a
+    run at 10 tokens/s raises TrainingThroughputLow with its annotations."""
+    import yaml
+
+    rules = [r for g in yaml.safe_load(path.read_text())["groups"] for r in g["rules"]]
+    by_name = {r["alert"]: r for r in rules}
+    tps_floor = float(re.search(r"<\s*([\d.e+]+)", by_name["TrainingThroughputLow"]["expr"]).group(1))
+    healthy = [
+        {"series": 'train_tokens_per_second{instance="n0"}', "values": f"{2 * tps_floor:.0f}+0x60"},
+        {"series": 'train_loss{instance="n0"}', "values": "2+0x60"},
+        {"series": 'DCGM_FI_DEV_FB_USED{gpu="0"}', "values": "1000+0x60"},
+        {"series": 'DCGM_FI_DEV_GPU_UTIL{gpu="0"}', "values": "95+0x60"},
+        {"series": 'DCGM_FI_PROF_PIPE_TENSOR_ACTIVE{gpu="0"}', "values": "0.5+0x60"},
+    ]
+    net = by_name.get("ScaleOutBandwidthLow")
+    if net:
+        metric = re.search(r"rate\((\w+)\[", net["expr"]).group(1)
+        floor = float(re.search(r"<\s*([\d.e+]+)", net["expr"]).group(1))
+        healthy.append({"series": f'{metric}{{instance="n0"}}', "values": f"0+{4 * floor * 60:.0f}x60"})
+    slow = [dict(h) for h in healthy]
+    slow[0]["values"] = "10+0x60"
+    low = by_name["TrainingThroughputLow"]
+    annotations = {k: v.replace("{{ $value | humanize }}", "10") for k, v in low["annotations"].items()}
+    test = {
+        "rule_files": [path.name],  # relative to the test file
+        "evaluation_interval": "1m",
+        "tests": [
+            {"interval": "1m", "input_series": healthy,
+             "alert_rule_test": [{"eval_time": "40m", "alertname": r["alert"], "exp_alerts": []} for r in rules]},
+            {"interval": "1m", "input_series": slow,
+             "alert_rule_test": [{"eval_time": "40m", "alertname": "TrainingThroughputLow",
+                                  "exp_alerts": [{"exp_labels": low["labels"], "exp_annotations": annotations}]}]},
+        ],
+    }  # fmt: skip
+    test_file = path.with_name("training-alerts.test.yml")
+    test_file.write_text(yaml.safe_dump(test, allow_unicode=True))
+    res = subprocess.run(["promtool", "test", "rules", str(test_file)], capture_output=True, text=True)
+    if res.returncode:
+        raise Rejected(f"promtool test rules: {(res.stdout + res.stderr).strip()[-300:]}")
+    return "promtool test rules"
+
+
 def check_prometheus(path: Path, entry: dict) -> str:
     if shutil.which("promtool") is None:
         raise Rejected("promtool not installed (apt-get install prometheus)")
     res = subprocess.run(["promtool", "check", "rules", str(path)], capture_output=True, text=True)
     if res.returncode:
         raise Rejected(f"promtool: {(res.stderr or res.stdout).strip().splitlines()[-1]}")
-    return res.stdout.strip().splitlines()[-1].strip()
+    return f"promtool check rules ({res.stdout.strip().splitlines()[-1].strip()}); {_promtool_tests(path)}"
 
 
 GRAFANA_UIDS: dict[str, str] = {}
