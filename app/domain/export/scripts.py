@@ -86,6 +86,7 @@ def torchrun_script(doc: PlanDocument) -> tuple[str, list[str]]:
         f"run the same command on each of the {lay.hosts} host(s); RDZV_HOST is one host every host can reach",
         f"c10d rendezvous, static size {lay.hosts} x {lay.procs_per_host}, up to {MAX_RESTARTS} restarts of the "
         "whole group",
+        f"placeholders: RDZV_HOST, NCCL_SOCKET_IFNAME ({SOCKET_IFNAME_PLACEHOLDER})",
         *companion_lines(doc),
     ]
     body = (
@@ -148,6 +149,7 @@ def slurm_script(doc: PlanDocument) -> tuple[str, list[str]]:
             "the limit the job requeues itself and resumes from the latest checkpoint (so does a node failure, "
             "--requeue)",
             "container (pyxis/enroot): CONTAINER_IMAGE=your/image sbatch this file (PLACEHOLDER image)",
+            f"placeholders: NCCL_SOCKET_IFNAME ({SOCKET_IFNAME_PLACEHOLDER}); add your partition/account directives",
             *companion_lines(doc),
             *(f"note: {n}" for n in notes),
         ]
