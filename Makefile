@@ -10,7 +10,7 @@ PIP_TORCH := $(if $(wildcard $(TORCH_WHEELS)/torch-*.whl),--find-links $(TORCH_W
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run test lint test-fast bench fuzz loadtest install-app install-dev lock clean
+.PHONY: run test lint test-fast bench fuzz loadtest install-app install-dev lock clean check-exports
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -58,6 +58,22 @@ fuzz: install-dev
 loadtest: install-app
 	$(BIN)/python scripts/loadtest.py --seconds $${SECONDS_:-30} --concurrency $${CONCURRENCY:-8} --workers 2
 
+## check-exports: every export of a plan matrix fed to its real consumer (torchtitan, Megatron, DeepSpeed, CRD
+## schemas, shellcheck, promtool, Grafana rules) in a separate CPU-only environment; fails on any rejection
+EXPORTS_VENV := .venv-exports
+EXPORTS_REQ := scripts/check_exports/requirements.txt
+$(EXPORTS_VENV)/.installed: $(EXPORTS_REQ)
+	$(PYTHON) -m venv $(EXPORTS_VENV)
+	$(EXPORTS_VENV)/bin/python -m pip install -q --upgrade pip
+	$(EXPORTS_VENV)/bin/pip install -q $(PIP_TORCH) torch==2.13.0
+	DS_BUILD_OPS=0 $(EXPORTS_VENV)/bin/pip install -q --no-build-isolation $(PIP_TORCH) -c $(EXPORTS_REQ) -r $(EXPORTS_REQ)
+	touch $@
+
+check-exports: install-app $(EXPORTS_VENV)/.installed
+	rm -rf var/check-exports
+	PYTHONPATH=. $(BIN)/python scripts/check_exports/matrix.py var/check-exports
+	$(EXPORTS_VENV)/bin/python scripts/check_exports/validate.py var/check-exports
+
 ## lock: regenerate constraints.txt from a fresh resolve of pyproject.toml (run after changing dependencies)
 lock:
 	rm -rf /tmp/capplan-lock && $(PYTHON) -m venv /tmp/capplan-lock
@@ -65,4 +81,4 @@ lock:
 	/tmp/capplan-lock/bin/pip freeze --exclude-editable | grep -v '^capplan' > $(CONSTRAINTS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache test-results
+	rm -rf $(VENV) $(EXPORTS_VENV) .pytest_cache .ruff_cache test-results

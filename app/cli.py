@@ -856,7 +856,10 @@ def export_command(
         except ValidationError as exc:
             _fail_validation(exc)
         doc = plan_document_from_request(_catalog(calibration, calibration_run, calibration_db), request)
-    exported = export_plan(doc, fmt)
+    try:
+        exported = export_plan(doc, fmt)
+    except PlanDocumentError as exc:
+        raise UsageError(f"cannot export this plan as {fmt.value}: {exc}") from None
     if output is None:
         typer.echo(exported.content, nl=False)
     else:

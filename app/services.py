@@ -144,7 +144,7 @@ from app.domain.cost import (  # noqa: E402
     self_build_node_for,
     training_cost,
 )
-from app.domain.reliability import plan_checkpoint_bytes_per_param  # noqa: E402
+from app.domain.reliability import plan_checkpoint_bytes_per_param, reliability_report  # noqa: E402
 from app.schemas import CostRequest, MonthlyCostRequest  # noqa: E402
 
 
@@ -243,15 +243,34 @@ def run_monthly_cost(catalog: Catalog, request: MonthlyCostRequest) -> MonthlyCo
 # --------------------------------------------------------------------------------------------------
 # Plan documents (capplan.plan/v1) for export: shared by the API, the pages and the CLI.
 
-from app.domain.export import PlanDocument, build_plan_document, plan_document_problems  # noqa: E402
+from app.domain.export import (  # noqa: E402
+    ExportedFile,
+    ExportFormat,
+    PlanDocument,
+    PlanDocumentError,
+    build_plan_document,
+    export_plan,
+    plan_document_problems,
+)
 
 
 def plan_document_from_request(catalog: Catalog, request: EstimateRequest) -> PlanDocument:
-    """Estimate ``request`` and wrap plan, hardware and estimate in a plan document (raises InputError)."""
+    """Estimate ``request`` and wrap plan, hardware and estimate in a plan document (raises InputError).
+
+    The document carries the reliability model's checkpoint interval for the job (catalog defaults), which
+    every export turns into its checkpoint cadence in steps."""
     result = run_estimate(catalog, request)
+    node = catalog.hardware.node(result.node)
+    try:
+        interval_s: float | None = reliability_report(
+            catalog.cost, gpus=result.gpus, nodes=math.ceil(result.gpus / node.accelerators_per_node),
+            parameters=result.parameters_total, plan_bytes_per_param=plan_checkpoint_bytes_per_param(result.plan),
+        ).checkpoint_interval_s  # fmt: skip
+    except (KeyError, ValueError):
+        interval_s = None
     return build_plan_document(
         arch=resolve_architecture(catalog, request),
-        node=catalog.hardware.node(result.node),
+        node=node,
         fabric=catalog.hardware.fabric(result.scale_out_fabric),
         estimate=result,
         preset=request.model,
@@ -262,7 +281,18 @@ def plan_document_from_request(catalog: Catalog, request: EstimateRequest) -> Pl
         allow_tp_across_nodes=request.allow_tp_across_nodes,
         figure_overrides=request.figure_overrides,
         calibrated=request.calibrated,
+        checkpoint_interval_s=interval_s,
     )
+
+
+def export_document(doc: PlanDocument, fmt: ExportFormat | str) -> ExportedFile:
+    """``export_plan``, with a plan the format's framework refuses (or an inconsistent document) as an
+    InputError naming the field, the framework's limit and the nearest plan it runs."""
+    try:
+        return export_plan(doc, fmt)
+    except PlanDocumentError as exc:
+        loc = ["body", *exc.field.split(".")] if exc.field else ["body"]
+        raise InputError([{"loc": loc, "msg": exc.message, "type": "plan.framework-refusal"}]) from None
 
 
 def checked_plan_document(doc: PlanDocument) -> PlanDocument:

@@ -22,20 +22,20 @@ from app.domain.export import (
     ExportedFile,
     ExportFormat,
     PlanDocument,
-    export_plan,
 )
 from app.schemas import ErrorOut, EstimateRequest, PlanExportBody, ValidationErrorOut
 from app.services import (
     InputError,
     ScenarioNotFound,
     checked_plan_document,
+    export_document,
     get_scenario,
     plan_document_from_request,
 )
 
 router = APIRouter(tags=["plans"])
 
-MEDIA_TYPES = sorted({"application/json", "application/toml", "text/x-shellscript", "application/yaml"})
+MEDIA_TYPES = sorted({"application/json", "text/x-python", "text/x-shellscript", "application/yaml"})
 
 
 def exported_response(exported: ExportedFile) -> Response:
@@ -59,7 +59,7 @@ def exported_response(exported: ExportedFile) -> Response:
             "description": "unknown format, invalid input or plan: field and reason",
         },
     },
-    summary="Export a plan as plan JSON, torchtitan TOML, torchrun, Megatron-LM, DeepSpeed, Slurm or Kubernetes",
+    summary="Export a plan as plan JSON, torchtitan config, torchrun, Megatron-LM, DeepSpeed, Slurm or Kubernetes",
 )
 def post_plan_export(
     body: Annotated[
@@ -74,7 +74,7 @@ def post_plan_export(
         doc = checked_plan_document(body)
     else:
         doc = plan_document_from_request(catalog, body)
-    return exported_response(export_plan(doc, fmt))
+    return exported_response(export_document(doc, fmt))
 
 
 @router.get(
@@ -112,4 +112,4 @@ def get_saved_plan_export(
             [{"loc": ["scenario", "inputs", *map(str, e["loc"])], "msg": e["msg"], "type": e["type"]}
              for e in exc.errors()]
         ) from None  # fmt: skip
-    return exported_response(export_plan(plan_document_from_request(catalog, request), fmt))
+    return exported_response(export_document(plan_document_from_request(catalog, request), fmt))

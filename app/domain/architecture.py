@@ -30,6 +30,8 @@ Activation = Literal["gelu", "swiglu"]
 PositionKind = Literal["rotary", "learned", "alibi"]
 NormKind = Literal["layernorm", "rmsnorm"]
 AttentionKind = Literal["gqa", "mla"]
+RopeScalingKind = Literal["llama3", "yarn"]
+RouterScoreFunction = Literal["softmax", "sigmoid"]
 LayerKind = Literal["dense", "moe"]
 
 _MLA_FIELDS = ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -61,6 +63,12 @@ class Architecture(CatalogEntry):
     max_position_embeddings: int | None = Field(default=None, gt=0, description="learned position table rows")
     max_context: int = Field(gt=0, description="longest sequence the model supports, tokens")
     rotary_fraction: float = Field(default=1.0, gt=0, le=1, description="share of head_dim rotated (NeoX)")
+    rope_theta: float = Field(default=10_000.0, gt=0, description="RoPE base (config.json rope_theta)")
+    rope_scaling: RopeScalingKind | None = Field(default=None, description="rope_scaling.rope_type")
+    rope_scaling_factor: float | None = Field(default=None, gt=0, description="rope_scaling.factor")
+    rope_original_context: int | None = Field(
+        default=None, gt=0, description="rope_scaling.original_max_position_embeddings (pre-training context)"
+    )
 
     norm: NormKind
     norm_bias: bool = False
@@ -90,6 +98,14 @@ class Architecture(CatalogEntry):
     router_score_correction_bias: bool = Field(
         default=False, description="per-expert routing bias (DeepSeek-V3 e_score_correction_bias)"
     )
+    router_score_function: RouterScoreFunction = Field(
+        default="softmax", description="config.json scoring_func"
+    )
+    router_topk_scaling_factor: float | None = Field(
+        default=None, gt=0, description="routed_scaling_factor (DeepSeek-V3: 2.5)"
+    )
+    router_num_groups: int | None = Field(default=None, gt=0, description="n_group: device-limited routing")
+    router_group_topk: int | None = Field(default=None, gt=0, description="topk_group")
 
     @model_validator(mode="after")
     def _check_consistency(self) -> Architecture:
@@ -130,6 +146,8 @@ class Architecture(CatalogEntry):
             problems.append("max_position_embeddings is the learned position table; use max_context instead")
         if self.rotary_fraction != 1.0 and self.position != "rotary":
             problems.append("rotary_fraction only applies to position 'rotary'")
+        if (self.rope_scaling is None) != (self.rope_scaling_factor is None):
+            problems.append("rope_scaling and rope_scaling_factor go together")
         if self.norm_bias and self.norm != "layernorm":
             problems.append("norm_bias needs norm 'layernorm' (RMSNorm has no bias)")
         problems.extend(self._moe_problems())
@@ -968,6 +986,30 @@ def _slugify(text: str) -> str:
     return slug[:64].rstrip("-.") or "imported"
 
 
+def _rope_router_fields(config: dict[str, Any]) -> dict[str, Any]:
+    """RoPE base and scaling, and the MoE router's scoring, from a config.json (keys absent = defaults).
+
+    Only what launch files need (Megatron's --rotary-base, --use-rope-scaling / YaRN flags, router flags);
+    none of it changes a parameter count. Values of the wrong type are left to pydantic to reject."""
+    out: dict[str, Any] = {}
+    if config.get("rope_theta") is not None:
+        out["rope_theta"] = config["rope_theta"]
+    scaling = config.get("rope_scaling")
+    if isinstance(scaling, dict):
+        kind = scaling.get("rope_type", scaling.get("type"))
+        if kind in ("llama3", "yarn"):
+            out["rope_scaling"] = kind
+            out["rope_scaling_factor"] = scaling.get("factor")
+            out["rope_original_context"] = scaling.get("original_max_position_embeddings")
+    if config.get("scoring_func") in ("softmax", "sigmoid"):
+        out["router_score_function"] = config["scoring_func"]
+    for key, field in (("routed_scaling_factor", "router_topk_scaling_factor"), ("n_group", "router_num_groups"),
+                       ("topk_group", "router_group_topk")):  # fmt: skip
+        if config.get(key) is not None and config.get("n_routed_experts", config.get("num_local_experts")):
+            out[field] = config[key]
+    return out
+
+
 def architecture_from_hf_config(
     config: dict,
     *,
@@ -1014,6 +1056,7 @@ def architecture_from_hf_config(
             family=_FAMILY[model_type],
             hf_model_type=model_type,
             **fields,
+            **_rope_router_fields(config),
         )
     except ValidationError as exc:
         first = exc.errors()[0]

@@ -167,8 +167,12 @@ def plan_violations(
     gpus_per_node: int,
     nvlink_domain_size: int,
     allow_tp_across_nodes: bool = False,
+    tied_embeddings: bool = False,
 ) -> list[Violation]:
-    """Every violation of ``plan`` for this model and cluster, each with how to fix it (empty = valid)."""
+    """Every violation of ``plan`` for this model and cluster, each with how to fix it (empty = valid).
+
+    Ends with what the plan's framework refuses (``app.domain.capabilities``, the table the search and
+    export share)."""
     out: list[Violation] = []
 
     def add(field: str, code: str, message: str, fix: str) -> None:
@@ -362,4 +366,8 @@ def plan_violations(
                 "NVMe offload is DeepSpeed ZeRO-Infinity only",
                 "use framework deepspeed",
             )
+    if not out:
+        from app.domain.capabilities import capability_violations  # the table reads Plan: imported late
+
+        out.extend(capability_violations(plan, tied_embeddings=tied_embeddings))
     return out

@@ -26,6 +26,7 @@ from pydantic import Field
 
 from app.domain.architecture import Architecture, parameter_counts
 from app.domain.assemble import consts, exact_state, key_q, model_q
+from app.domain.capabilities import Facts, capability_masks
 from app.domain.cluster import Cluster
 from app.domain.estimate import Estimate, estimate
 from app.domain.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
@@ -200,6 +201,13 @@ def _reject_masks(
         ("HSDP shard group does not divide dp", hybrid & ((dp % group != 0) | (dp <= group))),
         ("offload needs fully sharded parameters",
          np.isin(off, [Offload.params_cpu, Offload.nvme]) & ~shards_params),
+        *capability_masks(spec.framework, Facts(
+            tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batches=np.maximum(micro, 1), seq_len=spec.seq_len,
+            replicated=~np.array([s.shards_optimizer for s in SHARDINGS])[g["sh"]],
+            shards_grads=np.array([s.shards_grads for s in SHARDINGS])[g["sh"]], shards_params=shards_params,
+            offload_optimizer=off == Offload.optimizer_cpu, fp16=spec.precision is Precision.fp16,
+            sgd=spec.optimizer is Optimizer.sgd, tied_embeddings=arch.tied_embeddings,
+        )),
     ]  # fmt: skip
 
 

@@ -20,7 +20,7 @@ from app.domain.architecture import parameter_counts
 from app.domain.catalog import Catalog
 from app.domain.cost import MonthlyCost, TrainingCost
 from app.domain.estimate import Assumption, Estimate
-from app.domain.export import EXPORT_FORMATS, ExportFormat, export_plan
+from app.domain.export import EXPORT_FORMATS, ExportFormat, PlanDocumentError, export_plan
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.schedule import (
     Schedule,
@@ -32,6 +32,7 @@ from app.domain.schedule import (
 from app.schemas import CostRequest, MonthlyCostRequest, load_json_text
 from app.services import (
     InputError,
+    export_document,
     plan_document_from_request,
     resolve_architecture,
     run_cost,
@@ -310,7 +311,11 @@ def exports_for(catalog: Catalog, form: PlannerInput) -> list[dict[str, str]]:
         return []
     out = []
     for fmt in EXPORT_FORMATS:
-        f = export_plan(doc, fmt)
+        try:
+            f = export_plan(doc, fmt)
+        except PlanDocumentError as exc:  # the format's framework cannot run this plan
+            out.append({"format": str(fmt), "filename": "", "content": f"# not exported: {exc}\n"})
+            continue
         out.append({"format": str(fmt), "filename": f.filename, "content": f.content})
     return out
 
@@ -380,7 +385,7 @@ def planner_export(
         raise InputError(
             [{"loc": ["query", k], "msg": m, "type": "value_error"} for k, m in form.errors.items()]
         )
-    exported = export_plan(plan_document_from_request(catalog, form.request), fmt)
+    exported = export_document(plan_document_from_request(catalog, form.request), fmt)
     return Response(
         content=exported.content.encode("utf-8"),
         media_type=exported.media_type,

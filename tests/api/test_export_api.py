@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
@@ -22,9 +21,9 @@ BODY = {
 CLI_FLAGS = ["--model", "llama3.1-70b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "8", "--sharding", "fsdp-full",
              "--global-batch", "64", "--seq-len", "8192", "--recompute", "full", "--tokens", "1.5e13"]  # fmt: skip
 MEDIA = {
-    "json": "application/json", "torchtitan": "application/toml", "torchrun": "text/x-shellscript",
+    "json": "application/json", "torchtitan": "text/x-python", "torchrun": "text/x-shellscript",
     "megatron": "text/x-shellscript", "deepspeed": "application/json", "slurm": "text/x-shellscript",
-    "k8s": "application/yaml", "prometheus": "application/yaml", "grafana": "application/json",
+    "k8s": "application/yaml", "k8s-v1": "application/yaml", "prometheus": "application/yaml", "grafana": "application/json",
 }  # fmt: skip
 
 
@@ -79,10 +78,14 @@ def test_default_format_is_the_plan_json(client: TestClient, plan_json: str) -> 
 
 
 def test_exported_files_parse(client: TestClient) -> None:
-    toml = tomllib.loads(export(client, BODY, "torchtitan").text)
-    assert toml["parallelism"]["tensor_parallel_degree"] == 8
-    job = yaml.safe_load(export(client, BODY, "k8s").text)
-    assert job["kind"] == "PyTorchJob" and job["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 8
+    module = export(client, BODY, "torchtitan").text
+    compile(module, "torchtitan_config.py", "exec")
+    assert "config.parallelism.tensor_parallel_degree = 8" in module
+    job, pvc = yaml.safe_load_all(export(client, BODY, "k8s").text)
+    assert job["kind"] == "TrainJob" and job["spec"]["trainer"]["numNodes"] == 8
+    assert pvc["kind"] == "PersistentVolumeClaim"
+    v1 = next(yaml.safe_load_all(export(client, BODY, "k8s-v1").text))
+    assert v1["kind"] == "PyTorchJob" and v1["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] == 8
     assert json.loads(export(client, BODY, "deepspeed").text)["train_batch_size"] == 64
 
 
@@ -100,6 +103,16 @@ def test_invalid_plan_in_request_is_422_with_the_fix(client: TestClient) -> None
     items = response.json()["detail"]
     heads = next(i for i in items if i["type"] == "plan.heads-not-divisible")
     assert heads["loc"] == ["body", "tp"] and "fix:" in heads["msg"]
+
+
+def test_plan_the_framework_refuses_is_422_with_the_nearest_plan(client: TestClient) -> None:
+    body = {**BODY, "gpus": 64, "tp": 8, "pp": 2, "global_batch": 64}  # FSDP2 with pp 2
+    assert export(client, body, "torchtitan").status_code == 200
+    response = export(client, body, "megatron")
+    assert response.status_code == 422
+    (item,) = response.json()["detail"]
+    assert item["loc"] == ["body", "plan", "sharding"] and item["type"] == "plan.framework-refusal"
+    assert "not supported with pipeline parallelism" in item["msg"] and "nearest runnable plan" in item["msg"]
 
 
 def test_bad_request_field_is_422(client: TestClient) -> None:
@@ -161,3 +174,15 @@ def test_saved_scenario_exports_the_same_bytes(client: TestClient) -> None:
         assert saved.content == export(client, BODY, fmt).content
     assert client.get("/api/v1/plans/999999/export").status_code == 404
     assert client.get(f"/api/v1/plans/{sid}/export", params={"format": "pdf"}).status_code == 422
+
+
+def test_planner_marks_formats_the_framework_refuses() -> None:
+    from app.domain.catalog import load_catalog
+    from app.web.planner import exports_for, parse_planner
+
+    catalog = load_catalog(Path(__file__).resolve().parents[2] / "data")
+    form = parse_planner({"model": "llama3.1-70b", "gpu": "h100-sxm", "gpus": "64", "tp": "8", "pp": "2",
+                          "global_batch": "64", "seq_len": "8192", "sharding": "fsdp-full", "recompute": "full"})  # fmt: skip
+    exports = {e["format"]: e for e in exports_for(catalog, form)}
+    assert exports["megatron"]["filename"] == "" and "not exported" in exports["megatron"]["content"]
+    assert exports["torchtitan"]["filename"] == "torchtitan_config.py"

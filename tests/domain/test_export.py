@@ -1,5 +1,7 @@
-"""Plan export: every format parsed back by its own parser (tomllib, torch's torchrun parser, an argparse
-mirror of Megatron-LM's flags, json, bash, yaml) and checked for consistency with the plan."""
+"""Plan export: every format parsed back by its own parser (torch's torchrun parser, the torchtitan config
+module executed against stand-ins of torchtitan's config classes, an argparse mirror of Megatron-LM's flags,
+json, bash, yaml) and checked for consistency with the plan. ``make check-exports`` feeds the same files to
+the real consumers."""
 
 from __future__ import annotations
 
@@ -9,7 +11,9 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 import tomllib
+import types
 from pathlib import Path
 
 import pytest
@@ -21,10 +25,12 @@ from app.domain.export import (
     EXPORT_FORMATS,
     PLAN_SCHEMA,
     ExportFormat,
+    FrameworkRefusal,
     PlanDocument,
     PlanDocumentError,
     build_plan_document,
     export_plan,
+    framework_problems,
     layout,
     megatron_args,
     parse_plan_document,
@@ -34,9 +40,10 @@ from app.domain.export import (
 )
 from app.domain.export.deepspeed import deepspeed_config
 from app.domain.export.kubernetes import k8s_name
-from app.domain.export.megatron import megatron_arg_pairs, moe_layer_pattern
+from app.domain.export.launch import checkpoint_interval_steps, plan_hash, unique_name
+from app.domain.export.megatron import megatron_arg_pairs, moe_layer_pattern, pipeline_layout
 from app.domain.export.text import shell_word, toml_value
-from app.domain.export.torchtitan import batches
+from app.domain.export.torchtitan import batches, stage_modules
 from app.domain.plan import Plan
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
@@ -108,6 +115,13 @@ def doc(request: pytest.FixtureRequest) -> PlanDocument:
     return DOCS[request.param]
 
 
+def exported(doc: PlanDocument, fmt: str) -> str:
+    """The file, or skip: the format's framework refuses this plan (tested in test_framework_refusals)."""
+    if framework_problems(doc, ExportFormat(fmt)):
+        pytest.skip(f"{fmt} refuses this plan")
+    return export_plan(doc, fmt).content
+
+
 # -- the plan document -------------------------------------------------------------------------------------
 
 
@@ -118,6 +132,10 @@ def test_json_round_trip_is_exact(doc: PlanDocument) -> None:
     again = parse_plan_document(text)
     assert again == doc
     for fmt in EXPORT_FORMATS:  # every format is a function of the document alone
+        if framework_problems(doc, ExportFormat(fmt)):
+            with pytest.raises(FrameworkRefusal):
+                export_plan(doc, fmt)
+            continue
         assert export_plan(again, fmt).content == export_plan(doc, fmt).content
 
 
@@ -187,7 +205,7 @@ def test_not_a_plan_document(text: str) -> None:
 
 
 def test_unknown_format_lists_the_formats() -> None:
-    with pytest.raises(ValueError, match="torchtitan, torchrun, megatron, deepspeed, slurm, k8s"):
+    with pytest.raises(ValueError, match="torchtitan, torchrun, megatron, deepspeed, slurm, k8s, k8s-v1"):
         export_plan(DOCS["llama70b-fsdp-tp8"], "terraform")
 
 
@@ -202,51 +220,111 @@ def test_files_and_media_types() -> None:
     got = {fmt: (f.filename, f.media_type) for fmt in ExportFormat if (f := export_plan(doc, fmt))}
     assert got == {
         ExportFormat.json: ("plan.json", "application/json"),
-        ExportFormat.torchtitan: ("torchtitan.toml", "application/toml"),
+        ExportFormat.torchtitan: ("torchtitan_config.py", "text/x-python"),
         ExportFormat.torchrun: ("launch.sh", "text/x-shellscript"),
         ExportFormat.megatron: ("megatron_args.sh", "text/x-shellscript"),
         ExportFormat.deepspeed: ("ds_config.json", "application/json"),
         ExportFormat.slurm: ("train.sbatch", "text/x-shellscript"),
-        ExportFormat.k8s: ("pytorchjob.yaml", "application/yaml"),
+        ExportFormat.k8s: ("trainjob.yaml", "application/yaml"),
+        ExportFormat.k8s_v1: ("pytorchjob.yaml", "application/yaml"),
         ExportFormat.prometheus: ("training-alerts.rules.yml", "application/yaml"),
         ExportFormat.grafana: ("training-dashboard.json", "application/json"),
     }
 
 
-# -- torchtitan TOML -----------------------------------------------------------------------------------------
+# -- torchtitan config module ----------------------------------------------------------------------------------
 
 
-def test_torchtitan_toml_is_consistent(doc: PlanDocument) -> None:
-    cfg = tomllib.loads(export_plan(doc, "torchtitan").content)
+def _ns(**kw: object) -> types.SimpleNamespace:
+    return types.SimpleNamespace(**kw)
+
+
+def run_torchtitan_module(doc: PlanDocument, monkeypatch: pytest.MonkeyPatch) -> types.SimpleNamespace:
+    """Execute the exported module against stand-ins of the torchtitan classes it imports (the real ones run in
+    ``make check-exports``) and return what ``capplan_plan()`` built. Attribute writes to fields torchtitan's
+    config does not have would pass here; the real ConfigManager catches those."""
+
+    def registry(flavor, **kw):
+        return _ns(flavor=flavor, **kw)
+
+    def base_config():
+        return _ns(
+            model_spec=None, dump_folder="", hf_assets_path="", dataloader=_ns(dataset=""),
+            training=_ns(local_batch_size=8, global_batch_size=-1, seq_len=2048, steps=10,
+                         mixed_precision_param="bfloat16", enable_cpu_offload=False),
+            parallelism=_ns(), activation_checkpoint=None, compile=None, checkpoint=None, optimizer=None,
+        )  # fmt: skip
+
+    modules = {
+        "torchtitan": _ns(),
+        "torchtitan.components": _ns(),
+        "torchtitan.components.checkpoint": _ns(CheckpointManager=_ns(Config=lambda **kw: _ns(**kw))),
+        "torchtitan.components.optimizer": _ns(default_adamw=lambda lr: _ns(lr=lr)),
+        "torchtitan.components.quantization": _ns(Float8LinearConverter=_ns(Config=lambda **kw: _ns(fp8=kw))),
+        "torchtitan.config": _ns(CompileConfig=lambda **kw: _ns(**kw)),
+        "torchtitan.distributed": _ns(),
+        "torchtitan.distributed.activation_checkpoint": _ns(
+            FullAC=_ns(Config=lambda: "full"), SelectiveAC=_ns(Config=lambda: "selective")
+        ),
+    }
+    for package in ("llama3", "deepseek_v3"):
+        fns = {f: base_config for f in ("llama3_8b", "llama3_70b", "llama3_405b", "deepseek_v3_671b")}
+        modules[f"torchtitan.models.{package}"] = _ns(model_registry=registry)
+        modules[f"torchtitan.models.{package}.config_registry"] = _ns(**fns)
+    modules["torchtitan.models"] = _ns()
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    namespace: dict[str, object] = {}
+    exec(compile(export_plan(doc, "torchtitan").content, "torchtitan_config.py", "exec"), namespace)
+    return namespace["capplan_plan"]()
+
+
+TITAN_DOCS = [name for name, d in DOCS.items() if not framework_problems(d, ExportFormat.torchtitan)]
+
+
+@pytest.mark.parametrize("name", TITAN_DOCS)
+def test_torchtitan_module_is_consistent(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    doc = DOCS[name]
+    cfg = run_torchtitan_module(doc, monkeypatch)
     p, arch = doc.plan, doc.arch
-    par, tr = cfg["parallelism"], cfg["training"]
-    dp = par["data_parallel_replicate_degree"] * par["data_parallel_shard_degree"]
+    par, tr = cfg.parallelism, cfg.training
+    dp = par.data_parallel_replicate_degree * par.data_parallel_shard_degree
     assert dp == p.dp
-    degrees = (
-        dp * par["tensor_parallel_degree"] * par["pipeline_parallel_degree"] * par["context_parallel_degree"]
-    )
+    degrees = dp * par.tensor_parallel_degree * par.pipeline_parallel_degree * par.context_parallel_degree
     assert degrees == doc.hardware.gpus
-    accum = tr["global_batch_size"] // (tr["local_batch_size"] * dp)
-    assert tr["local_batch_size"] * dp * accum == tr["global_batch_size"] == p.global_batch
-    assert tr["seq_len"] == p.seq_len and tr["steps"] >= 1
-    assert cfg["activation_checkpoint"]["mode"] == p.recompute.value
-    assert cfg["compile"]["enable"] is p.uses_fused_kernels
-    assert ("float8" in cfg) is (p.precision.value == "fp8")
-    assert ("float8" in cfg["model"].get("converters", [])) is (p.precision.value == "fp8")
-    assert tr["mixed_precision_param"] == ("float32" if p.precision.value == "fp32" else "bfloat16")
-    if arch.n_experts:
-        assert par["expert_parallel_degree"] == p.ep
+    accum = tr.global_batch_size // (tr.local_batch_size * dp)
+    assert tr.local_batch_size * dp * accum == tr.global_batch_size == p.global_batch
+    assert tr.seq_len == p.seq_len and tr.steps >= 1
+    assert (
+        cfg.activation_checkpoint
+        == {"none": None, "full": "full", "selective": "selective"}[p.recompute.value]
+    )
+    assert cfg.compile.enable is (p.uses_fused_kernels or p.precision.value == "fp8")
+    assert ("fp8" in repr(cfg.model_spec.converters)) is (p.precision.value == "fp8")
+    assert tr.mixed_precision_param == ("float32" if p.precision.value == "fp32" else "bfloat16")
+    assert par.expert_parallel_degree == p.ep
+    # checkpointing is on (torchtitan's default is off) at the reliability model's interval
+    assert cfg.checkpoint.enable is True and cfg.checkpoint.interval == checkpoint_interval_steps(doc)[0]
     if p.pp > 1:
-        assert par["pipeline_parallel_schedule"] == ("Interleaved1F1B" if p.vpp > 1 else "1F1B")
-        assert par["pipeline_parallel_microbatch_size"] == p.micro_batch
-        assert accum == 1 and tr["local_batch_size"] % p.micro_batch == 0
-        if "pipeline_parallel_layers_per_stage" in par:
-            assert par["pipeline_parallel_layers_per_stage"] * p.pp * p.vpp == arch.n_layers
-        else:
-            points = [int(s.removeprefix("layers.")) for s in par["pipeline_parallel_split_points"]]
-            assert len(points) == p.pp * p.vpp - 1 and points == sorted(points) and points[-1] < arch.n_layers
+        assert par.pipeline_parallel_schedule == ("Interleaved1F1B" if p.vpp > 1 else "1F1B")
+        assert par.pipeline_parallel_microbatch_size == p.micro_batch
+        assert accum == 1 and tr.local_batch_size % p.micro_batch == 0
+        parts = par.module_fqns_per_model_part
+        assert (
+            len(parts) == p.pp * p.vpp
+            and parts[0][0] == "tok_embeddings"
+            and parts[-1][-2:] == ["norm", "lm_head"]
+        )
+        layers = [m for part in parts for m in part if m.startswith("layers.")]
+        assert layers == [f"layers.{i}" for i in range(arch.n_layers)]
     else:
-        assert tr["local_batch_size"] == p.micro_batch
+        assert tr.local_batch_size == p.micro_batch
+
+
+def test_torchtitan_stage_split_counts_only_transformer_layers() -> None:
+    parts = stage_modules(126, 16)  # Llama 3 405B's own split: 7 on the first and last stage, 8 between
+    assert [sum(m.startswith("layers.") for m in part) for part in parts] == [7] + [8] * 14 + [7]
+    assert parts[0][0] == "tok_embeddings" and parts[-1][-1] == "lm_head"
 
 
 @pytest.mark.parametrize(
@@ -258,20 +336,21 @@ def test_torchtitan_toml_is_consistent(doc: PlanDocument) -> None:
         ("fsdp-hybrid", 4, 2, 4, "always"),
     ],
 )
-def test_torchtitan_data_parallel_degrees(sharding, group, replicate, shard, reshard) -> None:
+def test_torchtitan_data_parallel_degrees(sharding, group, replicate, shard, reshard, monkeypatch) -> None:
     doc = make_doc(sharding=sharding, shard_group_size=group)
-    par = tomllib.loads(export_plan(doc, "torchtitan").content)["parallelism"]
-    assert (par["data_parallel_replicate_degree"], par["data_parallel_shard_degree"]) == (replicate, shard)
-    assert par["fsdp_reshard_after_forward"] == reshard
+    par = run_torchtitan_module(doc, monkeypatch).parallelism
+    assert (par.data_parallel_replicate_degree, par.data_parallel_shard_degree) == (replicate, shard)
+    assert par.fsdp_reshard_after_forward == reshard
 
 
-def test_torchtitan_model_flavor_and_batches() -> None:
-    cfg = tomllib.loads(export_plan(DOCS["llama70b-fsdp-tp8"], "torchtitan").content)
-    assert (cfg["model"]["name"], cfg["model"]["flavor"]) == ("llama3", "70B")
+def test_torchtitan_model_flavor_and_batches(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = export_plan(DOCS["llama70b-fsdp-tp8"], "torchtitan").content
+    assert "from torchtitan.models.llama3.config_registry import llama3_8b as base_config" in text
+    assert "config.hf_assets_path = './assets/hf/Llama-3.1-70B'" in text
+    assert run_torchtitan_module(DOCS["llama70b-fsdp-tp8"], monkeypatch).model_spec.flavor == "70B"
     assert batches(DOCS["llama70b-fsdp-tp8"]).gradient_accumulation_steps == 8  # 64 / (1 · 8)
-    unknown = export_plan(DOCS["gpt3-megatron-ddp"], "torchtitan")
-    assert any("no built-in flavor" in n for n in unknown.notes)
-    assert "# note: torchtitan has no built-in flavor" in unknown.content
+    with pytest.raises(FrameworkRefusal, match="torchtitan 0.3.0 ships no model for gpt3-175b"):
+        export_plan(DOCS["gpt3-megatron-ddp"], "torchtitan")
 
 
 # -- torchrun ------------------------------------------------------------------------------------------------
@@ -290,11 +369,13 @@ def _check_torchrun(ns, doc: PlanDocument) -> None:
     fw = doc.plan.framework.value
     if fw == "fsdp2":
         assert ns.module and ns.training_script == "torchtitan.train"
-        assert ns.training_script_args[-2:][0] == "--job.config_file"
+        assert ns.training_script_args == ["--module", "torchtitan_config", "--config", "capplan_plan"]
     elif fw == "megatron":
         assert ns.training_script == "pretrain_gpt.py" and ns.training_script_args == megatron_args(doc)
     else:
-        assert ns.training_script_args[-1].endswith("ds_config.json")
+        args = ns.training_script_args
+        assert args[args.index("--deepspeed_config") + 1].endswith("ds_config.json")
+        assert args[args.index("--save-interval") + 1] == str(checkpoint_interval_steps(doc)[0])
 
 
 def test_torchrun_args_parse_with_torchs_parser(doc: PlanDocument) -> None:
@@ -326,8 +407,8 @@ def test_torchrun_script_runs_the_same_arguments(doc: PlanDocument) -> None:
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 @pytest.mark.parametrize("fmt", ["torchrun", "megatron", "slurm"])
 def test_shell_scripts_pass_bash_syntax_check(doc: PlanDocument, fmt: str, tmp_path: Path) -> None:
-    path = tmp_path / export_plan(doc, fmt).filename
-    path.write_text(export_plan(doc, fmt).content)
+    path = tmp_path / "script.sh"
+    path.write_text(exported(doc, fmt))
     result = subprocess.run([BASH, "-n", str(path)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
 
@@ -341,13 +422,25 @@ MEGATRON_INT = (
     "micro-batch-size", "global-batch-size", "seq-length", "train-iters", "num-layers", "hidden-size",
     "num-attention-heads", "num-query-groups", "ffn-hidden-size", "kv-channels", "max-position-embeddings",
     "num-experts", "moe-router-topk", "moe-ffn-hidden-size", "moe-shared-expert-intermediate-size", "q-lora-rank",
-    "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim",
+    "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim", "rotary-base", "save-interval",
+    "moe-router-num-groups", "moe-router-group-topk",
 )  # fmt: skip
+MEGATRON_FLOAT = ("rotary-percent", "rope-scaling-factor", "rotary-scaling-factor", "moe-router-topk-scaling-factor",
+                  "moe-aux-loss-coeff")  # fmt: skip
+MEGATRON_STR = (
+    "moe-layer-freq",
+    "pipeline-model-parallel-layout",
+    "save",
+    "load",
+    "moe-router-load-balancing-type",
+)
 MEGATRON_SWITCHES = (
     "sequence-parallel", "use-distributed-optimizer", "use-torch-fsdp2", "overlap-grad-reduce",
     "overlap-param-gather", "optimizer-cpu-offload", "overlap-cpu-optimizer-d2h-h2d", "bf16", "fp16",
-    "use-flash-attn", "group-query-attention", "multi-latent-attention", "qk-layernorm", "swiglu",
+    "group-query-attention", "multi-latent-attention", "qk-layernorm", "swiglu",
     "disable-bias-linear", "add-qkv-bias", "untie-embeddings-and-output-weights", "moe-grouped-gemm",
+    "use-rope-scaling", "use-precision-aware-optimizer", "no-gradient-accumulation-fusion",
+    "moe-router-enable-expert-bias",
 )  # fmt: skip
 MEGATRON_CHOICES = {
     "recompute-granularity": ("full", "selective"),
@@ -358,6 +451,10 @@ MEGATRON_CHOICES = {
     "position-embedding-type": ("learned_absolute", "rope", "none"),
     "optimizer": ("adam", "sgd"),
     "moe-token-dispatcher-type": ("allgather", "alltoall", "flex"),
+    "rope-type": ("rope", "yarn"),
+    "ckpt-format": ("torch", "torch_dist", "torch_dcp", "fsdp_dtensor"),
+    "moe-router-score-function": ("softmax", "sigmoid"),
+    "moe-router-dtype": ("fp32", "fp64"),
 }
 
 
@@ -370,12 +467,15 @@ def megatron_parser() -> argparse.ArgumentParser:
         p.add_argument(f"--{name}", action="store_true")
     for name, choices in MEGATRON_CHOICES.items():
         p.add_argument(f"--{name}", choices=choices)
-    p.add_argument("--rotary-percent", type=float)
-    p.add_argument("--moe-layer-freq", type=str)
+    for name in MEGATRON_FLOAT:
+        p.add_argument(f"--{name}", type=float)
+    for name in MEGATRON_STR:
+        p.add_argument(f"--{name}", type=str)
     return p
 
 
 def test_megatron_flags_parse_and_round_trip(doc: PlanDocument) -> None:
+    exported(doc, "megatron")
     pairs, _ = megatron_arg_pairs(doc)
     ns = megatron_parser().parse_args(megatron_args(doc))
     flags = [flag for flag, _ in pairs]
@@ -400,10 +500,15 @@ def test_megatron_flags_parse_and_round_trip(doc: PlanDocument) -> None:
     assert ns.recompute_granularity == (None if p.recompute.value == "none" else p.recompute.value)
     if p.recompute.value == "full":
         assert (ns.recompute_method, ns.recompute_num_layers) == ("uniform", 1)
-    assert ns.use_distributed_optimizer is (p.sharding.value in {"megatron-distopt", "zero1", "zero2"})
+    assert ns.use_distributed_optimizer is (p.sharding.value == "megatron-distopt")
+    assert ns.use_torch_fsdp2 is p.sharding.shards_params
+    assert ns.save_interval == checkpoint_interval_steps(doc)[0] and ns.save == ns.load == "checkpoints"
+    if p.offload.value == "optimizer-cpu":
+        assert ns.optimizer_cpu_offload and ns.use_precision_aware_optimizer and ns.use_distributed_optimizer
     assert ns.bf16 is (p.precision.value in {"bf16", "fp8"}) and ns.fp16 is (p.precision.value == "fp16")
     assert ns.fp8_format == ("hybrid" if p.precision.value == "fp8" else None)
-    assert ns.use_flash_attn is p.flash_attention
+    if arch.position == "rotary":
+        assert ns.rotary_base == round(arch.rope_theta)
     if arch.attention == "gqa" and arch.n_kv_heads != arch.n_heads:
         assert ns.group_query_attention and ns.num_query_groups == arch.n_kv_heads
     assert ns.swiglu is (arch.activation == "swiglu")
@@ -416,18 +521,46 @@ def test_megatron_flags_parse_and_round_trip(doc: PlanDocument) -> None:
 
 def test_megatron_uneven_pipeline_and_moe_pattern() -> None:
     ns = megatron_parser().parse_args(megatron_args(DOCS["llama405b-pp16-uneven"]))
-    first, last = ns.decoder_first_pipeline_num_layers, ns.decoder_last_pipeline_num_layers
-    assert (first, last) == (7, 7) and (126 - first - last) % 14 == 0  # Llama 3 405B's own split
+    # Llama 3 405B's own split as an explicit layout; the first/last flags are per rank, not per chunk
+    assert ns.pipeline_model_parallel_layout == "Et*7|" + "t*8|" * 14 + "t*7L"
+    assert ns.decoder_first_pipeline_num_layers is None and ns.num_layers_per_virtual_pipeline_stage is None
+    assert pipeline_layout(80, 8, 4).count("|") == 31  # 80 layers on 32 chunks: a model Megatron can build
     ds = megatron_parser().parse_args(megatron_args(DOCS["deepseek-v3-megatron"]))
     assert ds.multi_latent_attention and ds.moe_layer_freq == "([0]*3+[1]*58)"
     assert eval(ds.moe_layer_freq) == [0] * 3 + [1] * 58  # Megatron evaluates the pattern the same way
     assert moe_layer_pattern(["moe", "dense", "moe"]) == "([1]*1+[0]*1+[1]*1)"
+    # 61 layers on pp 16: uneven, so the layout is written
+    assert ds.pipeline_model_parallel_layout.startswith(
+        "Et*3|t*4|"
+    ) and ds.pipeline_model_parallel_layout.endswith("L")
+    # the router and RoPE from the architecture record (DeepSeek-V3 config.json)
+    assert (ds.moe_router_score_function, ds.moe_router_enable_expert_bias) == ("sigmoid", True)
+    assert (ds.moe_router_topk_scaling_factor, ds.moe_router_num_groups, ds.moe_router_group_topk) == (
+        2.5,
+        8,
+        4,
+    )
+    assert (ds.rope_type, ds.rotary_scaling_factor) == ("yarn", 40.0)
+    llama = megatron_parser().parse_args(megatron_args(DOCS["llama405b-pp16-uneven"]))
+    assert (llama.rotary_base, llama.use_rope_scaling, llama.rope_scaling_factor) == (500000, True, 8.0)
+
+
+def test_megatron_environment_per_plan() -> None:
+    tp = export_plan(DOCS["llama405b-pp16-uneven"], "megatron").content
+    assert "export CUDA_DEVICE_MAX_CONNECTIONS=1" in tp  # validate_args: TP/CP > 1 needs it
+    fsdp = make_doc(model="llama3.1-8b", gpus=16, tp=2, dp=8, global_batch=64, framework="megatron")
+    text = export_plan(fsdp, "megatron").content
+    assert "unset CUDA_DEVICE_MAX_CONNECTIONS" in text and "export CUDA_DEVICE_MAX_CONNECTIONS" not in text
+    ns = megatron_parser().parse_args(megatron_args(fsdp))
+    assert ns.use_torch_fsdp2 and ns.no_gradient_accumulation_fusion and ns.ckpt_format == "torch_dist"
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in export_plan(DOCS["llama405b-pp16-uneven"], "slurm").content
+    assert "CUDA_DEVICE_MAX_CONNECTIONS" not in export_plan(DOCS["llama70b-fsdp-tp8"], "slurm").content
 
 
 @pytest.mark.skipif(BASH is None, reason="needs bash")
 def test_megatron_file_is_a_bash_array_of_the_same_arguments(doc: PlanDocument, tmp_path: Path) -> None:
     path = tmp_path / "megatron_args.sh"
-    path.write_text(export_plan(doc, "megatron").content)
+    path.write_text(exported(doc, "megatron"))
     out = subprocess.run(
         [BASH, "-c", 'source "$1"; printf "%s\\n" "${MEGATRON_ARGS[@]}"', "_", str(path)],
         capture_output=True, text=True, check=True,
@@ -439,7 +572,7 @@ def test_megatron_file_is_a_bash_array_of_the_same_arguments(doc: PlanDocument, 
 
 
 def test_deepspeed_batch_invariant(doc: PlanDocument) -> None:
-    cfg = json.loads(export_plan(doc, "deepspeed").content)
+    cfg = json.loads(exported(doc, "deepspeed"))
     p = doc.plan
     assert cfg["train_batch_size"] == (
         cfg["train_micro_batch_size_per_gpu"] * cfg["gradient_accumulation_steps"] * p.dp
@@ -450,6 +583,9 @@ def test_deepspeed_batch_invariant(doc: PlanDocument) -> None:
     assert cfg["bf16"]["enabled"] is (p.precision.value in {"bf16", "fp8"})
     assert cfg["fp16"]["enabled"] is (p.precision.value == "fp16")
     assert 0 <= cfg["zero_optimization"]["stage"] <= 3
+    assert ("activation_checkpointing" in cfg) is (p.recompute.value != "none")
+    if p.pp > 1:  # DeepSpeed's pipeline engine: ZeRO stage 0 or 1 only
+        assert cfg["zero_optimization"]["stage"] <= 1
 
 
 @pytest.mark.parametrize(
@@ -478,6 +614,43 @@ def test_deepspeed_notes_what_it_cannot_hold() -> None:
     assert any("ZeRO stage 3" in n for n in notes) and any("tp=8" in n for n in notes)
 
 
+# -- what each framework refuses (app.domain.capabilities) ----------------------------------------------------
+
+
+def test_framework_refusals_name_the_limit_and_the_nearest_plan() -> None:
+    # the plan the search used to find for DeepSpeed: ZeRO-2 + PP 8 x vpp 4 + CP 8
+    plan = Plan(tp=2, pp=8, vpp=4, cp=8, dp=8, global_batch=256, seq_len=8192, sharding="zero2",
+                framework="deepspeed", recompute="full")  # fmt: skip
+    from app.domain.capabilities import capability_violations, nearest_runnable
+
+    codes = {v.code for v in capability_violations(plan)}
+    assert codes == {"deepspeed-pp-zero", "deepspeed-interleaving", "deepspeed-context-parallel"}
+    near = nearest_runnable(plan)
+    assert (near.sharding.value, near.vpp, near.cp, near.dp) == ("zero1", 1, 1, 64)
+    fix = capability_violations(plan)[0].fix
+    assert "nearest runnable plan:" in fix and "sharding zero2 → zero1" in fix and "vpp 4 → 1" in fix
+    # export refuses a plan the format's framework cannot run, naming the limit and the nearest plan
+    gb = DOCS["gb200-rack"]  # FSDP2 with pp 2
+    with pytest.raises(FrameworkRefusal, match="ZeRO-2 and ZeRO-3 are incompatible with pipeline"):
+        export_plan(gb, "deepspeed")
+    with pytest.raises(
+        FrameworkRefusal, match="nearest runnable plan: sharding fsdp-full → megatron-distopt"
+    ):
+        export_plan(gb, "megatron")
+    assert export_plan(gb, "torchtitan").content  # its own framework runs it
+
+
+def test_plan_validation_uses_the_capability_table() -> None:
+    from app.domain.plan import plan_violations
+
+    plan = Plan(tp=1, pp=2, dp=8, global_batch=64, sharding="fsdp-full", framework="megatron", seq_len=4096)
+    arch = CATALOG.architecture("llama3.1-8b")
+    found = plan_violations(plan, n_layers=arch.n_layers, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads,
+                            n_experts=0, gpus=16, gpus_per_node=8, nvlink_domain_size=8)  # fmt: skip
+    assert [v.code for v in found] == ["megatron-fsdp2-pp"]
+    assert "--use-torch-fsdp2 is not supported with pipeline parallelism" in found[0].message
+
+
 # -- Slurm ---------------------------------------------------------------------------------------------------
 
 
@@ -503,10 +676,18 @@ def test_slurm_numbers_match_the_plan(doc: PlanDocument) -> None:
         i for i, line in enumerate(script.splitlines()[1:], 1) if line and not line.startswith("#")
     )
     assert all(i < first_command for i, line in enumerate(script.splitlines()) if line.startswith("#SBATCH"))
-    assert 'scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1' in script
+    assert "| head" not in script  # no SIGPIPE (exit 141) under pipefail on long node lists
+    assert (
+        sb["--job-name"] == unique_name(doc)
+        and "--requeue" in sb
+        and re.fullmatch(r"\d+-\d\d:\d\d:00", sb["--time"])
+    )
     words = _continued_command(script, "srun ")
-    assert words[:3] == ["srun", "--kill-on-bad-exit=1", "torchrun"]
-    ns = _torch_parser().parse_args(words[3:])
+    assert words[-1] == "&" and words[1] == "--kill-on-bad-exit=1"
+    torchrun = words.index("torchrun")
+    if doc.hardware.vcpus_per_host:  # srun does not inherit --cpus-per-task (Slurm >= 22.05)
+        assert f"--cpus-per-task={doc.hardware.vcpus_per_host}" in words[:torchrun]
+    ns = _torch_parser().parse_args(words[torchrun + 1 : -1])
     _check_torchrun(ns, doc)
     assert ns.rdzv_endpoint == "${RDZV_HOST}:${RDZV_PORT}" and ns.rdzv_id == "${SLURM_JOB_ID}"
 
@@ -532,8 +713,42 @@ def test_rack_scale_and_partial_hosts() -> None:
 # -- Kubernetes ----------------------------------------------------------------------------------------------
 
 
+def test_trainjob_fields(doc: PlanDocument) -> None:
+    job, pvc = yaml.safe_load_all(export_plan(doc, "k8s").content)
+    lay = layout(doc)
+    assert (job["apiVersion"], job["kind"]) == ("trainer.kubeflow.org/v1alpha1", "TrainJob")
+    name = job["metadata"]["name"]
+    assert (
+        re.fullmatch(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?", name)
+        and len(name) <= 40
+        and name.endswith(plan_hash(doc))
+    )
+    assert job["spec"]["runtimeRef"] == {"name": "torch-distributed"}
+    trainer = job["spec"]["trainer"]
+    assert (trainer["numNodes"], trainer["numProcPerNode"]) == (lay.hosts, lay.procs_per_host)
+    assert trainer["resourcesPerNode"]["limits"]["nvidia.com/gpu"] * lay.hosts == doc.hardware.gpus
+    bash, dash_c, line = trainer["command"]
+    assert (bash, dash_c) == ("bash", "-c") and line.startswith("cd /workspace && exec torchrun ")
+    words = shlex.split(line)[4:]
+    ns = _torch_parser().parse_args(words[1:])
+    assert int(ns.nnodes) * int(ns.nproc_per_node) == doc.hardware.gpus and ns.max_restarts == 3
+    (patch,) = job["spec"]["runtimePatches"]
+    pod = patch["trainingRuntimeSpec"]["template"]["spec"]["replicatedJobs"][0]["template"]["spec"][
+        "template"
+    ]["spec"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    assert (
+        volumes["checkpoints"]["persistentVolumeClaim"]["claimName"]
+        == pvc["metadata"]["name"]
+        == f"{name}-ckpt"
+    )
+    mounts = {m["name"]: m["mountPath"] for m in pod["containers"][0]["volumeMounts"]}
+    assert mounts["checkpoints"] == "/workspace/checkpoints"
+    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+
+
 def test_pytorchjob_fields(doc: PlanDocument) -> None:
-    job = yaml.safe_load(export_plan(doc, "k8s").content)
+    job, pvc = yaml.safe_load_all(export_plan(doc, "k8s-v1").content)
     lay = layout(doc)
     assert (job["apiVersion"], job["kind"]) == ("kubeflow.org/v1", "PyTorchJob")
     name = job["metadata"]["name"]
@@ -559,15 +774,19 @@ def test_pytorchjob_fields(doc: PlanDocument) -> None:
     env = {e["name"]: e["value"] for e in container["env"]}
     assert "NCCL_SOCKET_IFNAME" in env
     mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
-    assert mounts["dshm"] == "/dev/shm"
-    if doc.plan.framework.value != "megatron":
-        volumes = {v["name"]: v for v in worker["template"]["spec"]["volumes"]}
+    assert mounts["dshm"] == "/dev/shm" and mounts["checkpoints"] == "/workspace/checkpoints"
+    volumes = {v["name"]: v for v in worker["template"]["spec"]["volumes"]}
+    assert volumes["checkpoints"]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
+    if doc.plan.framework.value == "deepspeed":
         assert volumes["config"]["configMap"]["name"] == f"{name}-config"
-        assert container["command"][-1].startswith(mounts["config"] + "/")
+        args = container["command"]
+        assert args[args.index("--deepspeed_config") + 1].startswith(mounts["config"] + "/")
+    if doc.plan.framework.value == "fsdp2":
+        assert env["PYTHONPATH"] == mounts["config"]
 
 
 def test_pytorchjob_efa_interfaces() -> None:
-    job = yaml.safe_load(export_plan(DOCS["llama405b-pp16-vpp-fp8-p5"], "k8s").content)
+    job = next(yaml.safe_load_all(export_plan(DOCS["llama405b-pp16-vpp-fp8-p5"], "k8s-v1").content))
     limits = job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"][
         "limits"
     ]
@@ -577,7 +796,46 @@ def test_pytorchjob_efa_interfaces() -> None:
 def test_k8s_name_is_a_dns_label() -> None:
     assert k8s_name("llama3.1-70b-64xh100-sxm") == "llama3-1-70b-64xh100-sxm"
     assert k8s_name("Qwen/Qwen2.5 0.5B_x" * 10).startswith("qwen-qwen2-5-0-5b-x")
-    assert len(k8s_name("a" * 200)) == 50 and k8s_name("...") == "capplan-job"
+    assert len(k8s_name("a" * 200)) == 40 and k8s_name("...") == "capplan-job"
+    assert (
+        k8s_name("a" * 200, "0123abcd").endswith("-0123abcd") and len(k8s_name("a" * 200, "0123abcd")) == 40
+    )
+
+
+def test_names_and_uids_are_unique_per_plan_and_valid() -> None:
+    """Four plans of one model on one cluster used to share a job name, k8s name and Grafana uid."""
+    variants = [
+        make_doc(),
+        make_doc(recompute="selective"),
+        make_doc(micro_batch=2),
+        make_doc(sharding="ddp"),
+    ]
+    uids, names, jobs = set(), set(), set()
+    for d in variants:
+        uid = json.loads(export_plan(d, "grafana").content)["uid"]
+        assert re.fullmatch(r"[A-Za-z0-9_-]{1,40}", uid), uid  # Grafana refuses '.' and longer uids
+        uids.add(uid)
+        names.add(next(yaml.safe_load_all(export_plan(d, "k8s").content))["metadata"]["name"])
+        jobs.add(_sbatch(export_plan(d, "slurm").content)["--job-name"])
+    assert len(uids) == len(names) == len(jobs) == 4
+
+
+def test_checkpoint_interval_is_the_reliability_models_in_every_format() -> None:
+    doc = DOCS["llama405b-pp16-uneven"].model_copy(
+        update={
+            "estimate": DOCS["llama405b-pp16-uneven"].estimate.model_copy(
+                update={"checkpoint_interval_s": 106.0}
+            )
+        }
+    )
+    steps = round(106.0 / doc.estimate.step_time_s) or 1
+    assert checkpoint_interval_steps(doc)[0] == max(1, steps)
+    ns = megatron_parser().parse_args(megatron_args(doc))
+    assert ns.save_interval == max(1, steps)
+    assert f"--save-interval {max(1, steps)}" in export_plan(doc, "torchrun").content.replace("\\\n  ", " ")
+    missing = DOCS["llama70b-fsdp-tp8"]  # estimated without the reliability model: marked placeholder
+    assert missing.estimate.checkpoint_interval_s is None
+    assert "placeholder" in checkpoint_interval_steps(missing)[1]
 
 
 # -- writers -------------------------------------------------------------------------------------------------
@@ -598,3 +856,50 @@ def test_shell_words() -> None:
     assert shlex.split(shell_word("it's")) == ["it's"]
     with pytest.raises(ValueError):
         shell_word("$(rm -rf /)")
+
+
+# -- the search proposes only plans the framework runs ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("framework", ["deepspeed", "megatron", "fsdp2"])
+def test_search_never_returns_a_plan_its_framework_refuses(framework: str) -> None:
+    from app.domain.architecture import parameter_counts
+    from app.domain.capabilities import capability_violations
+    from app.domain.compute import model_flops_per_token
+    from app.domain.search import SearchSpec, search
+
+    arch = CATALOG.architecture("llama3.1-8b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=32)
+    spec = SearchSpec(gpus=(32,), global_batches=(64,), seq_len=4096, framework=framework, vpps=(1, 2),
+                      cps=(1, 2), micro_batches=(1, 4), recomputes=("full",), max_pp=4, top_k=100)  # fmt: skip
+    flops = model_flops_per_token(arch, 4096, parameter_counts(arch).matmul_weights_active).total
+    result = search(arch, {32: cluster}, spec, flops)
+    assert result.plans
+    for cand in result.plans:
+        assert capability_violations(cand.plan, tied_embeddings=arch.tied_embeddings) == [], cand.plan
+    refused = {k: v for k, v in result.rejected.items() if k.startswith(f"{framework}: ")}
+    assert refused, result.rejected  # the table's masks did remove plans the framework cannot run
+
+
+def test_export_targets_are_pinned_consistently() -> None:
+    """data/export_targets.toml, the code's constants, the check environment's pins and the sourced data agree."""
+    from app.domain.export.torchtitan import TORCHTITAN_VERSION
+
+    root = Path(__file__).resolve().parents[2]
+    targets = {
+        t["format"]: t for t in tomllib.loads((root / "data/export_targets.toml").read_text())["target"]
+    }
+    assert set(targets) == set(EXPORT_FORMATS) - {"json", "torchrun"}
+    pins = dict(
+        line.split("==", 1)
+        for line in (root / "scripts/check_exports/requirements.txt").read_text().splitlines()
+        if "==" in line and not line.startswith("#")
+    )
+    assert targets["torchtitan"]["version"] == TORCHTITAN_VERSION == pins["torchtitan"]
+    assert targets["deepspeed"]["version"] == pins["deepspeed"]
+    assert targets["megatron"]["version"] == "core_v" + pins["megatron-core"]
+    flags = json.loads((root / "scripts/check_exports/megatron_flags.json").read_text())["_source"]
+    assert flags["tag"] == targets["megatron"]["version"]
+    for fmt, schema in (("k8s", "trainjob.json"), ("k8s-v1", "pytorchjob.json")):
+        source = json.loads((root / "scripts/check_exports/schemas" / schema).read_text())["_source"]
+        assert source["tag"] == targets[fmt]["version"]

@@ -1,15 +1,17 @@
-"""Export a plan as runnable configuration: one pure function, one plan document, nine formats.
+"""Export a plan as runnable configuration: one pure function, one plan document, ten formats.
 
 :func:`export_plan` turns a :class:`PlanDocument` into an :class:`ExportedFile` (filename, media type,
 text). It reads nothing but the document, so the CLI, the API and the pages produce byte-identical files
 for the same plan. Build the document from an estimate with :func:`build_plan_document`; read one back with
 :func:`parse_plan_document`.
 
-Formats: ``json`` (the plan document itself), ``torchtitan`` (FSDP2 job TOML), ``torchrun`` (launch
-command), ``megatron`` (Megatron-LM arguments), ``deepspeed`` (DeepSpeed config JSON), ``slurm`` (batch
-script), ``k8s`` (Kubeflow PyTorchJob), ``prometheus`` (alert rules for the training job, thresholds from the
-estimate) and ``grafana`` (a dashboard for the job with the predictions as reference lines). Every format is produced for every plan; where a framework cannot
-express part of the plan the file says so in a comment and :attr:`ExportedFile.notes` lists it.
+Formats: ``json`` (the plan document itself), ``torchtitan`` (a torchtitan 0.3 config module),
+``torchrun`` (launch command), ``megatron`` (Megatron-LM arguments), ``deepspeed`` (DeepSpeed config JSON),
+``slurm`` (batch script), ``k8s`` (Kubeflow Trainer v2 TrainJob with a checkpoint claim), ``k8s-v1`` (the older
+PyTorchJob), ``prometheus`` (alert rules for the training job, thresholds from the estimate) and ``grafana`` (a dashboard for the job with the predictions as reference lines). A format whose
+framework cannot run the plan (``app.domain.capabilities``) raises :class:`FrameworkRefusal` naming the limit
+and the nearest runnable plan; where a framework cannot express a detail of the plan the file says so in a
+comment and :attr:`ExportedFile.notes` lists it.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
+from app.domain.capabilities import capability_violations
 from app.domain.export.deepspeed import deepspeed_json
 from app.domain.export.document import (
     PLAN_SCHEMA,
@@ -32,12 +35,13 @@ from app.domain.export.document import (
     request_fields,
     validate_plan_document,
 )
-from app.domain.export.kubernetes import pytorchjob_yaml
+from app.domain.export.kubernetes import pytorchjob_yaml, trainjob_yaml
 from app.domain.export.launch import layout, torchrun_args
 from app.domain.export.megatron import megatron_args, megatron_script
 from app.domain.export.monitoring import grafana_dashboard, prometheus_rules
 from app.domain.export.scripts import slurm_script, torchrun_script
-from app.domain.export.torchtitan import torchtitan_toml
+from app.domain.export.torchtitan import TORCHTITAN_MODELS, TORCHTITAN_VERSION, torchtitan_config_module
+from app.domain.plan import Framework
 from app.domain.provenance import Frozen
 
 
@@ -49,6 +53,7 @@ class ExportFormat(StrEnum):
     deepspeed = "deepspeed"
     slurm = "slurm"
     k8s = "k8s"
+    k8s_v1 = "k8s-v1"
     prometheus = "prometheus"
     grafana = "grafana"
 
@@ -66,17 +71,46 @@ def _json(doc: PlanDocument) -> tuple[str, list[str]]:
 
 _WRITERS: dict[ExportFormat, tuple[str, str, Callable[[PlanDocument], tuple[str, list[str]]]]] = {
     ExportFormat.json: ("plan.json", "application/json", _json),
-    ExportFormat.torchtitan: ("torchtitan.toml", "application/toml", torchtitan_toml),
+    ExportFormat.torchtitan: ("torchtitan_config.py", "text/x-python", torchtitan_config_module),
     ExportFormat.torchrun: ("launch.sh", "text/x-shellscript", torchrun_script),
     ExportFormat.megatron: ("megatron_args.sh", "text/x-shellscript", megatron_script),
     ExportFormat.deepspeed: ("ds_config.json", "application/json", deepspeed_json),
     ExportFormat.slurm: ("train.sbatch", "text/x-shellscript", slurm_script),
-    ExportFormat.k8s: ("pytorchjob.yaml", "application/yaml", pytorchjob_yaml),
+    ExportFormat.k8s: ("trainjob.yaml", "application/yaml", trainjob_yaml),
+    ExportFormat.k8s_v1: ("pytorchjob.yaml", "application/yaml", pytorchjob_yaml),
     ExportFormat.prometheus: ("training-alerts.rules.yml", "application/yaml", prometheus_rules),
     ExportFormat.grafana: ("training-dashboard.json", "application/json", grafana_dashboard),
 }
 
 EXPORT_FORMATS: tuple[str, ...] = tuple(f.value for f in ExportFormat)
+
+FORMAT_FRAMEWORK: dict[ExportFormat, Framework] = {
+    ExportFormat.torchtitan: Framework.fsdp2,
+    ExportFormat.megatron: Framework.megatron,
+    ExportFormat.deepspeed: Framework.deepspeed,
+}
+"""Formats that configure one framework; the launchers (torchrun, slurm, k8s) run the plan's own."""
+
+
+class FrameworkRefusal(PlanDocumentError):
+    """The format's framework cannot run the plan (``app.domain.capabilities``)."""
+
+
+def framework_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[str, str]]:
+    """What the format's framework refuses in this plan: (dotted field, message with the nearest plan)."""
+    fw = FORMAT_FRAMEWORK.get(key, doc.plan.framework)
+    if key is ExportFormat.torchtitan and doc.arch.slug not in TORCHTITAN_MODELS:
+        return [
+            (
+                "model",
+                f"torchtitan {TORCHTITAN_VERSION} ships no model for {doc.arch.slug} (it ships "
+                f"{', '.join(TORCHTITAN_MODELS)}): register the model in torchtitan, or export megatron",
+            )
+        ]
+    return [
+        (f"plan.{v.field}", f"{v.message} (fix: {v.fix})")
+        for v in capability_violations(doc.plan, fw, tied_embeddings=doc.arch.tied_embeddings)
+    ]
 
 
 def export_plan(doc: PlanDocument, fmt: ExportFormat | str) -> ExportedFile:
@@ -91,6 +125,9 @@ def export_plan(doc: PlanDocument, fmt: ExportFormat | str) -> ExportedFile:
     problems = plan_document_problems(doc)
     if problems:
         raise PlanDocumentError(*problems[0])
+    refused = framework_problems(doc, key)
+    if refused:
+        raise FrameworkRefusal(*refused[0])
     filename, media_type, write = _WRITERS[key]
     content, notes = write(doc)
     return ExportedFile(filename=filename, media_type=media_type, content=content, notes=tuple(notes))
@@ -102,12 +139,15 @@ __all__ = [
     "EstimateSummary",
     "ExportFormat",
     "ExportedFile",
+    "FORMAT_FRAMEWORK",
+    "FrameworkRefusal",
     "HardwareSection",
     "ModelSection",
     "PlanDocument",
     "PlanDocumentError",
     "build_plan_document",
     "export_plan",
+    "framework_problems",
     "layout",
     "megatron_args",
     "parse_plan_document",

@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from app.domain.export.document import PlanDocument
-from app.domain.plan import Offload, Optimizer, Precision, Sharding
+from app.domain.plan import Offload, Optimizer, Precision, Recompute, Sharding
 
 NVME_PATH = "/local_nvme"
 
@@ -91,6 +91,27 @@ def deepspeed_config(doc: PlanDocument) -> tuple[dict[str, Any], list[str]]:
             notes.append(
                 "DeepSpeed has no 8-bit AdamW: written as AdamW (pass bitsandbytes AdamW8bit as client optimizer)"
             )
+    if p.recompute is not Recompute.none:
+        # deepspeed.checkpointing.configure() reads this section; the model wraps its layers with
+        # deepspeed.checkpointing.checkpoint (PipelineModule: activation_checkpoint_interval=1)
+        config["activation_checkpointing"] = {
+            "partition_activations": p.tp > 1,
+            "contiguous_memory_optimization": False,
+            "cpu_checkpointing": False,
+            "number_checkpoints": None,
+            "synchronize_checkpoint_boundary": False,
+            "profile": False,
+        }
+        if p.recompute is Recompute.selective:
+            notes.append(
+                "DeepSpeed checkpoints whole layers: selective recompute needs the model to checkpoint only "
+                "its attention core (e.g. Megatron-DeepSpeed --recompute-granularity selective)"
+            )
+    if p.pp > 1:
+        notes.append(
+            f"pipeline: build a deepspeed.pipe.PipelineModule with num_stages={p.pp} "
+            "(partition_method='uniform'); DeepSpeed's pipeline engine runs 1F1B with ZeRO stage 0 or 1 only"
+        )
     if p.tp * p.pp * p.cp > 1:
         notes.append(
             f"tp={p.tp} pp={p.pp} cp={p.cp} are set in the model code (e.g. Megatron-DeepSpeed arguments), not here"

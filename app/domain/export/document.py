@@ -100,6 +100,12 @@ class EstimateSummary(Frozen):
     calibration: str | None = Field(
         default=None, max_length=2000, description="what calibrated the estimate, e.g. 'calibrated by run 12'"
     )
+    checkpoint_interval_s: float | None = Field(
+        default=None,
+        gt=0,
+        le=30 * 86_400,
+        description="the reliability model's checkpoint interval (Young/Daly) for this job, seconds",
+    )
 
 
 class PlanDocument(Frozen):
@@ -156,6 +162,7 @@ def build_plan_document(
     allow_tp_across_nodes: bool = False,
     figure_overrides: dict[str, float] | None = None,
     calibrated: bool = True,
+    checkpoint_interval_s: float | None = None,
 ) -> PlanDocument:
     """The document for an estimate that was just made (``node`` and ``fabric`` as the estimate resolved them)."""
     per_node = node.accelerators_per_node
@@ -203,6 +210,7 @@ def build_plan_document(
             parameters_active=estimate.parameters_active,
             time_to_train_days=estimate.time_to_train_days,
             calibration=next((str(a.value) for a in estimate.assumptions if a.name == "calibration"), None),
+            checkpoint_interval_s=checkpoint_interval_s,
         ),
     )
 
@@ -229,7 +237,7 @@ def plan_document_problems(doc: PlanDocument) -> list[tuple[str, str]]:
     violations = plan_violations(
         doc.plan, n_layers=arch.n_layers, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads, n_experts=arch.n_experts,
         gpus=hw.gpus, gpus_per_node=hw.gpus_per_node, nvlink_domain_size=hw.nvlink_domain_size,
-        allow_tp_across_nodes=doc.allow_tp_across_nodes,
+        allow_tp_across_nodes=doc.allow_tp_across_nodes, tied_embeddings=arch.tied_embeddings,
     )  # fmt: skip
     out.extend((f"plan.{v.field}", f"{v.message} (fix: {v.fix})") for v in violations)
     out.extend(

@@ -3,6 +3,8 @@ argument list, and the header comment that says which plan and estimate a file c
 
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import dataclass
 
 from app.domain.export.document import PlanDocument
@@ -10,11 +12,16 @@ from app.domain.plan import Framework
 
 RDZV_PORT = 29500
 MAX_RESTARTS = 3
-TORCHTITAN_FILE = "torchtitan.toml"
+TORCHTITAN_FILE = "torchtitan_config.py"
+TORCHTITAN_MODULE = "torchtitan_config"
+TORCHTITAN_CONFIG_FUNCTION = "capplan_plan"
 DEEPSPEED_FILE = "ds_config.json"
 MEGATRON_SCRIPT = "pretrain_gpt.py"
 DEEPSPEED_SCRIPT = "train.py"
 GIB = 2**30
+CHECKPOINT_DIR = "checkpoints"
+"""Where every format saves and resumes checkpoints (relative to the working directory; a persistent volume
+under Kubernetes)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,16 +46,88 @@ def layout(doc: PlanDocument) -> Layout:
     return Layout(hosts=gpus // procs, procs_per_host=procs, partial=procs < per_host)
 
 
+def plan_hash(doc: PlanDocument) -> str:
+    """8 hex digits that tell plans apart: model, hardware, plan and tokens (not the estimate, which a
+    catalog update may move). Goes into job names, Kubernetes names and Grafana uids."""
+    key = {
+        "model": doc.model.preset or doc.model.hf_config,
+        "hardware": doc.hardware.model_dump(mode="json"),
+        "plan": doc.plan.model_dump(mode="json"),
+        "tokens": doc.tokens,
+    }
+    return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def unique_name(doc: PlanDocument) -> str:
+    """The document's job name with the plan hash: two plans of one model on one cluster differ."""
+    return f"{doc.name}-{plan_hash(doc)}"
+
+
+DEFAULT_CHECKPOINT_INTERVAL_STEPS = 500
+
+
+def checkpoint_interval_steps(doc: PlanDocument) -> tuple[int, str]:
+    """The reliability model's checkpoint interval in optimizer steps, and where it comes from.
+
+    ``round(interval_s / step_time_s)``, at least 1 and at most the run's steps. A document without the
+    interval (written before capplan recorded it) gets a marked placeholder."""
+    est = doc.estimate
+    steps = doc.steps
+    if est.checkpoint_interval_s is None or est.step_time_s <= 0:
+        value = (
+            DEFAULT_CHECKPOINT_INTERVAL_STEPS
+            if steps is None
+            else min(DEFAULT_CHECKPOINT_INTERVAL_STEPS, steps)
+        )
+        return value, "placeholder: the plan file has no checkpoint interval (re-export it from capplan)"
+    value = max(1, round(est.checkpoint_interval_s / est.step_time_s))
+    if steps is not None:
+        value = min(value, steps)
+    return value, (
+        f"capplan's reliability model: checkpoint every {est.checkpoint_interval_s:,.0f} s "
+        f"= {value} steps of {est.step_time_s:.3f} s"
+    )
+
+
+def framework_env(doc: PlanDocument) -> list[tuple[str, str, str]]:
+    """(variable, value, comment) each framework needs on every rank, chosen per plan.
+
+    Megatron-LM's validate_args requires ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with TP or CP > 1 (before
+    Blackwell) so the TP/CP communication kernels are queued ahead of the GEMMs they overlap, and refuses it
+    with torch FSDP2 (which needs it unset or > 1)."""
+    p = doc.plan
+    if p.framework is Framework.megatron and not p.sharding.shards_params and p.tp * p.cp > 1:
+        return [
+            (
+                "CUDA_DEVICE_MAX_CONNECTIONS",
+                "1",
+                "Megatron with TP/CP > 1: one hardware queue orders comm before compute",
+            )
+        ]
+    return []
+
+
 def training_command(doc: PlanDocument, config_dir: str = "") -> list[str]:
     """The program torchrun starts on every rank, with its arguments, for the plan's framework."""
     from app.domain.export.megatron import megatron_args
 
     fw = doc.plan.framework
     if fw is Framework.fsdp2:
-        return ["-m", "torchtitan.train", "--job.config_file", config_dir + TORCHTITAN_FILE]
+        return [
+            "-m",
+            "torchtitan.train",
+            "--module",
+            TORCHTITAN_MODULE,
+            "--config",
+            TORCHTITAN_CONFIG_FUNCTION,
+        ]
     if fw is Framework.megatron:
         return [MEGATRON_SCRIPT, *megatron_args(doc)]
-    return [DEEPSPEED_SCRIPT, "--deepspeed", "--deepspeed_config", config_dir + DEEPSPEED_FILE]
+    interval, _ = checkpoint_interval_steps(doc)
+    return [
+        DEEPSPEED_SCRIPT, "--deepspeed", "--deepspeed_config", config_dir + DEEPSPEED_FILE,
+        "--save-dir", CHECKPOINT_DIR, "--save-interval", str(interval),
+    ]  # fmt: skip
 
 
 def torchrun_options(doc: PlanDocument, *, rdzv_endpoint: str | None, rdzv_id: str | None) -> list[str]:

@@ -8,7 +8,13 @@ size is not an argument — Megatron derives it as world size / (tp · pp · cp)
 from __future__ import annotations
 
 from app.domain.export.document import PlanDocument
-from app.domain.export.launch import header_lines, steps_or_default
+from app.domain.export.launch import (
+    CHECKPOINT_DIR,
+    checkpoint_interval_steps,
+    framework_env,
+    header_lines,
+    steps_or_default,
+)
 from app.domain.export.text import comment_block, shell_word
 from app.domain.pipeline import chunk_layer_counts
 from app.domain.plan import Offload, Optimizer, Precision, Recompute, Sharding
@@ -16,57 +22,64 @@ from app.domain.plan import Offload, Optimizer, Precision, Recompute, Sharding
 Arg = tuple[str, str | None]  # (flag, value); value None for a switch
 
 
+def pipeline_layout(n_layers: int, pp: int, vpp: int) -> str:
+    """Megatron's ``--pipeline-model-parallel-layout`` for capplan's split: one ``|``-separated entry per
+    virtual stage in layer order, ``E`` the embedding (first), ``t*N`` N transformer layers, ``L`` the
+    loss/output layer (last); e.g. 126 layers on 16 stages → ``Et*7|t*8|…|t*8|t*7L``."""
+    counts = chunk_layer_counts(n_layers, pp * vpp)
+    stages = []
+    for c, count in enumerate(counts):
+        stage = (
+            ("E" if c == 0 else "") + (f"t*{count}" if count else "") + ("L" if c == len(counts) - 1 else "")
+        )
+        stages.append(stage)
+    return "|".join(stages)
+
+
 def _pipeline_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
     p, arch = doc.plan, doc.arch
     chunks = p.pp * p.vpp
-    out: list[Arg] = []
     if p.pp == 1:
-        return out
+        return []
     if arch.n_layers % chunks == 0:
         if p.vpp > 1:
-            out.append(("--num-layers-per-virtual-pipeline-stage", str(arch.n_layers // chunks)))
-        return out
-    counts = chunk_layer_counts(arch.n_layers, chunks)
-    middle = counts[1:-1]
-    if p.vpp > 1:
-        out.append(("--num-virtual-stages-per-pipeline-rank", str(p.vpp)))
-    if len(set(middle)) <= 1:
-        out += [
-            ("--decoder-first-pipeline-num-layers", str(counts[0])),
-            ("--decoder-last-pipeline-num-layers", str(counts[-1])),
-        ]
-    else:
-        notes.append(
-            f"capplan splits the {arch.n_layers} layers {'/'.join(map(str, counts))} over {chunks} stages; "
-            "Megatron takes first/last stage sizes with an even middle: adjust --decoder-*-pipeline-num-layers"
-        )
-    return out
+            return [("--num-layers-per-virtual-pipeline-stage", str(arch.n_layers // chunks))]
+        return []
+    # uneven: the explicit per-stage layout (Megatron reads --decoder-first/last-pipeline-num-layers per rank,
+    # not per virtual chunk, and builds no model for splits it cannot express)
+    return [("--pipeline-model-parallel-layout", pipeline_layout(arch.n_layers, p.pp, p.vpp))]
 
 
 def _sharding_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
     p = doc.plan
     sh = p.sharding
     out: list[Arg] = []
-    if sh is Sharding.ddp:
-        pass
-    elif sh in {Sharding.megatron_distopt, Sharding.zero1, Sharding.zero2}:
+    if sh.shards_params:
+        # validate_args: torch FSDP2 refuses gradient-accumulation fusion and needs a distributed checkpoint
+        out += [
+            ("--use-torch-fsdp2", None),
+            ("--no-gradient-accumulation-fusion", None),
+            ("--ckpt-format", "torch_dist"),
+        ]
+        if sh is not Sharding.fsdp_full:
+            notes.append(f"{sh.value} maps to Megatron's torch FSDP2 (fully sharded)")
+    elif sh.shards_optimizer:
         out.append(("--use-distributed-optimizer", None))
         if sh is not Sharding.megatron_distopt:
             notes.append(
                 f"{sh.value} maps to Megatron's distributed optimizer (optimizer state sharded over dp)"
             )
-    else:
-        out.append(("--use-torch-fsdp2", None))
-        if sh is not Sharding.fsdp_full:
-            notes.append(f"{sh.value} maps to Megatron's torch FSDP2 (fully sharded)")
-        if p.pp > 1:
-            notes.append("Megatron's --use-torch-fsdp2 does not support pipeline parallelism yet")
-    if p.dp > 1:
+    if p.dp > 1 and not sh.shards_params:
         out.append(("--overlap-grad-reduce", None))
-        if sh is Sharding.megatron_distopt or ("--use-distributed-optimizer", None) in out:
+        if sh.shards_optimizer:
             out.append(("--overlap-param-gather", None))
     if p.offload is Offload.optimizer_cpu:
-        out += [("--optimizer-cpu-offload", None), ("--overlap-cpu-optimizer-d2h-h2d", None)]
+        # validate_args: CPU offload runs through the precision-aware optimizer (HybridDeviceOptimizer)
+        out += [
+            ("--optimizer-cpu-offload", None),
+            ("--use-precision-aware-optimizer", None),
+            ("--overlap-cpu-optimizer-d2h-h2d", None),
+        ]
     elif p.offload is not Offload.none:
         notes.append(f"Megatron offloads only the optimizer to CPU; {p.offload.value} is not expressible")
     return out
@@ -114,8 +127,17 @@ def _model_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
     out.append(("--normalization", "RMSNorm" if arch.norm == "rmsnorm" else "LayerNorm"))
     if arch.position == "rotary":
         out.append(("--position-embedding-type", "rope"))
+        out.append(("--rotary-base", str(round(arch.rope_theta))))
         if arch.rotary_fraction != 1.0:
             out.append(("--rotary-percent", repr(arch.rotary_fraction)))
+        if arch.rope_scaling == "llama3":
+            out += [("--use-rope-scaling", None), ("--rope-scaling-factor", repr(arch.rope_scaling_factor))]
+        elif arch.rope_scaling == "yarn":
+            out += [("--rope-type", "yarn"), ("--rotary-scaling-factor", repr(arch.rope_scaling_factor))]
+            if arch.attention != "mla":
+                notes.append(
+                    "Megatron applies YaRN through --rope-type yarn with multi-latent attention only"
+                )
         out.append(("--max-position-embeddings", str(max(arch.max_context, p.seq_len))))
     elif arch.position == "learned":
         out.append(("--position-embedding-type", "learned_absolute"))
@@ -141,7 +163,29 @@ def _model_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
             out.append(("--moe-shared-expert-intermediate-size", str(width)))
         if arch.first_k_dense_layers or arch.moe_layer_freq > 1:
             out.append(("--moe-layer-freq", moe_layer_pattern(arch.layer_kinds())))
+        out += _router_args(doc)
         out += [("--moe-grouped-gemm", None), ("--moe-token-dispatcher-type", "alltoall")]
+    return out
+
+
+def _router_args(doc: PlanDocument) -> list[Arg]:
+    """The router as the architecture record has it (DeepSeek-V3: sigmoid scores, per-expert bias
+    updated by the load-balancing rule instead of an auxiliary loss, group-limited routing, scaled top-k)."""
+    arch = doc.arch
+    out: list[Arg] = []
+    if arch.router_score_function != "softmax":
+        out.append(("--moe-router-score-function", arch.router_score_function))
+    if arch.router_score_correction_bias:
+        out += [("--moe-router-enable-expert-bias", None), ("--moe-router-load-balancing-type", "seq_aux_loss"),
+                ("--moe-aux-loss-coeff", "0.0001")]  # fmt: skip
+    else:
+        out += [("--moe-router-load-balancing-type", "aux_loss"), ("--moe-aux-loss-coeff", "0.01")]
+    if arch.router_topk_scaling_factor is not None:
+        out.append(("--moe-router-topk-scaling-factor", repr(arch.router_topk_scaling_factor)))
+    if arch.router_num_groups is not None and arch.router_group_topk is not None:
+        out += [("--moe-router-num-groups", str(arch.router_num_groups)),
+                ("--moe-router-group-topk", str(arch.router_group_topk))]  # fmt: skip
+    out.append(("--moe-router-dtype", "fp32"))
     return out
 
 
@@ -180,8 +224,8 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         args.append(("--fp16", None))
     elif p.precision is Precision.fp8:
         args += [("--bf16", None), ("--fp8-format", "hybrid"), ("--transformer-impl", "transformer_engine")]
-    if p.flash_attention:
-        args.append(("--use-flash-attn", None))
+    interval, _ = checkpoint_interval_steps(doc)
+    args += [("--save", CHECKPOINT_DIR), ("--load", CHECKPOINT_DIR), ("--save-interval", str(interval))]
     if p.optimizer is Optimizer.sgd:
         args.append(("--optimizer", "sgd"))
     else:
@@ -201,10 +245,13 @@ def megatron_args(doc: PlanDocument) -> list[str]:
 def megatron_script(doc: PlanDocument) -> tuple[str, list[str]]:
     pairs, notes = megatron_arg_pairs(doc)
     arch = doc.arch
+    _, interval_note = checkpoint_interval_steps(doc)
     head = comment_block(
         [
             *header_lines(doc, "Megatron-LM arguments (bash array for pretrain_gpt.py)"),
             f"vocabulary: {arch.vocab_size} tokens; Megatron takes it from the tokenizer",
+            f"--save-interval: {interval_note}; --load resumes from the latest checkpoint on restart",
+            "placeholders: --data-path, the tokenizer and the learning rate (yours, below)",
             *(f"note: {n}" for n in notes),
             "usage: source this file, then",
             '  torchrun ... pretrain_gpt.py "${MEGATRON_ARGS[@]}" \\',
@@ -212,4 +259,10 @@ def megatron_script(doc: PlanDocument) -> tuple[str, list[str]]:
         ]
     )
     lines = [f"  {flag}" + ("" if value is None else f" {shell_word(value)}") for flag, value in pairs]
-    return "#!/usr/bin/env bash\n" + head + "MEGATRON_ARGS=(\n" + "\n".join(lines) + "\n)\n", notes
+    env = "".join(f"export {var}={value}  # {comment}\n" for var, value, comment in framework_env(doc))
+    if doc.plan.sharding.shards_params:
+        env += "unset CUDA_DEVICE_MAX_CONNECTIONS  # torch FSDP2 refuses CUDA_DEVICE_MAX_CONNECTIONS=1\n"
+    sourced = "# shellcheck disable=SC2034  # MEGATRON_ARGS is read by the script that sources this file\n"
+    return "#!/usr/bin/env bash\n" + head + env + sourced + "MEGATRON_ARGS=(\n" + "\n".join(
+        lines
+    ) + "\n)\n", notes

@@ -25,8 +25,10 @@ Thresholds (all written into the rules with the predicted value in the annotatio
 from __future__ import annotations
 
 import json
+import re
 
 from app.domain.export.document import PlanDocument
+from app.domain.export.launch import plan_hash, unique_name
 from app.domain.plan import Sharding
 
 THROUGHPUT_FRACTION = 0.8
@@ -93,9 +95,9 @@ def prometheus_rules(doc: PlanDocument) -> tuple[str, list[str]]:
     mem_alarm_mib = peak_mib * (1 + MEMORY_MARGIN)
     usable_mib = est.usable_memory_bytes / MIB
     net = expected_scale_out_bytes_per_s_per_node(doc)
-    group = doc.name.replace("-", "_").replace(".", "_")
+    group = re.sub(r"[^A-Za-z0-9_]", "_", unique_name(doc))
     lines = [
-        f"# Alerts for {doc.name}: thresholds from capplan's estimate ({est.tokens_per_s:,.0f} tokens/s, "
+        f"# Alerts for {unique_name(doc)}: thresholds from capplan's estimate ({est.tokens_per_s:,.0f} tokens/s, "
         f"peak {peak_mib / 1024:.1f} GiB per GPU of {usable_mib / 1024:.1f} GiB).",
         "# The training job must export train_tokens_per_second and train_loss; GPU figures come from",
         "# dcgm-exporter, network from node-exporter. Check with: promtool check rules <this file>",
@@ -175,6 +177,16 @@ def _panel(panel_id: int, title: str, unit: str, targets: list[tuple[str, str]],
     }
 
 
+GRAFANA_UID_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,40}$")
+"""Grafana's rule for dashboard uids (util.IsValidShortUID: letters, digits, '-' and '_', at most 40)."""
+
+
+def grafana_uid(doc: PlanDocument) -> str:
+    """``capplan-<model>-<plan hash>``: valid for Grafana, unique per plan (the hash is kept whole)."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", doc.arch.slug).strip("-")[: 40 - len("capplan--") - 8]
+    return f"capplan-{slug}-{plan_hash(doc)}"
+
+
 def grafana_dashboard(doc: PlanDocument) -> tuple[str, list[str]]:
     """A Grafana dashboard (JSON model) for the training job, with the predictions drawn as reference lines."""
     est = doc.estimate
@@ -203,8 +215,8 @@ def grafana_dashboard(doc: PlanDocument) -> tuple[str, list[str]]:
         _panel(5, "Loss", "short", [("train_loss", "loss"), ("avg_over_time(train_loss[1h])", "1 h average")], 0, 16),
     ]  # fmt: skip
     dashboard = {
-        "title": f"capplan · {doc.name}",
-        "uid": f"capplan-{doc.name}"[:40],
+        "title": f"capplan · {unique_name(doc)}",
+        "uid": grafana_uid(doc),
         "tags": ["capplan", "training"],
         "schemaVersion": 39,
         "time": {"from": "now-6h", "to": "now"},

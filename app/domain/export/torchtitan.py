@@ -1,11 +1,22 @@
-"""torchtitan job config (TOML) for FSDP2 + TP/PP/CP/EP: the ``--job.config_file`` of ``torchtitan.train``.
+"""torchtitan config module (Python) for ``torchtitan.train --module torchtitan_config --config capplan_plan``.
 
-Keys follow torchtitan's TOML ``JobConfig`` (sections job, model, optimizer, training, parallelism,
-checkpoint, activation_checkpoint, compile, float8 — as in its ``llama3_70b.toml``). Batch semantics:
-``local_batch_size`` is per data-parallel rank per optimizer step *before* gradient accumulation, which
-torchtitan derives as ``global_batch_size / (local_batch_size · dp)``; with pipeline parallelism every
+torchtitan 0.3 (2026-09) reads no TOML: a run is ``--module M --config F``, where ``F()`` in module ``M``
+returns a ``Trainer.Config`` (``torchtitan/config/manager.py``). The file written here starts from the
+config registry function torchtitan ships for the model (``llama3_70b``, ``deepseek_v3_671b``…), rebuilds the
+model spec (fp8 converters or none) and sets what the plan decides: batch, steps, the data-parallel
+degrees, TP/PP/CP/EP, the pipeline split as explicit module lists, activation checkpointing, compile, CPU
+offload, and checkpointing every N steps from capplan's reliability model (``checkpoint.enable`` is off by
+default in torchtitan; on here, and a restart resumes from the latest step in the folder).
+
+Batch semantics: ``local_batch_size`` is per data-parallel rank per gradient-accumulation step; torchtitan
+derives accumulation as ``global_batch_size / (local_batch_size · dp)``. With pipeline parallelism every
 micro-batch of the step goes through the pipeline at once (``local_batch_size = global / dp``, split into
 ``pipeline_parallel_microbatch_size`` chunks) and there is no gradient accumulation.
+
+Pipeline split: torchtitan's own split counts the embedding and the output as layers
+(``pipeline_parallel_first/last_stage_less_layers``); capplan's estimate splits the transformer layers
+(``app.domain.pipeline.chunk_layer_counts``), so the file writes ``module_fqns_per_model_part`` — the exact
+modules of every stage — and torchtitan builds what capplan estimated.
 """
 
 from __future__ import annotations
@@ -13,18 +24,47 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.domain.export.document import PlanDocument
-from app.domain.export.launch import header_lines, steps_or_default
-from app.domain.export.text import TomlValue, comment_block, toml_table
+from app.domain.export.launch import (
+    CHECKPOINT_DIR,
+    TORCHTITAN_CONFIG_FUNCTION,
+    TORCHTITAN_MODULE,
+    checkpoint_interval_steps,
+    header_lines,
+    steps_or_default,
+)
+from app.domain.export.text import comment_block
 from app.domain.pipeline import chunk_layer_counts
 from app.domain.plan import Offload, Precision, Recompute, Sharding
 
-# catalog preset → (torchtitan model name, flavor, Hugging Face assets folder)
-TORCHTITAN_MODELS: dict[str, tuple[str, str, str]] = {
-    "llama3.1-8b": ("llama3", "8B", "Llama-3.1-8B"),
-    "llama3.1-70b": ("llama3", "70B", "Llama-3.1-70B"),
-    "llama3.1-405b": ("llama3", "405B", "Llama-3.1-405B"),
-    "deepseek-v3": ("deepseek_v3", "671B", "DeepSeek-V3"),
-}
+TORCHTITAN_VERSION = "0.3.0"
+
+
+@dataclass(frozen=True, slots=True)
+class TitanModel:
+    """A model torchtitan ships: the package under ``torchtitan.models``, the registry function the config
+    starts from, the flavor and the Hugging Face assets folder (tokenizer).
+
+    The base is a registry function without converters (``llama3_8b`` for every Llama 3 flavor: torchtitan's
+    ``llama3_405b`` builds fp8 converters, which fail on GPUs before SM89); the model spec, assets and every
+    plan-dependent field are replaced."""
+
+    package: str
+    registry_function: str
+    flavor: str
+    hf_assets: str
+    registry_kwargs: str = ""  # extra keyword arguments of model_registry, as Python source
+    fp8_filter: tuple[str, ...] = ("lm_head",)
+
+
+TORCHTITAN_MODELS: dict[str, TitanModel] = {
+    "llama3.1-8b": TitanModel("llama3", "llama3_8b", "8B", "Llama-3.1-8B"),
+    "llama3.1-70b": TitanModel("llama3", "llama3_8b", "70B", "Llama-3.1-70B"),
+    "llama3.1-405b": TitanModel("llama3", "llama3_8b", "405B", "Llama-3.1-405B"),
+    "deepseek-v3": TitanModel(
+        "deepseek_v3", "deepseek_v3_671b", "671B", "DeepSeek-V3.1-Base", 'attn_backend="flex"',
+        ("lm_head", "router.gate"),
+    ),
+}  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,34 +115,29 @@ def batches(doc: PlanDocument) -> Batches:
     return Batches(p.micro_batch, p.global_batch, per_rank // p.micro_batch, None)
 
 
-def _pipeline(doc: PlanDocument) -> tuple[dict[str, TomlValue], dict[str, str]]:
-    p, arch = doc.plan, doc.arch
-    if p.pp == 1:
-        return {}, {}
-    stages = p.pp * p.vpp
-    values: dict[str, TomlValue] = {
-        "pipeline_parallel_schedule": "Interleaved1F1B" if p.vpp > 1 else "1F1B",
-        "pipeline_parallel_microbatch_size": p.micro_batch,
-    }
-    comments = {
-        "pipeline_parallel_schedule": f"{stages} stages: {p.vpp} per rank"
-        if p.vpp > 1
-        else "one stage per rank"
-    }
-    if arch.n_layers % stages == 0:
-        values["pipeline_parallel_layers_per_stage"] = arch.n_layers // stages
-    else:
-        counts = chunk_layer_counts(arch.n_layers, stages)
-        starts = [sum(counts[:c]) for c in range(1, stages)]
-        values["pipeline_parallel_split_points"] = [f"layers.{s}" for s in starts]
-        comments["pipeline_parallel_split_points"] = (
-            f"layers per stage {'/'.join(str(c) for c in counts)}: the lighter first and last stages also hold "
-            "the embedding and the output layer"
-        )
-    return values, comments
+def stage_modules(n_layers: int, stages: int) -> list[list[str]]:
+    """The modules of each pipeline stage (torchtitan FQNs): capplan's layer split, the embedding on the
+    first stage, the final norm and the output head on the last."""
+    counts = chunk_layer_counts(n_layers, stages)
+    out: list[list[str]] = []
+    start = 0
+    for c, count in enumerate(counts):
+        modules = [f"layers.{i}" for i in range(start, start + count)]
+        start += count
+        if c == 0:
+            modules.insert(0, "tok_embeddings")
+        if c == stages - 1:
+            modules += ["norm", "lm_head"]
+        out.append(modules)
+    return out
 
 
-def torchtitan_toml(doc: PlanDocument) -> tuple[str, list[str]]:
+def _py(value: object) -> str:
+    """A Python literal (repr of str/int/float/bool/None/lists of them)."""
+    return repr(value)
+
+
+def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
     p, arch = doc.plan, doc.arch
     notes: list[str] = []
     dp = data_parallel(doc)
@@ -110,118 +145,127 @@ def torchtitan_toml(doc: PlanDocument) -> tuple[str, list[str]]:
         notes.append(dp.note)
     b = batches(doc)
     steps, steps_note = steps_or_default(doc)
+    interval, interval_note = checkpoint_interval_steps(doc)
 
-    name, flavor, assets = TORCHTITAN_MODELS.get(arch.slug, (arch.family or "custom", arch.slug, arch.slug))
-    if arch.slug not in TORCHTITAN_MODELS:
+    model = TORCHTITAN_MODELS.get(arch.slug)
+    if model is None:
         notes.append(
-            f"torchtitan has no built-in flavor for {arch.slug}: register model {name!r} flavor {arch.slug!r} "
+            f"PLACEHOLDER: torchtitan {TORCHTITAN_VERSION} ships no model for {arch.slug}: register one "
             f"({arch.n_layers} layers, hidden {arch.hidden_size}, {arch.n_heads} heads, {arch.n_kv_heads} KV heads, "
-            f"FFN {arch.ffn_hidden_size}, vocab {arch.vocab_size})"
+            f"FFN {arch.ffn_hidden_size}, vocab {arch.vocab_size}) and point the imports below at it"
         )
-    model: dict[str, TomlValue] = {"name": name, "flavor": flavor, "hf_assets_path": f"./assets/hf/{assets}"}
-    if p.precision is Precision.fp8:
-        model["converters"] = ["float8"]
-
-    if p.precision is Precision.fp32:
-        param_dtype = "float32"
-    else:
-        param_dtype = "bfloat16"
-        if p.precision is Precision.fp16:
-            notes.append(
-                "torchtitan mixed precision is bfloat16 or float32: the plan's fp16 is written as bfloat16"
-            )
-    training: dict[str, TomlValue] = {
-        "local_batch_size": b.local_batch_size,
-        "global_batch_size": b.global_batch_size,
-        "seq_len": p.seq_len,
-        "steps": steps,
-        "max_norm": 1.0,
-        "dataset": "c4",
-        "mixed_precision_param": param_dtype,
-        "mixed_precision_reduce": "float32",
-    }
-    training_comments = {
-        "local_batch_size": "sequences per data-parallel rank per step"
-        + (f", {b.local_batch_size // p.micro_batch} pipeline micro-batches" if p.pp > 1 else ""),
-        "global_batch_size": f"= local {b.local_batch_size} x dp {p.dp} x grad-accum {b.gradient_accumulation_steps}",
-        "steps": steps_note,
-        "dataset": "placeholder: your dataset",
-    }
-    if p.offload is not Offload.none:
-        training["enable_cpu_offload"] = True
-        if p.offload is not Offload.params_cpu:
-            notes.append(
-                f"FSDP2 CPU offload moves params, grads and optimizer state; the plan asked for {p.offload.value}"
-            )
-
-    parallelism: dict[str, TomlValue] = {
-        "data_parallel_replicate_degree": dp.replicate,
-        "data_parallel_shard_degree": dp.shard,
-        "fsdp_reshard_after_forward": dp.reshard_after_forward,
-        "tensor_parallel_degree": p.tp,
-        "pipeline_parallel_degree": p.pp,
-        "context_parallel_degree": p.cp,
-    }
-    pp_values, pp_comments = _pipeline(doc)
-    parallelism |= pp_values
-    if arch.n_experts:
-        parallelism["expert_parallel_degree"] = p.ep
-    degrees = dp.replicate * dp.shard * p.tp * p.pp * p.cp
-    par_comments = {
-        "data_parallel_shard_degree": f"replicate x shard x tp x pp x cp = {degrees} GPUs"
-    } | pp_comments
+        model = TitanModel("PLACEHOLDER_your_model", "PLACEHOLDER_your_config", arch.slug, arch.slug)
+    if p.precision is Precision.fp16:
+        notes.append(
+            "torchtitan mixed precision is bfloat16 or float32: the plan's fp16 is written as bfloat16"
+        )
     if p.tp > 1 and not p.sequence_parallel:
         notes.append(
-            "torchtitan's tensor parallelism always shards norms over the sequence (sequence parallel)"
+            "torchtitan's tensor parallelism shards norms over the sequence (sequence parallel) by default"
         )
-
-    activation: dict[str, TomlValue] = {"mode": p.recompute.value}
     if p.recompute is Recompute.selective:
-        activation["selective_ac_option"] = "op"
         notes.append(
-            "torchtitan's selective AC ('op') is per-op: it keeps every other matmul output and the attention "
-            "outputs and recomputes the rest; capplan's 'selective' (Korthikanti et al.) recomputes only the "
-            "attention core, so expect torchtitan to hold less activation memory and recompute more than this "
-            "estimate (capplan models per-op SAC not yet; see README, Accuracy)"
+            "torchtitan's selective AC is per-op: it keeps every other matmul output and the attention outputs and "
+            "recomputes the rest; capplan's 'selective' (Korthikanti et al.) recomputes only the attention core, so "
+            "expect torchtitan to hold less activation memory and recompute more than this estimate"
         )
-
-    tables = [
-        toml_table("job", {"dump_folder": "./outputs", "description": f"{doc.name}: {arch.name}"}),
-        toml_table("model", model),
-        toml_table(
-            "optimizer", {"name": "AdamW", "lr": 3e-4, "eps": 1e-8}, {"lr": "placeholder: your schedule"}
-        ),
-        toml_table("training", training, training_comments),
-        toml_table("parallelism", parallelism, par_comments),
-        toml_table(
-            "checkpoint",
-            {
-                "enable_checkpoint": True,
-                "folder": "checkpoint",
-                "interval": min(500, steps),
-                "async_mode": "async",
-            },
-        ),
-        toml_table("activation_checkpoint", activation),
-        toml_table("compile", {"enable": p.uses_fused_kernels, "components": ["model", "loss"]}),
-    ]
+    if p.offload is not Offload.none and p.offload is not Offload.params_cpu:
+        notes.append(
+            f"FSDP2 CPU offload moves params, grads and optimizer state; the plan asked for {p.offload.value}"
+        )
     if p.optimizer.value != "adamw":
-        notes.append(f"torchtitan's optimizer here is AdamW; the plan assumed {p.optimizer.value}")
-    if p.precision is Precision.fp8:
-        sharded = dp.shard > 1
-        tables.append(
-            toml_table(
-                "float8",
-                {
-                    "enable_fsdp_float8_all_gather": sharded,
-                    "precompute_float8_dynamic_scale_for_fsdp": sharded,
-                    "filter_fqns": ["output"],
-                },
-            )
-        )
+        notes.append(f"the registry's optimizer (AdamW) is kept; the plan assumed {p.optimizer.value}")
     if not p.flash_attention:
-        notes.append(
-            "torchtitan always uses fused (flash) SDPA attention; the estimate assumed unfused attention"
+        notes.append("torchtitan always uses fused attention; the estimate assumed unfused attention")
+
+    pkg = f"torchtitan.models.{model.package}"
+    fp8 = p.precision is Precision.fp8
+    compile_model = p.uses_fused_kernels or fp8
+    ac_class = {Recompute.full: "FullAC", Recompute.selective: "SelectiveAC"}.get(p.recompute)
+    registry_args = [_py(model.flavor)] + ([model.registry_kwargs] if model.registry_kwargs else [])
+    if fp8:
+        registry_args.append(
+            f"converters=[Float8LinearConverter.Config(filter_fqns={_py(list(model.fp8_filter))}, "
+            f"model_compile_enabled={compile_model})]"
         )
-    head = comment_block([*header_lines(doc, "torchtitan job config"), *(f"note: {n}" for n in notes)])
-    return head + "\n" + "\n".join(tables), notes
+    else:
+        registry_args.append("converters=[]")
+    lines = [
+        "from torchtitan.components.checkpoint import CheckpointManager",
+        *(["from torchtitan.components.quantization import Float8LinearConverter"] if fp8 else []),
+        "from torchtitan.components.optimizer import default_adamw",
+        "from torchtitan.config import CompileConfig",
+        *([f"from torchtitan.distributed.activation_checkpoint import {ac_class}"] if ac_class else []),
+        f"from {pkg} import model_registry",
+        f"from {pkg}.config_registry import {model.registry_function} as base_config",
+        "",
+        "",
+        f"def {TORCHTITAN_CONFIG_FUNCTION}():",
+        f'    """{doc.name}: {arch.name} on {doc.hardware.gpus} x {doc.hardware.gpu} (capplan plan)."""',
+        "    config = base_config()",
+        f"    config.model_spec = model_registry({', '.join(registry_args)})",
+        f"    config.hf_assets_path = {_py('./assets/hf/' + model.hf_assets)}  # tokenizer (download_hf_assets.py)",
+        f"    config.dump_folder = {_py('./outputs')}",
+        f"    config.dataloader.dataset = {_py('c4')}  # PLACEHOLDER: your dataset",
+        "    # training: sequences per data-parallel rank per step"
+        + (f", {b.local_batch_size // p.micro_batch} pipeline micro-batches" if p.pp > 1 else ""),
+        f"    config.training.local_batch_size = {b.local_batch_size}",
+        f"    config.training.global_batch_size = {b.global_batch_size}"
+        f"  # local {b.local_batch_size} x dp {p.dp} x grad-accum {b.gradient_accumulation_steps}",
+        f"    config.training.seq_len = {p.seq_len}",
+        f"    config.training.steps = {steps}  # {steps_note}",
+        "    config.training.mixed_precision_param = "
+        + _py("float32" if p.precision is Precision.fp32 else "bfloat16"),
+        f"    config.training.enable_cpu_offload = {p.offload is not Offload.none}",
+        f"    config.training.disable_cuda_graphs = {p.pp > 1 or p.ep > 1}"
+        + (
+            "  # torchtitan: CUDA graphs support neither PP nor EP's standard dispatcher"
+            if p.pp > 1 or p.ep > 1
+            else ""
+        ),
+        f"    config.parallelism.data_parallel_replicate_degree = {dp.replicate}",
+        f"    config.parallelism.data_parallel_shard_degree = {dp.shard}"
+        f"  # replicate x shard x tp x pp x cp = {dp.replicate * dp.shard * p.tp * p.pp * p.cp} GPUs",
+        f"    config.parallelism.fsdp_reshard_after_forward = {_py(dp.reshard_after_forward)}",
+        f"    config.parallelism.tensor_parallel_degree = {p.tp}",
+        f"    config.parallelism.enable_sequence_parallel = {p.tp > 1}",
+        f"    config.parallelism.context_parallel_degree = {p.cp}",
+        f"    config.parallelism.expert_parallel_degree = {p.ep}",
+        f"    config.parallelism.pipeline_parallel_degree = {p.pp}",
+    ]
+    if p.pp > 1:
+        stages = p.pp * p.vpp
+        counts = chunk_layer_counts(arch.n_layers, stages)
+        lines += [
+            "    config.parallelism.pipeline_parallel_schedule = "
+            + _py("Interleaved1F1B" if p.vpp > 1 else "1F1B")
+            + f"  # {stages} stages, {p.vpp} per rank",
+            f"    config.parallelism.pipeline_parallel_microbatch_size = {p.micro_batch}",
+            "    config.parallelism.pipeline_parallel_layers_per_stage = None",
+            f"    # layers per stage {'/'.join(map(str, counts))} (capplan's split; embedding first, output last)",
+            f"    config.parallelism.module_fqns_per_model_part = {_py(stage_modules(arch.n_layers, stages))}",
+        ]
+    ac = f"{ac_class}.Config()" if ac_class else "None"
+    components = ["model", "loss"] if compile_model else ["loss"]
+    lines += [
+        f"    config.activation_checkpoint = {ac}",
+        f"    config.compile = CompileConfig(enable={compile_model}, components={_py(components)})",
+        f"    # checkpoint every {interval} steps: {interval_note}; a restart resumes from the latest step",
+        "    config.checkpoint = CheckpointManager.Config(",
+        f"        enable=True, folder={_py(CHECKPOINT_DIR)}, interval={interval}, async_mode={_py('async')},",
+        "        last_save_model_only=False,",
+        "    )",
+        "    config.optimizer = default_adamw(lr=3e-4)  # PLACEHOLDER: your learning rate and schedule",
+        "    return config",
+    ]
+    head = comment_block(
+        [
+            *header_lines(doc, f"torchtitan {TORCHTITAN_VERSION} config module"),
+            f"run: torchrun ... -m torchtitan.train --module {TORCHTITAN_MODULE} --config {TORCHTITAN_CONFIG_FUNCTION}"
+            " (this file's folder on PYTHONPATH)",
+            "placeholders: the dataset, the learning rate"
+            + (", the model imports" if arch.slug not in TORCHTITAN_MODELS else ""),
+            *(f"note: {n}" for n in notes),
+        ]
+    )
+    return head + "\n".join(lines) + "\n", notes

@@ -1,0 +1,100 @@
+"""The plan matrix of ``make check-exports``: writes every plan's files in every format capplan exports.
+
+Runs in capplan's own environment (``.venv``); ``validate.py`` then feeds the files to the real consumers in
+``.venv-exports``. Each plan goes through the same path as ``capplan export`` (estimate request → plan
+document with the reliability model's checkpoint interval → ``export_plan``). A format whose framework
+cannot run the plan is not written; capplan's refusal (the capability table) is recorded instead.
+
+    .venv/bin/python scripts/check_exports/matrix.py OUT_DIR
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from app.domain.catalog import load_catalog
+from app.domain.export import EXPORT_FORMATS, PlanDocumentError, export_plan, parse_plan_document
+from app.schemas import EstimateRequest
+from app.services import plan_document_from_request
+
+H100 = {"gpu": "h100-sxm", "seq_len": 8192, "tokens": 1e12}
+
+# ≥ 14 plans: dense and MoE; DDP, FSDP2, HSDP, ZeRO-1/2/3, Megatron distributed optimizer; TP, PP, VPP
+# (uneven), CP, EP; bf16, fp16, fp8; CPU and NVMe offload — on the three frameworks.
+PLANS: dict[str, dict] = {
+    "llama8b-fsdp2-ddp": dict(model="llama3.1-8b", gpus=8, dp=8, sharding="ddp", global_batch=64,
+                              recompute="selective"),
+    "llama70b-fsdp2-tp8": dict(model="llama3.1-70b", gpus=64, tp=8, dp=8, sharding="fsdp-full", global_batch=64,
+                               recompute="full"),
+    "llama70b-fsdp2-hsdp-cp2": dict(model="llama3.1-70b", gpus=64, tp=4, cp=2, dp=8, sharding="fsdp-hybrid",
+                                    shard_group_size=4, global_batch=64, seq_len=16384, recompute="full"),
+    "llama405b-fsdp2-pp-vpp-fp8": dict(model="llama3.1-405b", gpus=1024, tp=8, pp=8, vpp=2, dp=16,
+                                       sharding="fsdp-full", global_batch=512, precision="fp8", recompute="full"),
+    "llama8b-fsdp2-offload": dict(model="llama3.1-8b", gpus=16, dp=16, sharding="fsdp-full", offload="params-cpu",
+                                  global_batch=64),
+    "deepseek-v3-fsdp2-pp-ep": dict(model="deepseek-v3", gpus=256, pp=8, dp=32, ep=8, sharding="fsdp-full",
+                                    global_batch=512, seq_len=4096, recompute="full"),
+    "llama405b-megatron-pp16-uneven": dict(model="llama3.1-405b", gpus=1024, tp=8, pp=16, dp=8,
+                                           framework="megatron", sharding="megatron-distopt",
+                                           sequence_parallel=True, global_batch=512, recompute="full"),
+    "llama70b-megatron-pp8-vpp4": dict(model="llama3.1-70b", gpus=128, tp=8, pp=8, vpp=4, dp=2,
+                                       framework="megatron", sharding="megatron-distopt", sequence_parallel=True,
+                                       global_batch=128, recompute="selective"),
+    "gpt3-megatron-ddp-fp16": dict(model="gpt3-175b", gpu="a100-80gb", gpus=768, tp=8, pp=8, dp=12,
+                                   framework="megatron", sharding="ddp", precision="fp16", seq_len=2048,
+                                   global_batch=1536, flash_attention=False),
+    "llama8b-megatron-fsdp2-tp2": dict(model="llama3.1-8b", gpus=16, tp=2, dp=8, framework="megatron",
+                                       sharding="fsdp-full", global_batch=64),
+    "llama8b-megatron-cpu-offload": dict(model="llama3.1-8b", gpus=16, dp=16, framework="megatron",
+                                         sharding="megatron-distopt", offload="optimizer-cpu", global_batch=64),
+    "deepseek-v3-megatron-pp16-ep8": dict(model="deepseek-v3", gpus=2048, tp=8, pp=16, dp=16, ep=8,
+                                          framework="megatron", sharding="megatron-distopt",
+                                          sequence_parallel=True, global_batch=4096, seq_len=4096,
+                                          recompute="selective", precision="fp8"),
+    "mixtral-megatron-ep8-cp2": dict(model="mixtral-8x7b", gpus=64, tp=2, cp=2, dp=16, ep=8, framework="megatron",
+                                     sharding="megatron-distopt", sequence_parallel=True, global_batch=256),
+    "llama8b-deepspeed-zero1-pp4": dict(model="llama3.1-8b", gpus=16, pp=4, dp=4, framework="deepspeed",
+                                        sharding="zero1", global_batch=64, recompute="full"),
+    "llama8b-deepspeed-zero2-fp16": dict(model="llama3.1-8b", gpus=16, dp=16, framework="deepspeed",
+                                         sharding="zero2", precision="fp16", global_batch=64),
+    "llama70b-deepspeed-zero3-nvme": dict(model="llama3.1-70b", gpus=64, dp=64, framework="deepspeed",
+                                          sharding="zero3", offload="nvme", global_batch=128, recompute="full"),
+    "llama8b-deepspeed-zero3-cpu-offload": dict(model="llama3.1-8b", gpus=8, dp=8, framework="deepspeed",
+                                                sharding="zero3", offload="params-cpu", global_batch=32),
+}  # fmt: skip
+
+
+def main(out: Path) -> int:
+    catalog = load_catalog(Path(__file__).resolve().parents[2] / "data")
+    out.mkdir(parents=True, exist_ok=True)
+    manifest: dict[str, dict] = {}
+    for name, fields in PLANS.items():
+        request = EstimateRequest(**(H100 | fields))
+        doc = plan_document_from_request(catalog, request)
+        folder = out / name
+        folder.mkdir(exist_ok=True)
+        entry: dict = {"plan": doc.plan.model_dump(mode="json"), "gpus": doc.hardware.gpus,
+                       "gpus_per_host": doc.hardware.gpus_per_host, "arch": doc.arch.slug,
+                       "n_layers": doc.arch.n_layers, "steps": doc.steps,
+                       "checkpoint_interval_s": doc.estimate.checkpoint_interval_s,
+                       "step_time_s": doc.estimate.step_time_s, "files": {}, "refused": {}}  # fmt: skip
+        for fmt in EXPORT_FORMATS:
+            try:
+                f = export_plan(doc, fmt)
+            except PlanDocumentError as exc:
+                entry["refused"][fmt] = str(exc)
+                continue
+            (folder / f.filename).write_text(f.content)
+            entry["files"][fmt] = f.filename
+        # capplan is the plan file's consumer: it must read back to the same document
+        assert parse_plan_document((folder / "plan.json").read_text()) == doc, name
+        manifest[name] = entry
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2))
+    print(f"wrote {len(PLANS)} plans to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1] if len(sys.argv) > 1 else "var/check-exports")))
