@@ -322,6 +322,77 @@ def _layer_terms(
     return terms
 
 
+def _selective_op_terms(sh: _Shape, kind: LayerKind) -> _Terms:
+    """torchtitan's per-op selective activation checkpointing (``selective_ac_option = "op"``).
+
+    Its policy saves the outputs of every *odd* matmul of a block (the 1st, 3rd, 5th… ``aten.mm`` in forward
+    order), of the attention kernel (output and logsumexp) and of TP's reduce-scatters, and recomputes every other
+    op; the block's input is kept as the checkpoint's input. Llama block, forward order wq, wk, wv, wo, w1, w3, w2:
+    saved wq out (T·a/t·d), wv out (T·g/t·d), attention out (T·a/t·d) + logsumexp (T·a/t·4), w1 out (T·f/t),
+    w2 out (T·h), input (T·h); with TP the two reduce-scatter outputs (2·T/t·h) too. MLA blocks (wq_a, wq_b,
+    wkv_a, wkv_b, wo): wq_a out, wkv_a out, wo out. MoE blocks: the router GEMM is the first matmul, then each
+    expert's w1/w3/w2 (grouped): router logits, w3 out and the dispatched tokens' w1… pattern averaged as
+    half the expert MLP tensors.
+    """
+    arch = sh.arch
+    T, B, h = sh.tokens, sh.B, arch.hidden_size
+    kept = _Terms()
+    kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * h * B)
+    if arch.attention == "mla":
+        ql = arch.q_lora_rank or 0
+        kept.add(
+            "attention",
+            "wq_a out, wkv_a out",
+            "T·(q_lora + kv_lora + rope)·B",
+            T * (ql + arch.kv_lora_rank + arch.qk_rope_head_dim) * B,
+        )  # type: ignore[operator]
+        mm_after_attention = 5 if ql else 4  # wo's position among the block's matmuls
+    else:
+        a_l, g_l, d = sh.heads, sh.kv_heads, arch.head_dim
+        kept.add("attention", "wq out (mm 1), wv out (mm 3)", "T·(a/t + g/t)·d·B", T * (a_l + g_l) * d * B)
+        mm_after_attention = 4
+    a_l = sh.heads
+    kept.add(
+        "attention",
+        "attention output + logsumexp",
+        "T·(a/t)·(d_v·B + 4)",
+        T * a_l * (arch.value_head_dim * B + FP32_BYTES),
+    )
+    if mm_after_attention % 2 == 1:
+        kept.add("attention", "wo out", f"{sh.tr}·h·B", sh.tokens_rep * h * B)
+    if sh.t > 1:
+        kept.add("attention", "TP reduce-scatter outputs", "2·(T/t)·h·B", 2 * sh.tokens_rep * h * B)
+    # the MLP's matmuls continue the count: first MLP matmul is mm (mm_after_attention + 1)
+    first_saved = (mm_after_attention + 1) % 2 == 1
+    if kind == "moe":
+        f_e = sh.sharded(arch.expert_ffn_hidden_size)  # type: ignore[arg-type]
+        k = arch.experts_top_k
+        kept.add(
+            "router",
+            "router logits (fp32) + routing",
+            "T·E·4 + T·k·12",
+            T * arch.n_experts * FP32_BYTES + T * k * (INDEX_BYTES + FP32_BYTES),
+        )
+        n = 3 if arch.activation == "swiglu" else 2
+        kept.add(
+            "experts",
+            "dispatched tokens + every other expert matmul output",
+            "T·k·h·B + T·k·(n/2)·(f_e/t)·B",
+            T * k * h * B + int(T * k * f_e * B * n / 2),
+        )
+    else:
+        f_l = sh.sharded(arch.ffn_hidden_size)
+        widths = (f_l, f_l, h) if arch.activation == "swiglu" else (f_l, h)  # w1, w3, w2 / up, down
+        saved = [w for i, w in enumerate(widths) if (i % 2 == 0) == first_saved]
+        kept.add(
+            "mlp",
+            "every other MLP matmul output",
+            "T·(" + " + ".join("f/t" if w == f_l else "h" for w in saved) + ")·B",
+            T * sum(saved) * B,
+        )
+    return kept
+
+
 def _grad_working_set(arch: Architecture, kind: LayerKind, sh: _Shape) -> int:
     """Gradient tensors alive at once inside one layer's backward (estimate).
 
@@ -405,6 +476,15 @@ def layer_activation_bytes(
             peak_extra_bytes=full.total() + grads,
             by_component=kept.by_component(),
             formula=f"full recompute: {kept.render()}; peak re-materialises {full.total()} + grads {grads} {legend}",
+        )
+    if recompute is Recompute.selective_op:
+        kept = _selective_op_terms(sh, kind)
+        return ActivationTerms(
+            saved_bytes=kept.total(),
+            peak_extra_bytes=full.total() + grads,
+            by_component=kept.by_component(),
+            formula=f"per-op selective recompute: {kept.render()}; peak re-materialises {full.total()} + grads "
+            f"{grads} {legend}",
         )
     if recompute is Recompute.selective:
         terms = _layer_terms(sh, style, kind, Recompute.selective, flash_attention, dropout)

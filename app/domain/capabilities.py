@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding, Violation
+from app.domain.plan import Framework, Offload, Optimizer, Plan, Precision, Recompute, Sharding, Violation
 
 MEGATRON_SOURCE = (
     "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args; megatron-core 0.16.1"
@@ -49,6 +49,7 @@ class Facts:
     fp16: Any
     sgd: Any
     tied_embeddings: Any
+    selective_op: Any = False  # torchtitan's per-op selective activation checkpointing
 
 
 def plan_facts(plan: Plan, *, tied_embeddings: bool = False) -> Facts:
@@ -57,6 +58,7 @@ def plan_facts(plan: Plan, *, tied_embeddings: bool = False) -> Facts:
         seq_len=plan.seq_len, replicated=not plan.sharding.shards_optimizer, shards_grads=plan.sharding.shards_grads,
         shards_params=plan.sharding.shards_params, offload_optimizer=plan.offload is Offload.optimizer_cpu,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, tied_embeddings=tied_embeddings,
+        selective_op=plan.recompute is Recompute.selective_op,
     )  # fmt: skip
 
 
@@ -104,6 +106,10 @@ def _seq_multiple(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, seq_len=-(-plan.seq_len // unit) * unit)
 
 
+def _layer_recompute(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, recompute=Recompute.selective)
+
+
 def _bf16(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, precision=Precision.bf16)
 
@@ -129,6 +135,16 @@ def _zero1(plan: Plan, fw: Framework) -> Plan:
 
 
 CAPABILITIES: tuple[Capability, ...] = (
+    *(
+        Capability(
+            fw, f"{fw.value}-selective-op", "recompute",
+            f"{fw.value} has no per-op selective activation checkpointing (torchtitan's selective_ac_option = "
+            "'op'); it recomputes whole layers or, selectively, the attention core",
+            "use selective (attention core) or full", MEGATRON_SOURCE if fw is Framework.megatron else DEEPSPEED_SOURCE,
+            lambda f: f.selective_op, _layer_recompute,
+        )
+        for fw in (Framework.megatron, Framework.deepspeed)
+    ),
     Capability(
         Framework.deepspeed, "deepspeed-pp-zero", "sharding",
         "DeepSpeed's pipeline engine refuses ZeRO-2/3: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "

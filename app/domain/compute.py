@@ -89,7 +89,19 @@ def hardware_flops_per_token(
         return model.total + (model.matmul - 6.0 * head_weights) / 3 + model.attention / 3
     if plan.recompute is Recompute.selective:
         return model.total + model.attention / 3
+    if plan.recompute is Recompute.selective_op:
+        return model.total + (model.matmul - 6.0 * head_weights) / 3 * selective_op_matmul_share(arch)
     return model.total
+
+
+def selective_op_matmul_share(arch: Architecture) -> float:
+    """Share of a dense block's matmul FLOPs per-op selective AC recomputes: the even matmuls of the block in
+    forward order (Llama: wk, wo, w3 of wq, wk, wv, wo, w1, w3, w2; GELU: wk, wo, w2 of wq, wk, wv, wo, w1, w2)."""
+    h, q, kv = arch.hidden_size, q_dim(arch), kv_dim(arch)
+    f = arch.ffn_hidden_size if not arch.is_moe else (arch.expert_ffn_hidden_size or arch.ffn_hidden_size)
+    mlp = (h * f, h * f, f * h) if arch.activation == "swiglu" else (h * f, f * h)
+    weights = (h * q, h * kv, h * kv, q * h, *mlp)
+    return sum(w for i, w in enumerate(weights) if i % 2 == 1) / sum(weights)
 
 
 class LayerTimes(Frozen):
@@ -299,6 +311,9 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
         recompute = fwd
     elif plan.recompute is Recompute.selective:
         recompute = attention_fwd + (score_traffic / hbm)
+    elif plan.recompute is Recompute.selective_op:
+        # the even matmuls and every elementwise op (norms, rotary, activation function) run again
+        recompute = gemm_fwd * selective_op_matmul_share(arch) + memory_fwd
     else:
         recompute = 0.0
     return LayerTimes(

@@ -58,6 +58,9 @@ class Offload(StrEnum):
 class Recompute(StrEnum):
     none = "none"
     selective = "selective"  # attention core recomputed (Korthikanti et al. 2022)
+    selective_op = (
+        "selective-op"  # torchtitan's per-op SAC: keeps every other matmul output + attention outputs
+    )
     full = "full"  # every layer recomputed from its input
 
 

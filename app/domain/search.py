@@ -50,6 +50,13 @@ OFFLOADS_BY_FRAMEWORK = {
 SHARDINGS = list(Sharding)
 OFFLOADS = list(Offload)
 RECOMPUTES = list(Recompute)
+# Per-op selective activation checkpointing is torchtitan's (FSDP2 stack); the others recompute layers or the
+# attention core (the capability table refuses selective-op for them).
+RECOMPUTES_BY_FRAMEWORK = {
+    Framework.fsdp2: tuple(Recompute),
+    Framework.megatron: (Recompute.none, Recompute.selective, Recompute.full),
+    Framework.deepspeed: (Recompute.none, Recompute.selective, Recompute.full),
+}
 
 
 class Objective(StrEnum):
@@ -156,7 +163,8 @@ def _axes(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int) -> 
     axes = {
         "tp": tps, "cp": cps, "pp": pps, "vpp": list(spec.vpps), "ep": eps,
         "sh": [SHARDINGS.index(s) for s in shardings], "off": [OFFLOADS.index(o) for o in offloads],
-        "mb": list(spec.micro_batches), "rc": [RECOMPUTES.index(r) for r in spec.recomputes],
+        "mb": list(spec.micro_batches),
+        "rc": [RECOMPUTES.index(r) for r in spec.recomputes if r in RECOMPUTES_BY_FRAMEWORK[spec.framework]],
     }  # fmt: skip
     return axes
 
@@ -207,6 +215,7 @@ def _reject_masks(
             shards_grads=np.array([s.shards_grads for s in SHARDINGS])[g["sh"]], shards_params=shards_params,
             offload_optimizer=off == Offload.optimizer_cpu, fp16=spec.precision is Precision.fp16,
             sgd=spec.optimizer is Optimizer.sgd, tied_embeddings=arch.tied_embeddings,
+            selective_op=g["rc"] == RECOMPUTES.index(Recompute.selective_op),
         )),
     ]  # fmt: skip
 

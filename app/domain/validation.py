@@ -126,9 +126,13 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         if str(run.precision) in Precision._value2member_map_
         else Precision.bf16
     )
+    recompute = Recompute(str(run.recompute))
+    if recompute is Recompute.selective and str(run.framework) == "torchtitan":
+        recompute = Recompute.selective_op  # torchtitan's selective AC is per-op (selective_ac_option = "op")
+        notes.append("torchtitan's selective activation checkpointing is per-op: estimated as selective-op")
     plan = Plan(
         tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
-        global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=Recompute(str(run.recompute)),
+        global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
         sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, attention_kernel=kernel,
     )  # fmt: skip

@@ -44,7 +44,7 @@ from app.domain.export.launch import checkpoint_interval_steps, plan_hash, uniqu
 from app.domain.export.megatron import megatron_arg_pairs, moe_layer_pattern, pipeline_layout
 from app.domain.export.text import shell_word, toml_value
 from app.domain.export.torchtitan import batches, stage_modules
-from app.domain.plan import Plan
+from app.domain.plan import Plan, Recompute
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 BASH = shutil.which("bash")
@@ -297,7 +297,9 @@ def test_torchtitan_module_is_consistent(name: str, monkeypatch: pytest.MonkeyPa
     assert tr.seq_len == p.seq_len and tr.steps >= 1
     assert (
         cfg.activation_checkpoint
-        == {"none": None, "full": "full", "selective": "selective"}[p.recompute.value]
+        == {"none": None, "full": "full", "selective": "selective", "selective-op": "selective"}[
+            p.recompute.value
+        ]
     )
     assert cfg.compile.enable is (p.uses_fused_kernels or p.precision.value == "fp8")
     assert ("fp8" in repr(cfg.model_spec.converters)) is (p.precision.value == "fp8")
@@ -903,3 +905,11 @@ def test_export_targets_are_pinned_consistently() -> None:
     for fmt, schema in (("k8s", "trainjob.json"), ("k8s-v1", "pytorchjob.json")):
         source = json.loads((root / "scripts/check_exports/schemas" / schema).read_text())["_source"]
         assert source["tag"] == targets[fmt]["version"]
+
+
+def test_torchtitan_writes_per_op_selective_ac_for_selective_op(monkeypatch: pytest.MonkeyPatch) -> None:
+    name = TITAN_DOCS[0]
+    doc = DOCS[name]
+    op = doc.model_copy(update={"plan": doc.plan.model_copy(update={"recompute": Recompute.selective_op})})
+    assert run_torchtitan_module(op, monkeypatch).activation_checkpoint == "selective"
+    assert "capplan's 'selective-op' models it" not in export_plan(op, "torchtitan").content

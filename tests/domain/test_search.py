@@ -134,3 +134,25 @@ def test_explain_names_the_changes() -> None:
     result = search(SMALL, {16: cluster(16)}, spec, flops(SMALL, 2048))
     assert result.explanation == explain(list(result.plans))
     assert "→" in result.explanation
+
+
+def test_per_op_selective_recompute_is_torchtitans_alone() -> None:
+    """selective-op (torchtitan's per-op SAC) is searched for FSDP2 only; Megatron and DeepSpeed plans that ask
+    for it are refused by the capability table with the nearest plan they run (attention-core selective)."""
+    from app.domain.estimate import InvalidPlan
+    from app.domain.plan import Plan
+
+    arch = CATALOG.architecture("llama3.1-8b")
+    seq = 8192
+    for framework in (Framework.megatron, Framework.deepspeed, Framework.fsdp2):
+        spec = SearchSpec(gpus=(16,), global_batches=(32,), seq_len=seq, framework=framework, max_pp=2)
+        found = {c.plan.recompute for c in evaluate_all(arch, cluster(16), spec, 16, 32)}
+        assert (Recompute.selective_op in found) == (framework is Framework.fsdp2), framework
+    plan = Plan(dp=8, global_batch=16, micro_batch=2, seq_len=seq, recompute=Recompute.selective_op,
+                framework=Framework.megatron, sharding=Sharding.megatron_distopt)  # fmt: skip
+    with pytest.raises(InvalidPlan, match="per-op selective"):
+        estimate(arch, cluster(8), plan)
+    fsdp = plan.model_copy(update={"framework": Framework.fsdp2, "sharding": Sharding.fsdp_full})
+    est = estimate(arch, cluster(8), fsdp)
+    none = estimate(arch, cluster(8), fsdp.model_copy(update={"recompute": Recompute.none}))
+    assert est.peak_memory_bytes < none.peak_memory_bytes and est.step_time_s > none.step_time_s

@@ -166,7 +166,8 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
     if p.recompute is Recompute.selective:
         notes.append(
             "torchtitan's selective AC is per-op: it keeps every other matmul output and the attention outputs and "
-            "recomputes the rest; capplan's 'selective' (Korthikanti et al.) recomputes only the attention core, so "
+            "recomputes the rest (capplan's 'selective-op' models it); capplan's 'selective' (Korthikanti et al.) "
+            "recomputes only the attention core, so "
             "expect torchtitan to hold less activation memory and recompute more than this estimate"
         )
     if p.offload is not Offload.none and p.offload is not Offload.params_cpu:
@@ -181,7 +182,11 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
     pkg = f"torchtitan.models.{model.package}"
     fp8 = p.precision is Precision.fp8
     compile_model = p.uses_fused_kernels or fp8
-    ac_class = {Recompute.full: "FullAC", Recompute.selective: "SelectiveAC"}.get(p.recompute)
+    ac_class = {
+        Recompute.full: "FullAC",
+        Recompute.selective: "SelectiveAC",
+        Recompute.selective_op: "SelectiveAC",
+    }.get(p.recompute)
     registry_args = [_py(model.flavor)] + ([model.registry_kwargs] if model.registry_kwargs else [])
     if fp8:
         registry_args.append(
