@@ -67,7 +67,8 @@ def search_bench(catalog) -> None:
         "gpt3-175b, 768×A100, Megatron": ("a100-80gb", 768, Framework.megatron),
     }
     print(
-        f"\n{'search':46s} {'grid':>9s} {'valid plans':>12s} {'wall s':>8s} {'plans/s':>10s} {'best tokens/s':>14s}"
+        f"\n{'search':46s} {'grid':>9s} {'valid plans':>12s} {'wall s':>8s} {'grid/s':>10s} {'plans/s':>10s} "
+        f"{'best tokens/s':>14s}"
     )
     for name, (gpu, gpus, framework) in cases.items():
         model = "gpt3-175b" if "gpt3" in name else "llama3.1-405b"
@@ -82,7 +83,7 @@ def search_bench(catalog) -> None:
         best = f"{result.plans[0].tokens_per_s:,.0f}" if result.plans else "none fits"
         print(
             f"{name:46s} {result.considered_plans:9,d} {result.evaluated_plans:12,d} {wall:8.3f} "
-            f"{result.evaluated_plans / wall:10,.0f} {best:>14s}"
+            f"{result.considered_plans / wall:10,.0f} {result.evaluated_plans / wall:10,.0f} {best:>14s}"
         )
 
 
