@@ -25,10 +25,9 @@ from app.domain.published import (
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data"
-REFERENCE_CANDIDATES = (
-    ROOT / "shared/reference/published_runs.json",
-    Path("/work/shared/reference/published_runs.json"),
-)
+# A copy of the researched reference (shared/reference/published_runs.json, 2026-12) kept with the tests, so the
+# transcription check runs on any clone and never reads outside the repository.
+REFERENCE = Path(__file__).resolve().parent / "fixtures" / "published_runs_reference.json"
 
 # JSON key → PublishedRun field (keys absent here are not figures, or are mapped by hand below).
 FIELD = {
@@ -110,10 +109,7 @@ def presets(sources):
 
 @pytest.fixture(scope="module")
 def reference():
-    for path in REFERENCE_CANDIDATES:
-        if path.exists():
-            return json.loads(path.read_text())
-    pytest.skip("shared/reference/published_runs.json not available")
+    return json.loads(REFERENCE.read_text())
 
 
 def _unwrap(value):
