@@ -1297,6 +1297,11 @@ def plan_command(
     calibration_run: CalibrationRunOpt = None,
     calibration_db: CalibrationDbOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="print one JSON object")] = False,
+    output: Annotated[
+        Path | None,
+        typer.Option("--output", "-o", help="write the winner (or --pick N) as a capplan.plan/v1 document"),
+    ] = None,
+    pick: Annotated[int, typer.Option(help="with --output: which listed plan to write (1 = the best)")] = 1,
 ) -> None:
     """Search every parallelism plan for a model on a cluster (or a range of cluster sizes); best first."""
     from app.schemas import PlanSearchRequest
@@ -1316,11 +1321,30 @@ def plan_command(
         )  # fmt: skip
     except ValidationError as exc:
         _fail_validation(exc)
-    result = run_search(_catalog(calibration, calibration_run, calibration_db), request)
+    catalog = _catalog(calibration, calibration_run, calibration_db)
+    result = run_search(catalog, request)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))
     else:
         print_search(result)
+    if output is not None:
+        _write_pick(catalog, request, result, pick, output, quiet=as_json)
+
+
+def _write_pick(catalog: Catalog, request, result, pick: int, output: Path, *, quiet: bool) -> None:  # noqa: ANN001
+    """Write the search's ``pick``-th plan as a plan document (`capplan export --plan` reads it)."""
+    from app.domain.export import plan_document_json
+    from app.services import InputError, plan_document_from_request, search_pick_request
+
+    try:
+        doc = plan_document_from_request(catalog, search_pick_request(request, result, pick))
+    except InputError as exc:
+        first = exc.errors[0]
+        raise UsageError(f"--pick: {first['msg']}") from None
+    if output.is_dir() or not output.parent.is_dir():
+        raise UsageError(f"--output: {output} is a directory or its folder does not exist")
+    output.write_text(plan_document_json(doc), encoding="utf-8")
+    typer.echo(f"wrote plan #{pick} to {output}", err=quiet)
 
 
 # -- capplan bench: the microbenchmark runner (issue 7) -----------------------------------------------------

@@ -411,6 +411,21 @@ def run_search(
             ) from None
 
 
+def search_pick_request(request: PlanSearchRequest, result: SearchResult, pick: int = 1) -> EstimateRequest:
+    """The estimate request that reproduces the search's ``pick``-th plan (1 = the winner) on its cluster: what
+    ``capplan plan --output`` turns into a plan document. InputError when there is no such plan."""
+    if not 1 <= pick <= len(result.plans):
+        found = f"it found {len(result.plans)}" if result.plans else "it found none that fits"
+        raise InputError([_error("pick", f"no plan #{pick}: {found}", "value_error")])
+    cand = result.plans[pick - 1]
+    fields = {f: getattr(cand.plan, f) for f in (*PLAN_FIELDS, "dp")}
+    return EstimateRequest(
+        model=request.model, hf_config=request.hf_config, gpu=request.gpu, node=request.node,
+        fabric=request.fabric, gpus=cand.gpus, tokens=request.tokens, calibrated=request.calibrated,
+        allow_tp_across_nodes=request.allow_tp_across_nodes, **fields,
+    )  # fmt: skip
+
+
 def _run_search(
     catalog: Catalog,
     request: PlanSearchRequest,

@@ -171,3 +171,28 @@ def test_figure_overrides_on_the_command_line(monkeypatch, capsys) -> None:
     assert [a["value"] for a in overridden] == [0.8]
     code, _, err = run_cli(monkeypatch, capsys, *ARGS, "--figure", "efficiency.gemm_efficiency")
     assert code == 2 and "KEY=NUMBER" in err
+
+
+def test_plan_output_writes_the_winner_as_a_plan_file_export_reads(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    """`capplan plan … --output plan.json && capplan export --plan plan.json --format torchrun` (issue 13): the
+    document's estimate is the search winner's (same tokens/s), and --pick N writes the N-th listed plan."""
+    args = ["plan", "--model", "llama3.1-8b", "--gpu", "h100-sxm", "--gpus", "64", "--global-batch", "128",
+            "--seq-len", "8192", "--top", "3", "--json"]  # fmt: skip
+    out_file = tmp_path / "plan.json"
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--output", str(out_file))
+    assert code == 0, err
+    search = json.loads(out)
+    doc = json.loads(out_file.read_text())
+    assert doc["schema"] == "capplan.plan/v1"
+    assert doc["estimate"]["tokens_per_s"] == pytest.approx(search["plans"][0]["tokens_per_s"], rel=1e-9)
+    code, out, err = run_cli(monkeypatch, capsys, "export", "--plan", str(out_file), "--format", "torchrun")
+    assert code == 0 and "torchrun" in out, err
+    second = tmp_path / "second.json"
+    code, _, _ = run_cli(monkeypatch, capsys, *args, "--output", str(second), "--pick", "2")
+    assert json.loads(second.read_text())["estimate"]["tokens_per_s"] == pytest.approx(
+        search["plans"][1]["tokens_per_s"], rel=1e-9
+    )
+    code, _, err = run_cli(monkeypatch, capsys, *args, "--output", str(second), "--pick", "9")
+    assert code == 2 and "no plan #9" in err
