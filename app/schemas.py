@@ -135,6 +135,10 @@ class StrictNumbers(BaseModel):
         return data
 
 
+FigureOverrides = dict[Annotated[str, Field(max_length=80)], Annotated[float, Field(ge=0, le=1e15)]]
+"""Catalog figures replaced for one plan or search (keys in app/domain/overrides.py)."""
+
+
 class EstimateRequest(StrictNumbers):
     """Inputs of one estimate. ``model`` (a preset slug) or ``hf_config`` (a Hugging Face config.json object)."""
 
@@ -189,13 +193,11 @@ class EstimateRequest(StrictNumbers):
         description="use the calibration fitted from benchmark runs on this accelerator, when there is one "
         "(false: catalog defaults only, to compare)",
     )
-    figure_overrides: dict[Annotated[str, Field(max_length=80)], Annotated[float, Field(ge=0, le=1e15)]] = (
-        Field(
-            default_factory=dict,
-            max_length=40,
-            description="catalog figures replaced for this plan, e.g. {'accelerator.bf16_dense_tflops': 900, "
-            "'efficiency.gemm_efficiency': 0.6}; see app/domain/overrides.py for the keys",
-        )
+    figure_overrides: FigureOverrides = Field(
+        default_factory=dict,
+        max_length=40,
+        description="catalog figures replaced for this plan, e.g. {'accelerator.bf16_dense_tflops': 900, "
+        "'efficiency.gemm_efficiency': 0.6}; see app/domain/overrides.py for the keys",
     )
 
     @model_validator(mode="after")
@@ -298,6 +300,12 @@ class PlanSearchRequest(StrictNumbers):
     gpu: str = Field(max_length=64)
     node: str | None = Field(default=None, max_length=64)
     fabric: str | None = Field(default=None, max_length=64)
+    figure_overrides: FigureOverrides = Field(
+        default_factory=dict,
+        max_length=40,
+        description="catalog figures replaced for every plan of the search, as for an estimate (the planner's "
+        "overrides reach its search)",
+    )
     gpus: int | None = Field(default=None, ge=1, le=1_048_576, description="a fixed GPU count")
     gpus_range: str | None = Field(default=None, pattern=RANGE_PATTERN, description="'A:B' GPUs, whole nodes")
     calibrated: bool = Field(

@@ -422,7 +422,7 @@ def search_pick_request(request: PlanSearchRequest, result: SearchResult, pick: 
     return EstimateRequest(
         model=request.model, hf_config=request.hf_config, gpu=request.gpu, node=request.node,
         fabric=request.fabric, gpus=cand.gpus, tokens=request.tokens, calibrated=request.calibrated,
-        allow_tp_across_nodes=request.allow_tp_across_nodes, **fields,
+        allow_tp_across_nodes=request.allow_tp_across_nodes, figure_overrides=request.figure_overrides, **fields,
     )  # fmt: skip
 
 
@@ -435,10 +435,23 @@ def _run_search(
     arch = resolve_architecture(catalog, request)  # type: ignore[arg-type]
     calibrations = catalog.calibrations if request.calibrated else None
 
+    overrides = request.figure_overrides
+
     def cluster(gpus: int) -> tuple[Cluster, list[Change]]:
+        """The cluster every plan of this size is estimated on: calibrated, then the request's overrides laid
+        over it — exactly as run_estimate builds it, so a plan scores the same in the search and the estimate."""
         built = build_cluster(catalog.hardware, catalog.efficiency, accelerator=request.gpu, gpus=gpus,
                               node=request.node, fabric=request.fabric)  # fmt: skip
-        return apply_calibration(built, calibrations)
+        built, changes = apply_calibration(built, calibrations)
+        changes = [c for c in changes if f"{c.part}.{c.field}" not in overrides]
+        if overrides:
+            try:
+                built = apply_overrides(built, overrides)
+            except OverrideError as exc:
+                raise InputError(
+                    [_error(f"figure_overrides.{exc.key}", str(exc), "value_error.override")]
+                ) from None
+        return built, changes
 
     try:
         probe, changes = cluster(1)

@@ -53,6 +53,7 @@ def search_request(
         "seq_len": r.seq_len, "global_batch": r.global_batch, "tokens": form.tokens, "precision": r.precision,
         "optimizer": r.optimizer, "framework": r.framework, "flash_attention": r.flash_attention,
         "calibrated": r.calibrated, "objective": opts["objective"], "price_option": opts["price_option"],
+        "figure_overrides": r.figure_overrides,
     }  # fmt: skip
     if opts["gpus_range"].strip():
         body["gpus_range"] = opts["gpus_range"].strip()

@@ -55,3 +55,24 @@ def test_space_too_large_is_422_saying_how_to_narrow(client: TestClient) -> None
     })  # fmt: skip
     assert response.status_code == 422
     assert "narrow" in response.json()["detail"][0]["msg"]
+
+
+def test_search_uses_the_figure_overrides_the_estimate_uses(client: TestClient) -> None:
+    """Issue 13: the search ranks with the same figures as the estimate beside it. With a GEMM-efficiency
+    override every plan slows down, and the winner's tokens/s equals what /estimate says for that plan with the
+    same override; an unknown override key is a 422 naming it."""
+    fast = {**BASE, "top_k": 3}
+    slow = {**fast, "figure_overrides": {"efficiency.gemm_efficiency": 0.3}}
+    base = client.post("/api/v1/plans/search", json=fast).json()
+    body = client.post("/api/v1/plans/search", json=slow).json()
+    assert body["plans"][0]["tokens_per_s"] < 0.8 * base["plans"][0]["tokens_per_s"]
+    winner = body["plans"][0]["plan"]
+    keep = ("tp", "pp", "vpp", "dp", "cp", "ep", "sharding", "offload", "micro_batch", "recompute",
+            "sequence_parallel", "precision", "framework", "global_batch", "seq_len")  # fmt: skip
+    est = client.post("/api/v1/estimate", json={
+        "model": "gpt3-175b", "gpu": "a100-80gb", "gpus": 768, "flash_attention": False,
+        "figure_overrides": {"efficiency.gemm_efficiency": 0.3}, **{k: winner[k] for k in keep},
+    }).json()  # fmt: skip
+    assert est["tokens_per_s"] == body["plans"][0]["tokens_per_s"]
+    bad = client.post("/api/v1/plans/search", json={**fast, "figure_overrides": {"efficiency.nope": 1}})
+    assert bad.status_code == 422 and "figure_overrides" in bad.text
