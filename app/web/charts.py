@@ -292,8 +292,9 @@ def accuracy_option(rows: Sequence[Any]) -> dict[str, Any]:
     option.update({
         "tooltip": {"trigger": "item", "formatter": "{a} · {b}: {c} %"},
         "legend": {"top": 24},
-        "xAxis": {"type": "category", "data": names, "name": "published run", "axisLabel": {"show": False}},
-        "yAxis": {"type": "value", "name": "error %", "min": -60, "max": 60},
+        "xAxis": {"type": "category", "data": names, "name": "published runs (hover for the name)",
+                  "nameLocation": "middle", "nameGap": 12, "axisLabel": {"show": False}},
+        "yAxis": {"type": "value", "name": "error %", "min": -80, "max": 80},
         "grid": {"left": 8, "right": 36, "top": 64, "bottom": 24, "containLabel": True},
         "series": [
             {"name": "out of sample (family left out)", "type": "scatter", "symbolSize": 7,
