@@ -34,10 +34,14 @@ def fuzz_app(backend: str):
     if backend == "sqlite":
         url = f"sqlite:///{Path(tempfile.mkdtemp(prefix='capplan-fuzz-')) / 'fuzz.db'}"
     else:
-        from tests.conftest import postgres_url, reset_postgres
+        from tests.conftest import postgres_url, reset_postgres, worker_postgres_url
 
-        url = postgres_url()
-        assert url is not None
+        base = postgres_url()
+        assert base is not None
+        # a database of its own per xdist worker: two workers migrating one database collide (alembic_version),
+        # and the worker's test database is reset by other tests while this cached app still uses it
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+        url = worker_postgres_url(base, f"fuzz_{worker}" if worker else "fuzz")
         reset_postgres(url)
     app_settings = Settings(
         database_url=url,
