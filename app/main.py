@@ -26,6 +26,7 @@ from app.api import health
 from app.api import plans as api_plans
 from app.api import scenarios as api_scenarios
 from app.api import search as api_search
+from app.api import size as api_size
 from app.calibration_store import CalibrationCache, load_shipped_runs
 from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
@@ -350,6 +351,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_catalog.router, **api)
     app.include_router(api_estimate.router, **api)
     app.include_router(api_search.router, **api)
+    app.include_router(api_size.router, **api)
     app.include_router(api_cost.router, **api)
     app.include_router(api_plans.router, **api)
     app.include_router(api_scenarios.router, **api)

@@ -132,6 +132,9 @@ class SearchResult(Frozen):
     plans: tuple[Candidate, ...]
     best: Estimate | None = Field(default=None, description="the winner's full estimate")
     pareto: tuple[Candidate, ...] = ()
+    best_by_gpus: tuple[Candidate, ...] = Field(
+        default=(), description="the fastest feasible plan of each cluster size (the sizing search's input)"
+    )
     rejected: dict[str, int]
     explanation: str
     message: str | None = None
@@ -284,14 +287,40 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
     )  # fmt: skip
 
 
+# Per-rank terms (activation bytes, layer compute seconds) of a (tp, cp, recompute, micro-batch, ep) key depend on
+# the model, the plan settings and the cluster's accelerator and efficiency figures, never on its GPU count: they
+# are shared across cluster sizes and searches (the sizing search runs one node over many sizes). Keyed by the
+# JSON of everything they could read, so any difference (calibration, power cap, node) is a different entry.
+_KEY_Q_CACHE: dict[tuple[str, str, str], dict[tuple[int, ...], Any]] = {}
+_KEY_Q_CACHE_CONTEXTS = 64
+
+
+def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> dict[tuple[int, ...], Any]:
+    ctx = (
+        arch.model_dump_json(),
+        cluster.model_dump_json(exclude={"gpus"}),
+        spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
+                                      "fused_kernels"}),
+    )  # fmt: skip
+    table = _KEY_Q_CACHE.get(ctx)
+    if table is None:
+        if len(_KEY_Q_CACHE) >= _KEY_Q_CACHE_CONTEXTS:
+            _KEY_Q_CACHE.clear()
+        table = _KEY_Q_CACHE.setdefault(ctx, {})
+    return table
+
+
 def _key_arrays(arch: Architecture, spec: SearchSpec, cluster: Cluster, g: dict) -> KeyQ:
-    keys = np.stack([g["tp"], g["cp"], g["rc"], g["mb"], g["ep"]], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    unique, inverse = _unique_rows([g["tp"], g["cp"], g["rc"], g["mb"], g["ep"]])
     values = []
+    shared = _key_q_context(arch, spec, cluster)
     for tp, cp, rc, mb, ep in unique.tolist():
-        plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp, offload=Offload.none,
-                            micro_batch=mb, batch=mb, recompute=RECOMPUTES[rc])  # fmt: skip
-        values.append(key_q(arch, plan, cluster))
+        hit = shared.get((tp, cp, rc, mb, ep))
+        if hit is None:
+            plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp,
+                                offload=Offload.none, micro_batch=mb, batch=mb, recompute=RECOMPUTES[rc])  # fmt: skip
+            hit = shared[(tp, cp, rc, mb, ep)] = key_q(arch, plan, cluster)
+        values.append(hit)
     inverse = inverse.ravel()
     fields = KeyQ.__dataclass_fields__
     return KeyQ(
@@ -299,9 +328,19 @@ def _key_arrays(arch: Architecture, spec: SearchSpec, cluster: Cluster, g: dict)
     )
 
 
+def _unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)`` (same order), without the slow
+    row sort: each column is coded by its sorted distinct values and the codes combined into one integer."""
+    combined = np.zeros(len(cols[0]), dtype=np.int64)
+    for col in cols:
+        values, codes = np.unique(col, return_inverse=True)
+        combined = combined * len(values) + codes.ravel()
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    return np.stack([c[first] for c in cols], axis=1), inverse.ravel()
+
+
 def _rank_arrays(arch: Architecture, g: dict) -> RankQ:
-    pairs = np.stack([g["pp"], g["vpp"]], axis=1)
-    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    unique, inverse = _unique_rows([g["pp"], g["vpp"]])
     reps: list[list[tuple[int, int, int, bool, bool]]] = []
     for pp, vpp in unique.tolist():
         seen: dict[tuple, tuple] = {}
@@ -310,7 +349,7 @@ def _rank_arrays(arch: Architecture, g: dict) -> RankQ:
             seen.setdefault(sig, (r.rank, *sig))
         reps.append(list(seen.values()))
     width = max(len(r) for r in reps)
-    table = np.array([r + [r[0]] * (width - len(r)) for r in reps], dtype=object)  # pad with a duplicate
+    table = np.array([r + [r[0]] * (width - len(r)) for r in reps], dtype=float)  # pad with a duplicate
     rows = table[inverse.ravel()]
     pick = lambda i, dt: rows[:, :, i].astype(dt)  # noqa: E731
     return RankQ(
@@ -532,6 +571,7 @@ def search(
         considered_plans=considered, evaluated_plans=evaluated, feasible_plans=feasible_total, elapsed_s=elapsed,
         plans_per_s=evaluated / elapsed if elapsed > 0 else float("inf"), plans=tuple(plans), best=best_estimate,
         pareto=tuple(_pareto(pareto_pool)), rejected=dict(rejected.most_common()),
+        best_by_gpus=tuple(by_gpus_best[g] for g in sorted(by_gpus_best)),
         explanation=explain(plans), message=None if plans else _nothing_message(rejected, spec, closest),
     )  # fmt: skip
 
