@@ -19,6 +19,7 @@ from pydantic import Field, model_validator
 
 from app.domain.architecture import parameter_counts
 from app.domain.catalog import Catalog
+from app.domain.compute import model_flops_per_token
 from app.domain.cost import (
     CABLES_OPTICS,
     DEFAULT_COST_OF_CAPITAL,
@@ -31,7 +32,16 @@ from app.domain.cost import (
 )
 from app.domain.reliability import HOURS_PER_MONTH, plan_checkpoint_bytes_per_param, reliability_report
 from app.domain.search import SearchCancelled
-from app.domain.sizing import REASON_MEMORY, REASON_NO_PRICE, Offer, SizedPlan, choose, price_plan
+from app.domain.sizing import (
+    REASON_DEADLINE,
+    REASON_MEMORY,
+    REASON_NO_PRICE,
+    REASON_NOT_SEARCHED,
+    Offer,
+    SizedPlan,
+    choose,
+    price_plan,
+)
 from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, StrictNumbers
 from app.services import InputError, SearchBudget, SearchBusy, _error, plan_document_from_request, run_search
 
@@ -219,12 +229,13 @@ def run_size(
     params = parameter_counts(arch).total
     lost: Counter[str] = Counter()
     priced: list[SizedPlan] = []
-    evaluated = considered = 0
+    evaluated = considered = pruned = 0
+    flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
     notes = [f"global batch {batch:,} sequences of {request.seq_len:,} tokens"]
     start = time.perf_counter()
 
     def search_all(should_stop: Callable[[], bool] | None) -> None:
-        nonlocal evaluated, considered
+        nonlocal evaluated, considered, pruned
         for i, (node_slug, node_offers) in enumerate(sorted(offers.items())):
             if should_stop is not None and should_stop():
                 raise SearchCancelled("sizing stopped")
@@ -235,21 +246,42 @@ def run_size(
             sizes = _sizes(request, gpn)
             if not sizes:
                 continue
+            if all(o.usd_per_gpu_hour is None for o in node_offers):
+                lost[REASON_NO_PRICE] += len(sizes) * len(node_offers)
+                continue
+            peak = catalog.hardware.accelerator(node.accelerator).peak_tflops("bf16") * 1e12
+            if request.deadline_days is not None:  # bound: MFU ≤ 1 and goodput ≤ 1 cannot meet it
+                late = [
+                    g for g in sizes if request.tokens * flops / (g * peak) / 86_400 > request.deadline_days
+                ]
+                lost[REASON_DEADLINE] += len(late) * len(node_offers)
+                pruned += len(late)
+                sizes = [g for g in sizes if g not in late]
             best: dict[int, Any] = {}
-            try:
-                for chunk in _chunks(sizes):  # the planner's search thins more than 12 sizes; keep them all
+            skipped: list[int] = []
+            pending = _chunks(sizes)  # the planner's search thins more than 12 sizes; keep them all
+            while pending:
+                chunk = pending.pop(0)
+                try:
                     found = run_search(catalog, PlanSearchRequest(
                         model=request.model, gpu=node.accelerator, node=node_slug,
                         gpus_range=f"{chunk[0]}:{chunk[-1]}", global_batch=batch, seq_len=request.seq_len,
                         tokens=request.tokens, top_k=1, calibrated=request.calibrated,
                     ), max_plans=max_plans or 10**12)  # fmt: skip
-                    evaluated += found.evaluated_plans
-                    considered += found.considered_plans
-                    best.update({c.gpus: c for c in found.best_by_gpus})
-            except InputError as exc:
-                notes.append(f"{node_slug}: not searched ({exc})")
-                continue
-            searched = sizes
+                except InputError as exc:
+                    too_large = any(e.get("type") == "value_error.search_too_large" for e in exc.errors)
+                    if too_large and len(chunk) > 1:  # split until each search fits CAPPLAN_SEARCH_MAX_PLANS
+                        half = len(chunk) // 2
+                        pending[:0] = [chunk[:half], chunk[half:]]
+                        continue
+                    skipped += chunk
+                    notes.append(f"{node_slug} at {', '.join(map(str, chunk))} GPUs: not searched ({exc})")
+                    continue
+                evaluated += found.evaluated_plans
+                considered += found.considered_plans
+                best.update({c.gpus: c for c in found.best_by_gpus})
+            lost[REASON_NOT_SEARCHED] += len(skipped) * len(node_offers)
+            searched = [g for g in sizes if g not in skipped]
             for gpus in searched:
                 cand = best.get(gpus)
                 for offer in node_offers:
@@ -288,7 +320,7 @@ def run_size(
         pareto=[_row(0, p) for p in outcome.pareto], lost=outcome.lost,
         searched={"accelerators": sorted(accelerators), "nodes": len(offers), "offers": sum(map(len, offers.values())),
                   "priced_points": len(priced), "feasible_points": outcome.feasible, "evaluated_plans": evaluated,
-                  "grid_points": considered, "elapsed_s": elapsed,
+                  "grid_points": considered, "sizes_pruned_by_deadline_bound": pruned, "elapsed_s": elapsed,
                   "plans_per_s": evaluated / elapsed if elapsed > 0 else 0.0},
         message=outcome.message, plan_document=doc, notes=notes,
     )  # fmt: skip

@@ -181,8 +181,20 @@ def space_size(arch: Architecture, clusters: dict[int, Cluster], spec: SearchSpe
 def _grid(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int) -> _Grid:
     axes = _axes(arch, cluster, spec, gpus)
     size = math.prod(len(v) for v in axes.values())
-    mesh = np.meshgrid(*[np.asarray(v, dtype=np.int64) for v in axes.values()], indexing="ij")
-    return _Grid(cols={k: m.ravel() for k, m in zip(axes, mesh, strict=True)}, size=size)
+    # Only (tp, cp, pp) whose product divides the GPU count are laid out (the others are not plans and were
+    # never counted as rejected); the surviving points keep the full mesh's order, so ties rank the same.
+    triples = np.array(
+        [(t, c, p) for t in axes["tp"] for c in axes["cp"] for p in axes["pp"] if gpus % (t * c * p) == 0],
+        dtype=np.int64,
+    ).reshape(-1, 3)
+    rest = [k for k in axes if k not in ("tp", "cp", "pp")]
+    mesh = np.meshgrid(
+        np.arange(len(triples)), *[np.asarray(axes[k], dtype=np.int64) for k in rest], indexing="ij"
+    )
+    which = mesh[0].ravel()
+    cols = {"tp": triples[which, 0], "cp": triples[which, 1], "pp": triples[which, 2]}
+    cols.update({k: m.ravel() for k, m in zip(rest, mesh[1:], strict=True)})
+    return _Grid(cols={k: cols[k] for k in axes}, size=size)
 
 
 def _reject_masks(
@@ -192,7 +204,7 @@ def _reject_masks(
     tp, cp, pp, vpp, ep, mb = g["tp"], g["cp"], g["pp"], g["vpp"], g["ep"], g["mb"]
     model_parallel = tp * cp * pp
     dp = np.where(gpus % model_parallel == 0, gpus // np.maximum(model_parallel, 1), 0)
-    off = np.asarray(OFFLOADS, dtype=object)[g["off"]]
+    off = g["off"]  # offload codes (indices into OFFLOADS)
     per_step = mb * np.maximum(dp, 1)
     micro = batch // per_step
     shards_params = np.array([s.shards_params for s in SHARDINGS])[g["sh"]]
@@ -211,12 +223,12 @@ def _reject_masks(
          (ep > 1) & (((dp * cp) % ep != 0) | (arch.n_experts % np.maximum(ep, 1) != 0))),
         ("HSDP shard group does not divide dp", hybrid & ((dp % group != 0) | (dp <= group))),
         ("offload needs fully sharded parameters",
-         np.isin(off, [Offload.params_cpu, Offload.nvme]) & ~shards_params),
+         np.isin(off, [OFFLOADS.index(Offload.params_cpu), OFFLOADS.index(Offload.nvme)]) & ~shards_params),
         *capability_masks(spec.framework, Facts(
             tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batches=np.maximum(micro, 1), seq_len=spec.seq_len,
             replicated=~np.array([s.shards_optimizer for s in SHARDINGS])[g["sh"]],
             shards_grads=np.array([s.shards_grads for s in SHARDINGS])[g["sh"]], shards_params=shards_params,
-            offload_optimizer=off == Offload.optimizer_cpu, fp16=spec.precision is Precision.fp16,
+            offload_optimizer=off == OFFLOADS.index(Offload.optimizer_cpu), fp16=spec.precision is Precision.fp16,
             sgd=spec.optimizer is Optimizer.sgd, tied_embeddings=arch.tied_embeddings,
             selective_op=g["rc"] == RECOMPUTES.index(Recompute.selective_op),
         )),
@@ -499,7 +511,7 @@ def search(
             checkpoint()
             grid = _grid(arch, cluster, spec, gpus, batch)
             considered += grid.size
-            alive = np.ones(grid.size, dtype=bool)
+            alive = np.ones(len(grid.cols["tp"]), dtype=bool)
             for reason, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.cols):
                 hit = alive & np.broadcast_to(failing, alive.shape)
                 if hit.any():
@@ -678,7 +690,7 @@ def evaluate_all(
 ) -> list[Candidate]:
     """Every valid plan of one cluster size and batch with its vectorised figures (for checks and exports)."""
     grid = _grid(arch, cluster, spec, gpus, batch)
-    alive = np.ones(grid.size, dtype=bool)
+    alive = np.ones(len(grid.cols["tp"]), dtype=bool)
     for _, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.cols):
         alive &= ~np.broadcast_to(failing, alive.shape)
     if not alive.any():

@@ -24,6 +24,7 @@ REASON_MEMORY = "no plan fits in memory"
 REASON_NO_PRICE = "no price for this option"
 REASON_DEADLINE = "misses the deadline"
 REASON_BUDGET = "over budget"
+REASON_NOT_SEARCHED = "space over CAPPLAN_SEARCH_MAX_PLANS (not searched)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +159,11 @@ def _nothing(
     fastest: SizedPlan | None,
     cheapest: SizedPlan | None,
 ) -> str:
+    if fastest is None and deadline_days is not None and lost.get(REASON_DEADLINE):
+        return (
+            f"nothing meets the deadline of {deadline_days:g} days: even at full peak FLOPs no accelerator and "
+            "cluster size in the range trains the tokens in time; give more days, fewer tokens or a larger range"
+        )
     if fastest is None:
         reason = lost.most_common(1)[0][0] if lost else "nothing to search"
         return f"no accelerator, cluster size and option can run this model: {reason}"
