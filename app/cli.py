@@ -1412,7 +1412,7 @@ def size_command(
     result = run_size(_catalog(calibration), request, progress=progress,
                       max_plans=Settings().search_max_plans)  # fmt: skip
     if output is not None and result.plan_document is not None:
-        output.write_text(json.dumps(result.plan_document, indent=2) + "\n")
+        output.write_text(json.dumps(result.plan_document, indent=2, ensure_ascii=False) + "\n")
         typer.echo(f"wrote the winner's plan document to {output}", err=True)
     if as_json:
         typer.echo(result.model_dump_json(indent=2))

@@ -39,6 +39,7 @@ from app.web import planner as web_planner
 from app.web import routes as web_routes
 from app.web import scenarios as web_scenarios
 from app.web import search as web_search
+from app.web import size as web_size
 from app.web.htmx import render
 from app.web.security import SESSION_COOKIE, LoginLimiter, needs_login, valid_session
 from app.web.templating import build_templates
@@ -358,6 +359,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(web_planner.router)
     app.include_router(web_scenarios.router)
     app.include_router(web_search.router)
+    app.include_router(web_size.router)
     app.include_router(api_benchmarks.router, **api)
     app.include_router(web_routes.router)
     app.include_router(web_benchmarks.router)

@@ -312,7 +312,7 @@ def run_size(
                      top_k=request.top_k)  # fmt: skip
     doc = None
     if outcome.ranked:
-        doc = winner_document(catalog, request, outcome.ranked[0]).model_dump(mode="json")
+        doc = winner_document(catalog, request, outcome.ranked[0]).model_dump(mode="json", by_alias=True)
     return SizeResult(
         model=request.model, tokens=request.tokens, deadline_days=request.deadline_days,
         budget_usd=request.budget_usd, basis=outcome.basis,
