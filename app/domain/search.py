@@ -13,6 +13,7 @@ Rejected plans are counted by their first failing reason, so a user sees why not
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -388,9 +389,26 @@ class _Scored:
     host_ok: np.ndarray
 
 
+def _rows(q: Any, idx: np.ndarray, n: int) -> Any:
+    """``q`` (PlanQ, RankQ or KeyQ) restricted to the plans ``idx`` of ``n``: every per-plan array (first axis
+    of length ``n``) is indexed; scalars and broadcast constants are kept."""
+    return dataclasses.replace(q, **{
+        f: v[idx] for f in q.__dataclass_fields__
+        if isinstance(v := getattr(q, f), np.ndarray) and v.ndim >= 1 and v.shape[0] == n
+    })  # fmt: skip
+
+
 def _evaluate(
-    arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int, g: dict
+    arch: Architecture,
+    cluster: Cluster,
+    spec: SearchSpec,
+    gpus: int,
+    batch: int,
+    g: dict,
+    time_only_fitting: bool = False,
 ) -> _Scored:
+    """Memory and step time of every plan in ``g``. With ``time_only_fitting`` (the search), time is evaluated
+    only for plans that fit in GPU memory and host RAM/NVMe (the others cannot be chosen; their step is ∞)."""
     counts = parameter_counts(arch)
     mq = model_q(arch, counts)
     pq = _plan_arrays(arch, spec, cluster, gpus, batch, g)
@@ -399,20 +417,28 @@ def _evaluate(
     c = consts(cluster, _scalar_plan(spec, tp=1, pp=1, vpp=1, dp=1, cp=1, ep=1, sharding=Sharding.ddp,
                                      offload=Offload.none, micro_batch=1, batch=1, recompute=Recompute.none))  # fmt: skip
     mem = rank_memory(VECTOR, mq, pq, rq, kq, c)
-    comm = plan_comm(VECTOR, mq, pq, c)
-    t = rank_time(VECTOR, mq, pq, rq, kq, c, comm)
-    worst = lambda a: np.max(np.broadcast_to(a, mem["total"].shape), axis=1, keepdims=True)  # noqa: E731
-    step, _, _ = combine_step(
-        VECTOR, pq, c, worst(t["micro_batch"]), comm["pp_p2p"], worst(t["dp"]), worst(t["optimizer"])
-    )
+    shape = mem["total"].shape
+    worst = lambda a, sh=shape: np.max(np.broadcast_to(a, sh), axis=1, keepdims=True)  # noqa: E731
     ranks_per_node = min(cluster.gpus_per_node, gpus)
     host_cap, nvme_cap = host_capacity_bytes(cluster.node.host_memory_gib, cluster.node.local_nvme_tb)
     host_ok = (worst(mem["host"]).ravel() * ranks_per_node <= host_cap) & (
         worst(mem["nvme"]).ravel() * ranks_per_node <= nvme_cap
     )
+    peak = worst(mem["total"]).ravel()
+    n = len(peak)
+    step_s = np.full(n, np.inf)
+    timed = np.flatnonzero(host_ok & (peak <= c.usable)) if time_only_fitting else np.arange(n)
+    if timed.size:
+        if timed.size < n:
+            pq, rq, kq = _rows(pq, timed, n), _rows(rq, timed, n), _rows(kq, timed, n)
+        comm = plan_comm(VECTOR, mq, pq, c)
+        t = rank_time(VECTOR, mq, pq, rq, kq, c, comm)
+        sub = (timed.size, shape[1])
+        step, _, _ = combine_step(VECTOR, pq, c, worst(t["micro_batch"], sub), comm["pp_p2p"],
+                                  worst(t["dp"], sub), worst(t["optimizer"], sub))  # fmt: skip
+        step_s[timed] = np.ravel(np.broadcast_to(step, (timed.size, 1)))
     return _Scored(
-        g=g, gpus=gpus, batch=batch, step_s=np.ravel(step), peak=worst(mem["total"]).ravel(), usable=c.usable,
-        host_ok=host_ok,
+        g=g, gpus=gpus, batch=batch, step_s=step_s, peak=peak, usable=c.usable, host_ok=host_ok,
     )  # fmt: skip
 
 
@@ -522,7 +548,9 @@ def search(
             if not alive.any():
                 continue
             checkpoint()
-            scored = _evaluate(arch, cluster, spec, gpus, batch, _subset(grid.cols, alive))
+            scored = _evaluate(
+                arch, cluster, spec, gpus, batch, _subset(grid.cols, alive), time_only_fitting=True
+            )
             checkpoint()
             limit = scored.usable - max(spec.headroom_bytes, spec.headroom_fraction * scored.usable)
             host_short = ~scored.host_ok
@@ -546,11 +574,11 @@ def search(
             ok = within & scored.host_ok
             tps = batch * spec.seq_len / scored.step_s
             if spec.tokens_to_train and spec.deadline_days:
-                late = ok & (spec.tokens_to_train / tps / 86_400 > spec.deadline_days)
+                late = ok & (spec.tokens_to_train / np.where(ok, tps, 1.0) / 86_400 > spec.deadline_days)
                 rejected["misses the deadline"] += int(late.sum())
                 ok &= ~late
             if spec.tokens_to_train and spec.budget_usd and spec.usd_per_gpu_hour:
-                cost = spec.tokens_to_train / tps / 3600 * spec.usd_per_gpu_hour * gpus
+                cost = spec.tokens_to_train / np.where(ok, tps, 1.0) / 3600 * spec.usd_per_gpu_hour * gpus
                 over = ok & (cost > spec.budget_usd)
                 rejected["over budget"] += int(over.sum())
                 ok &= ~over
