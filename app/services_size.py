@@ -259,6 +259,7 @@ def run_size(
                 sizes = [g for g in sizes if g not in late]
             best: dict[int, Any] = {}
             skipped: list[int] = []
+            reason = ""
             pending = _chunks(sizes)  # the planner's search thins more than 12 sizes; keep them all
             while pending:
                 chunk = pending.pop(0)
@@ -275,12 +276,16 @@ def run_size(
                         pending[:0] = [chunk[:half], chunk[half:]]
                         continue
                     skipped += chunk
-                    notes.append(f"{node_slug} at {', '.join(map(str, chunk))} GPUs: not searched ({exc})")
+                    reason = str(exc)
                     continue
                 evaluated += found.evaluated_plans
                 considered += found.considered_plans
                 best.update({c.gpus: c for c in found.best_by_gpus})
             lost[REASON_NOT_SEARCHED] += len(skipped) * len(node_offers)
+            if skipped:
+                notes.append(
+                    f"{node_slug} at {', '.join(f'{g:,}' for g in sorted(skipped))} GPUs: not searched ({reason})"
+                )
             searched = [g for g in sizes if g not in skipped]
             for gpus in searched:
                 cand = best.get(gpus)
