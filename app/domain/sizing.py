@@ -148,7 +148,7 @@ def choose(
         message = _nothing(lost, deadline_days, budget_usd, fastest, cheapest)
     return SizingOutcome(
         ranked=tuple(ranked[:top_k]), pareto=tuple(pareto_front(ok or list(priced))),
-        lost=dict(lost.most_common()), feasible=len(ok), message=message, basis=basis,
+        lost={k: n for k, n in lost.most_common() if n}, feasible=len(ok), message=message, basis=basis,
     )  # fmt: skip
 
 
