@@ -52,6 +52,40 @@ def main() -> None:
         )
         print(f"{name:46s} {rate:12,.0f} {median_us:10.0f}")
     search_bench(catalog)
+    sizing_bench(catalog)
+
+
+def sizing_bench(catalog) -> None:
+    """Issue 16's sizing runs: the whole catalog × whole-node sizes 8…65,536 (powers of two of nodes and the
+    ends) × the full plan space × every pricing option. Each run starts cold (the shared per-rank terms are
+    cleared), so the figure is what a first request costs."""
+    from app.domain import search as search_module
+    from app.services_size import SizeRequest, run_size
+
+    cases = {
+        "llama3.1-70b, 15T tokens, 120 days": SizeRequest(
+            model="llama3.1-70b", tokens=15e12, deadline_days=120
+        ),
+        "deepseek-v3, 14.8T tokens": SizeRequest(model="deepseek-v3", tokens=14.8e12),
+    }
+    max_plans = Settings().search_max_plans
+    print(
+        f"\n{'sizing (whole catalog, 8…65,536 GPUs)':46s} {'valid plans':>12s} {'wall s':>8s} {'plans/s':>10s}  winner"
+    )
+    for name, request in cases.items():
+        search_module._KEY_Q_CACHE.clear()
+        start = time.perf_counter()
+        result = run_size(catalog, request, max_plans=max_plans)
+        wall = time.perf_counter() - start
+        s = result.searched
+        w = result.ranked[0] if result.ranked else None
+        winner = (
+            f"{w.gpus:,} × {w.accelerator} ({w.offer} {w.option}), {w.days:.1f} days, ${w.usd_amortised / 1e6:.2f} M"
+            if w else (result.message or "none")
+        )  # fmt: skip
+        print(
+            f"{name:46s} {s['evaluated_plans']:12,d} {wall:8.2f} {s['evaluated_plans'] / wall:10,.0f}  {winner}"
+        )
 
 
 def search_bench(catalog) -> None:

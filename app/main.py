@@ -26,6 +26,7 @@ from app.api import health
 from app.api import plans as api_plans
 from app.api import scenarios as api_scenarios
 from app.api import search as api_search
+from app.api import size as api_size
 from app.calibration_store import CalibrationCache, load_shipped_runs
 from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
@@ -38,6 +39,7 @@ from app.web import planner as web_planner
 from app.web import routes as web_routes
 from app.web import scenarios as web_scenarios
 from app.web import search as web_search
+from app.web import size as web_size
 from app.web.htmx import render
 from app.web.security import SESSION_COOKIE, LoginLimiter, needs_login, valid_session
 from app.web.templating import build_templates
@@ -350,12 +352,14 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_catalog.router, **api)
     app.include_router(api_estimate.router, **api)
     app.include_router(api_search.router, **api)
+    app.include_router(api_size.router, **api)
     app.include_router(api_cost.router, **api)
     app.include_router(api_plans.router, **api)
     app.include_router(api_scenarios.router, **api)
     app.include_router(web_planner.router)
     app.include_router(web_scenarios.router)
     app.include_router(web_search.router)
+    app.include_router(web_size.router)
     app.include_router(api_benchmarks.router, **api)
     app.include_router(web_routes.router)
     app.include_router(web_benchmarks.router)

@@ -13,6 +13,7 @@ Rejected plans are counted by their first failing reason, so a user sees why not
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -132,6 +133,9 @@ class SearchResult(Frozen):
     plans: tuple[Candidate, ...]
     best: Estimate | None = Field(default=None, description="the winner's full estimate")
     pareto: tuple[Candidate, ...] = ()
+    best_by_gpus: tuple[Candidate, ...] = Field(
+        default=(), description="the fastest feasible plan of each cluster size (the sizing search's input)"
+    )
     rejected: dict[str, int]
     explanation: str
     message: str | None = None
@@ -178,8 +182,20 @@ def space_size(arch: Architecture, clusters: dict[int, Cluster], spec: SearchSpe
 def _grid(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int) -> _Grid:
     axes = _axes(arch, cluster, spec, gpus)
     size = math.prod(len(v) for v in axes.values())
-    mesh = np.meshgrid(*[np.asarray(v, dtype=np.int64) for v in axes.values()], indexing="ij")
-    return _Grid(cols={k: m.ravel() for k, m in zip(axes, mesh, strict=True)}, size=size)
+    # Only (tp, cp, pp) whose product divides the GPU count are laid out (the others are not plans and were
+    # never counted as rejected); the surviving points keep the full mesh's order, so ties rank the same.
+    triples = np.array(
+        [(t, c, p) for t in axes["tp"] for c in axes["cp"] for p in axes["pp"] if gpus % (t * c * p) == 0],
+        dtype=np.int64,
+    ).reshape(-1, 3)
+    rest = [k for k in axes if k not in ("tp", "cp", "pp")]
+    mesh = np.meshgrid(
+        np.arange(len(triples)), *[np.asarray(axes[k], dtype=np.int64) for k in rest], indexing="ij"
+    )
+    which = mesh[0].ravel()
+    cols = {"tp": triples[which, 0], "cp": triples[which, 1], "pp": triples[which, 2]}
+    cols.update({k: m.ravel() for k, m in zip(rest, mesh[1:], strict=True)})
+    return _Grid(cols={k: cols[k] for k in axes}, size=size)
 
 
 def _reject_masks(
@@ -189,7 +205,7 @@ def _reject_masks(
     tp, cp, pp, vpp, ep, mb = g["tp"], g["cp"], g["pp"], g["vpp"], g["ep"], g["mb"]
     model_parallel = tp * cp * pp
     dp = np.where(gpus % model_parallel == 0, gpus // np.maximum(model_parallel, 1), 0)
-    off = np.asarray(OFFLOADS, dtype=object)[g["off"]]
+    off = g["off"]  # offload codes (indices into OFFLOADS)
     per_step = mb * np.maximum(dp, 1)
     micro = batch // per_step
     shards_params = np.array([s.shards_params for s in SHARDINGS])[g["sh"]]
@@ -208,12 +224,12 @@ def _reject_masks(
          (ep > 1) & (((dp * cp) % ep != 0) | (arch.n_experts % np.maximum(ep, 1) != 0))),
         ("HSDP shard group does not divide dp", hybrid & ((dp % group != 0) | (dp <= group))),
         ("offload needs fully sharded parameters",
-         np.isin(off, [Offload.params_cpu, Offload.nvme]) & ~shards_params),
+         np.isin(off, [OFFLOADS.index(Offload.params_cpu), OFFLOADS.index(Offload.nvme)]) & ~shards_params),
         *capability_masks(spec.framework, Facts(
             tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batches=np.maximum(micro, 1), seq_len=spec.seq_len,
             replicated=~np.array([s.shards_optimizer for s in SHARDINGS])[g["sh"]],
             shards_grads=np.array([s.shards_grads for s in SHARDINGS])[g["sh"]], shards_params=shards_params,
-            offload_optimizer=off == Offload.optimizer_cpu, fp16=spec.precision is Precision.fp16,
+            offload_optimizer=off == OFFLOADS.index(Offload.optimizer_cpu), fp16=spec.precision is Precision.fp16,
             sgd=spec.optimizer is Optimizer.sgd, tied_embeddings=arch.tied_embeddings,
             selective_op=g["rc"] == RECOMPUTES.index(Recompute.selective_op),
         )),
@@ -284,14 +300,40 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
     )  # fmt: skip
 
 
+# Per-rank terms (activation bytes, layer compute seconds) of a (tp, cp, recompute, micro-batch, ep) key depend on
+# the model, the plan settings and the cluster's accelerator and efficiency figures, never on its GPU count: they
+# are shared across cluster sizes and searches (the sizing search runs one node over many sizes). Keyed by the
+# JSON of everything they could read, so any difference (calibration, power cap, node) is a different entry.
+_KEY_Q_CACHE: dict[tuple[str, str, str], dict[tuple[int, ...], Any]] = {}
+_KEY_Q_CACHE_CONTEXTS = 64
+
+
+def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> dict[tuple[int, ...], Any]:
+    ctx = (
+        arch.model_dump_json(),
+        cluster.model_dump_json(exclude={"gpus"}),
+        spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
+                                      "fused_kernels"}),
+    )  # fmt: skip
+    table = _KEY_Q_CACHE.get(ctx)
+    if table is None:
+        if len(_KEY_Q_CACHE) >= _KEY_Q_CACHE_CONTEXTS:
+            _KEY_Q_CACHE.clear()
+        table = _KEY_Q_CACHE.setdefault(ctx, {})
+    return table
+
+
 def _key_arrays(arch: Architecture, spec: SearchSpec, cluster: Cluster, g: dict) -> KeyQ:
-    keys = np.stack([g["tp"], g["cp"], g["rc"], g["mb"], g["ep"]], axis=1)
-    unique, inverse = np.unique(keys, axis=0, return_inverse=True)
+    unique, inverse = _unique_rows([g["tp"], g["cp"], g["rc"], g["mb"], g["ep"]])
     values = []
+    shared = _key_q_context(arch, spec, cluster)
     for tp, cp, rc, mb, ep in unique.tolist():
-        plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp, offload=Offload.none,
-                            micro_batch=mb, batch=mb, recompute=RECOMPUTES[rc])  # fmt: skip
-        values.append(key_q(arch, plan, cluster))
+        hit = shared.get((tp, cp, rc, mb, ep))
+        if hit is None:
+            plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp,
+                                offload=Offload.none, micro_batch=mb, batch=mb, recompute=RECOMPUTES[rc])  # fmt: skip
+            hit = shared[(tp, cp, rc, mb, ep)] = key_q(arch, plan, cluster)
+        values.append(hit)
     inverse = inverse.ravel()
     fields = KeyQ.__dataclass_fields__
     return KeyQ(
@@ -299,9 +341,19 @@ def _key_arrays(arch: Architecture, spec: SearchSpec, cluster: Cluster, g: dict)
     )
 
 
+def _unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)`` (same order), without the slow
+    row sort: each column is coded by its sorted distinct values and the codes combined into one integer."""
+    combined = np.zeros(len(cols[0]), dtype=np.int64)
+    for col in cols:
+        values, codes = np.unique(col, return_inverse=True)
+        combined = combined * len(values) + codes.ravel()
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    return np.stack([c[first] for c in cols], axis=1), inverse.ravel()
+
+
 def _rank_arrays(arch: Architecture, g: dict) -> RankQ:
-    pairs = np.stack([g["pp"], g["vpp"]], axis=1)
-    unique, inverse = np.unique(pairs, axis=0, return_inverse=True)
+    unique, inverse = _unique_rows([g["pp"], g["vpp"]])
     reps: list[list[tuple[int, int, int, bool, bool]]] = []
     for pp, vpp in unique.tolist():
         seen: dict[tuple, tuple] = {}
@@ -310,7 +362,7 @@ def _rank_arrays(arch: Architecture, g: dict) -> RankQ:
             seen.setdefault(sig, (r.rank, *sig))
         reps.append(list(seen.values()))
     width = max(len(r) for r in reps)
-    table = np.array([r + [r[0]] * (width - len(r)) for r in reps], dtype=object)  # pad with a duplicate
+    table = np.array([r + [r[0]] * (width - len(r)) for r in reps], dtype=float)  # pad with a duplicate
     rows = table[inverse.ravel()]
     pick = lambda i, dt: rows[:, :, i].astype(dt)  # noqa: E731
     return RankQ(
@@ -337,9 +389,26 @@ class _Scored:
     host_ok: np.ndarray
 
 
+def _rows(q: Any, idx: np.ndarray, n: int) -> Any:
+    """``q`` (PlanQ, RankQ or KeyQ) restricted to the plans ``idx`` of ``n``: every per-plan array (first axis
+    of length ``n``) is indexed; scalars and broadcast constants are kept."""
+    return dataclasses.replace(q, **{
+        f: v[idx] for f in q.__dataclass_fields__
+        if isinstance(v := getattr(q, f), np.ndarray) and v.ndim >= 1 and v.shape[0] == n
+    })  # fmt: skip
+
+
 def _evaluate(
-    arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int, g: dict
+    arch: Architecture,
+    cluster: Cluster,
+    spec: SearchSpec,
+    gpus: int,
+    batch: int,
+    g: dict,
+    time_only_fitting: bool = False,
 ) -> _Scored:
+    """Memory and step time of every plan in ``g``. With ``time_only_fitting`` (the search), time is evaluated
+    only for plans that fit in GPU memory and host RAM/NVMe (the others cannot be chosen; their step is ∞)."""
     counts = parameter_counts(arch)
     mq = model_q(arch, counts)
     pq = _plan_arrays(arch, spec, cluster, gpus, batch, g)
@@ -348,20 +417,28 @@ def _evaluate(
     c = consts(cluster, _scalar_plan(spec, tp=1, pp=1, vpp=1, dp=1, cp=1, ep=1, sharding=Sharding.ddp,
                                      offload=Offload.none, micro_batch=1, batch=1, recompute=Recompute.none))  # fmt: skip
     mem = rank_memory(VECTOR, mq, pq, rq, kq, c)
-    comm = plan_comm(VECTOR, mq, pq, c)
-    t = rank_time(VECTOR, mq, pq, rq, kq, c, comm)
-    worst = lambda a: np.max(np.broadcast_to(a, mem["total"].shape), axis=1, keepdims=True)  # noqa: E731
-    step, _, _ = combine_step(
-        VECTOR, pq, c, worst(t["micro_batch"]), comm["pp_p2p"], worst(t["dp"]), worst(t["optimizer"])
-    )
+    shape = mem["total"].shape
+    worst = lambda a, sh=shape: np.max(np.broadcast_to(a, sh), axis=1, keepdims=True)  # noqa: E731
     ranks_per_node = min(cluster.gpus_per_node, gpus)
     host_cap, nvme_cap = host_capacity_bytes(cluster.node.host_memory_gib, cluster.node.local_nvme_tb)
     host_ok = (worst(mem["host"]).ravel() * ranks_per_node <= host_cap) & (
         worst(mem["nvme"]).ravel() * ranks_per_node <= nvme_cap
     )
+    peak = worst(mem["total"]).ravel()
+    n = len(peak)
+    step_s = np.full(n, np.inf)
+    timed = np.flatnonzero(host_ok & (peak <= c.usable)) if time_only_fitting else np.arange(n)
+    if timed.size:
+        if timed.size < n:
+            pq, rq, kq = _rows(pq, timed, n), _rows(rq, timed, n), _rows(kq, timed, n)
+        comm = plan_comm(VECTOR, mq, pq, c)
+        t = rank_time(VECTOR, mq, pq, rq, kq, c, comm)
+        sub = (timed.size, shape[1])
+        step, _, _ = combine_step(VECTOR, pq, c, worst(t["micro_batch"], sub), comm["pp_p2p"],
+                                  worst(t["dp"], sub), worst(t["optimizer"], sub))  # fmt: skip
+        step_s[timed] = np.ravel(np.broadcast_to(step, (timed.size, 1)))
     return _Scored(
-        g=g, gpus=gpus, batch=batch, step_s=np.ravel(step), peak=worst(mem["total"]).ravel(), usable=c.usable,
-        host_ok=host_ok,
+        g=g, gpus=gpus, batch=batch, step_s=step_s, peak=peak, usable=c.usable, host_ok=host_ok,
     )  # fmt: skip
 
 
@@ -460,7 +537,7 @@ def search(
             checkpoint()
             grid = _grid(arch, cluster, spec, gpus, batch)
             considered += grid.size
-            alive = np.ones(grid.size, dtype=bool)
+            alive = np.ones(len(grid.cols["tp"]), dtype=bool)
             for reason, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.cols):
                 hit = alive & np.broadcast_to(failing, alive.shape)
                 if hit.any():
@@ -471,7 +548,9 @@ def search(
             if not alive.any():
                 continue
             checkpoint()
-            scored = _evaluate(arch, cluster, spec, gpus, batch, _subset(grid.cols, alive))
+            scored = _evaluate(
+                arch, cluster, spec, gpus, batch, _subset(grid.cols, alive), time_only_fitting=True
+            )
             checkpoint()
             limit = scored.usable - max(spec.headroom_bytes, spec.headroom_fraction * scored.usable)
             host_short = ~scored.host_ok
@@ -495,11 +574,11 @@ def search(
             ok = within & scored.host_ok
             tps = batch * spec.seq_len / scored.step_s
             if spec.tokens_to_train and spec.deadline_days:
-                late = ok & (spec.tokens_to_train / tps / 86_400 > spec.deadline_days)
+                late = ok & (spec.tokens_to_train / np.where(ok, tps, 1.0) / 86_400 > spec.deadline_days)
                 rejected["misses the deadline"] += int(late.sum())
                 ok &= ~late
             if spec.tokens_to_train and spec.budget_usd and spec.usd_per_gpu_hour:
-                cost = spec.tokens_to_train / tps / 3600 * spec.usd_per_gpu_hour * gpus
+                cost = spec.tokens_to_train / np.where(ok, tps, 1.0) / 3600 * spec.usd_per_gpu_hour * gpus
                 over = ok & (cost > spec.budget_usd)
                 rejected["over budget"] += int(over.sum())
                 ok &= ~over
@@ -532,6 +611,7 @@ def search(
         considered_plans=considered, evaluated_plans=evaluated, feasible_plans=feasible_total, elapsed_s=elapsed,
         plans_per_s=evaluated / elapsed if elapsed > 0 else float("inf"), plans=tuple(plans), best=best_estimate,
         pareto=tuple(_pareto(pareto_pool)), rejected=dict(rejected.most_common()),
+        best_by_gpus=tuple(by_gpus_best[g] for g in sorted(by_gpus_best)),
         explanation=explain(plans), message=None if plans else _nothing_message(rejected, spec, closest),
     )  # fmt: skip
 
@@ -638,7 +718,7 @@ def evaluate_all(
 ) -> list[Candidate]:
     """Every valid plan of one cluster size and batch with its vectorised figures (for checks and exports)."""
     grid = _grid(arch, cluster, spec, gpus, batch)
-    alive = np.ones(grid.size, dtype=bool)
+    alive = np.ones(len(grid.cols["tp"]), dtype=bool)
     for _, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.cols):
         alive &= ~np.broadcast_to(failing, alive.shape)
     if not alive.any():

@@ -11,6 +11,7 @@ from fastapi.testclient import TestClient
 # POST routes that compute and store nothing: open by design (like a GET with a body).
 COMPUTE_ONLY = {
     "/api/v1/estimate", "/api/v1/plans/search", "/api/v1/plans/export", "/api/v1/cost", "/api/v1/cost/monthly",
+    "/api/v1/size",
 }  # fmt: skip
 
 

@@ -1,0 +1,46 @@
+"""`capplan size`: the ranked table, progress on stderr, --json, and the winner's plan document written with
+--output round-trips through `capplan export`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_cli_catalog import run_cli
+
+SMALL = ["--model", "llama3.1-8b", "--tokens", "1e12", "--accelerators", "h100-sxm", "--options",
+         "on-demand,self-build", "--gpus-range", "64:128", "--no-calibration"]  # fmt: skip
+
+
+def test_size_prints_the_ranking_and_progress_and_writes_a_plan_that_exports(
+    monkeypatch, capsys, tmp_path: Path
+) -> None:
+    plan = tmp_path / "plan.json"
+    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--output", str(plan))
+    assert code == 0, err
+    assert "sizing:" in err and "nodes searched" in err
+    assert "ranked by amortised $" in out and "Pareto front" in out and "plans/s" in out
+    code, out, err = run_cli(monkeypatch, capsys, "export", "--plan", str(plan), "--format", "torchrun")
+    assert code == 0, err
+    assert "torchrun" in out
+    doc = json.loads(plan.read_text())
+    assert doc["schema"] == "capplan.plan/v1"
+
+
+def test_size_json_and_a_deadline_nothing_meets(monkeypatch, capsys) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--json")
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["ranked"][0]["rank"] == 1 and body["plan_document"]
+    code, out, err = run_cli(
+        monkeypatch, capsys, "size", *SMALL, "--deadline-days", "0.5", "--tokens", "1e14"
+    )
+    assert code == 1
+    assert "deadline of 0.5 days" in out
+
+
+def test_size_bad_input_names_the_flag(monkeypatch, capsys) -> None:
+    code, out, err = run_cli(monkeypatch, capsys, "size", "--model", "llama3.1-8b", "--tokens", "-5")
+    assert code == 2 and "--tokens" in err
+    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--options", "barter")
+    assert code == 2 and "--options" in err
