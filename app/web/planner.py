@@ -326,7 +326,8 @@ def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> d
         "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
         "exports": exports_for(catalog, form) if results else [], "model": model_summary(catalog, form),
         "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,
-        "partial": is_partial(request), "defaults": DEFAULTS,
+        "partial": is_partial(request), "defaults": DEFAULTS, "upload_error": None,
+        "upload_max_bytes": MAX_HF_UPLOAD_BYTES,
     }  # fmt: skip
 
 
@@ -337,9 +338,35 @@ def render_planner(request: Request, catalog: Catalog, params: dict[str, Any]) -
     return render(request, "pages/planner.html", ctx, block="results", status_code=status)
 
 
+MAX_HF_UPLOAD_BYTES = MAX_HF_CONFIG_CHARS * 4
+"""The largest config.json file read (real ones are 1–10 KB); its compact JSON must also fit MAX_HF_CONFIG_CHARS."""
+
+
+def _size_words(n_bytes: int) -> str:
+    if n_bytes >= 1_000_000:
+        return f"{n_bytes / 1_000_000:.1f} MB ({n_bytes:,} bytes)"
+    return f"{n_bytes / 1000:.0f} KB ({n_bytes:,} bytes)"
+
+
+def upload_too_large_message(n_bytes: int | None) -> str:
+    size = f": {_size_words(n_bytes)}" if n_bytes else ""
+    return (
+        f"That file is too large{size}. A config.json upload is limited to {_size_words(MAX_HF_UPLOAD_BYTES)}. "
+        "Real config.json files are a few KB; remove any large fields (e.g. id2label) and upload again."
+    )
+
+
 @router.get("/", response_class=HTMLResponse)
 def planner_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
-    return render_planner(request, catalog, dict(request.query_params))
+    params = dict(request.query_params)
+    # the body-size guard (app.main.BodyLimit) sends an over-limit upload back here with upload_too_large=<bytes>
+    too_large = params.pop("upload_too_large", None)
+    if too_large is None:
+        return render_planner(request, catalog, params)
+    form = parse_planner(params)
+    ctx = planner_context(request, catalog, form)
+    ctx["upload_error"] = upload_too_large_message(int(too_large) if too_large.isdigit() else None)
+    return render(request, "pages/planner.html", ctx, status_code=413)
 
 
 @router.post("/planner/hf-config", dependencies=[Depends(verify_csrf)])
@@ -350,23 +377,36 @@ async def upload_hf_config(
     current: Annotated[str, Form(max_length=200_000)] = "",
 ) -> Response:
     """Read an uploaded config.json into the form (model = config.json) and show the planner for it.
-    A readable config redirects (303) to the planner URL holding it; an unreadable one re-renders with 422."""
+    A readable config redirects (303) to the planner URL holding it; an unreadable or too large one re-renders
+    the planner with the user's inputs unchanged and a message at the upload (422, or 413 for size)."""
     params = dict(parse_qsl(current, keep_blank_values=True))
-    raw = b"" if file is None else await file.read(MAX_HF_CONFIG_CHARS * 4 + 1)
+    raw = b"" if file is None else await file.read(MAX_HF_UPLOAD_BYTES + 1)
+
+    def keep_inputs(message: str, status: int) -> HTMLResponse:
+        form = parse_planner(params)
+        ctx = planner_context(request, catalog, form)
+        ctx["upload_error"] = message
+        return render(request, "pages/planner.html", ctx, status_code=status)
+
+    if len(raw) > MAX_HF_UPLOAD_BYTES:
+        return keep_inputs(upload_too_large_message(file.size if file is not None else None), 413)
+    if not raw:
+        return keep_inputs("Choose a config.json file first, then press Load config.", 422)
     try:
         cfg = load_json_text(raw.decode("utf-8"), "the file")
         if not isinstance(cfg, dict):
             raise ValueError("a config.json is a JSON object")
         text = json.dumps(cfg, separators=(",", ":"), sort_keys=True)
-    except (UnicodeDecodeError, ValueError) as exc:
-        params.update({"model": HF, "hf_config": raw.decode("utf-8", "replace")[:MAX_HF_CONFIG_CHARS]})
-        form = parse_planner(params)
-        form.errors["hf_config"] = (
-            f"not a readable config.json: {exc}" if raw else "choose a config.json file"
+    except UnicodeDecodeError:
+        return keep_inputs("Not a readable config.json: the file is not UTF-8 text.", 422)
+    except ValueError as exc:
+        return keep_inputs(f"Not a readable config.json: {exc}", 422)
+    if len(text) > MAX_HF_CONFIG_CHARS:
+        return keep_inputs(
+            f"That config.json is too large: {len(text):,} characters without whitespace; "
+            f"the limit is {MAX_HF_CONFIG_CHARS:,}. Remove any large fields (e.g. id2label) and upload again.",
+            413,
         )
-        form.request = None
-        ctx = planner_context(request, catalog, form)
-        return render(request, "pages/planner.html", ctx, status_code=422)
     params.update({"model": HF, "hf_config": text})
     values = form_values(params)
     return RedirectResponse(f"/?{to_query(values)}", status_code=303)

@@ -70,7 +70,26 @@ function syncNodes(gpuSelect) {
   if (chosen && chosen.hidden) { nodeSelect.value = ''; }
 }
 
+function checkUpload(event) {
+  // An over-limit config.json is refused here, before it is sent: the form and its inputs stay as they are.
+  const form = event.target;
+  if (!form || form.id !== 'hf-upload') { return; }
+  const input = form.querySelector('input[type="file"][data-max-bytes]');
+  const message = document.getElementById('hf-upload-error');
+  const limit = parseInt(input && input.dataset.maxBytes || '', 10);
+  const file = input && input.files && input.files[0];
+  if (!file || !(limit > 0) || file.size <= limit || !message) { return; }
+  event.preventDefault();
+  const words = (n) => n >= 1e6 ? (n / 1e6).toFixed(1) + ' MB' : Math.round(n / 1e3) + ' KB';
+  message.textContent = 'That file is too large: ' + words(file.size) + '. A config.json upload is limited to ' +
+    words(limit) + ' (' + limit.toLocaleString('en-US') + ' bytes). Real config.json files are a few KB; ' +
+    'remove any large fields (e.g. id2label) and upload again.';
+  message.hidden = false;
+  input.setAttribute('aria-invalid', 'true');
+}
+
 window.addEventListener('DOMContentLoaded', () => {
+  document.addEventListener('submit', checkUpload);
   if (window.echarts && !window.__ganttRegistered) {
     window.echarts.registerCustomSeries('pipeline-gantt', ganttItem);
     window.__ganttRegistered = true;

@@ -165,3 +165,40 @@ def test_planner_works_without_javascript(browser, live_url: str, screenshot_dir
     expect(page.locator("#err-tp")).to_contain_text("a whole number")
     page.screenshot(path=str(screenshot_dir / "planner-nojs-422.png"), full_page=True)
     context.close()
+
+
+def test_a_too_large_config_json_keeps_the_form(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir: Path, tmp_path: Path
+) -> None:
+    """Refused in the page before sending (JavaScript), and by the server without it: the inputs stay."""
+    big = tmp_path / "config.json"
+    big.write_text(json.dumps({**LLAMA_CONFIG, "id2label": {str(i): "x" * 40 for i in range(30_000)}}))
+    page.goto(f"{live_url}/?gpus=16&tp=2&global_batch=32&seq_len=4096")
+    page.set_input_files("#hf-file", str(big))
+    page.click("#hf-upload button[type=submit]")
+    expect(page.locator("#hf-upload-error")).to_contain_text("too large")
+    expect(page.locator("#hf-upload-error")).to_contain_text("256,000 bytes")
+    expect(page.locator("#f-gpus")).to_have_value("16")
+    assert "gpus=16" in page.url
+    page.screenshot(path=str(screenshot_dir / "planner-upload-too-large.png"))
+    assert _unexpected(console_errors) == []
+
+
+def test_a_too_large_config_json_without_javascript(
+    browser, live_url: str, screenshot_dir: Path, tmp_path: Path
+) -> None:
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    for size, text in ((1_500_000, "1.5 MB"), (5_000_000, "5.0 MB")):
+        big = tmp_path / f"config-{size}.json"
+        pad = size - len(json.dumps(LLAMA_CONFIG)) - 20
+        big.write_text(json.dumps({**LLAMA_CONFIG, "notes": "x" * pad}))
+        page.goto(f"{live_url}/?gpus=16&tp=2&global_batch=32&seq_len=4096")
+        page.set_input_files("#hf-file", str(big))
+        page.click("#hf-upload button[type=submit]")
+        expect(page.locator("#hf-upload-error")).to_contain_text("too large")
+        expect(page.locator("#hf-upload-error")).to_contain_text(text)
+        expect(page.locator("#f-gpus")).to_have_value("16")
+        assert "detail" not in page.content()[:200]
+    page.screenshot(path=str(screenshot_dir / "planner-upload-too-large-nojs.png"))
+    context.close()
