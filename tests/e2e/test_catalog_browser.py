@@ -44,3 +44,20 @@ def test_entry_page_and_back(page: Page, live_url: str, console_errors: list[str
     page.go_back()
     expect(page.locator("#catalog-results")).to_contain_text("p5.48xlarge")
     assert console_errors == []
+
+
+def test_prices_are_readable_at_desktop_and_phone_width(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir
+) -> None:
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"{live_url}/catalog/prices")
+        row = page.locator("tr", has=page.locator('a[href="/catalog/prices/p5.48xlarge"]'))
+        expect(row.locator("td[data-option=on_demand]")).to_contain_text("$55.04")
+        expect(row.locator("td[data-option=capacity_block]")).to_contain_text("/GPU-h")
+        page.goto(f"{live_url}/catalog/prices/p5.48xlarge")
+        expect(page.locator("#capacity-block")).to_contain_text("$39.33")
+        # records are tables in scrolling boxes: the page itself never runs off-screen
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.screenshot(path=str(screenshot_dir / f"price-entry-{width}.png"), full_page=True)
+    assert console_errors == []
