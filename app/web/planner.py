@@ -16,7 +16,7 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import get_catalog
-from app.domain.architecture import parameter_counts
+from app.domain.architecture import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS, parameter_counts
 from app.domain.catalog import Catalog
 from app.domain.cost import MonthlyCost, TrainingCost
 from app.domain.estimate import Assumption, Estimate
@@ -320,9 +320,25 @@ def exports_for(catalog: Catalog, form: PlannerInput) -> list[dict[str, str]]:
     return out
 
 
+def llama_style_url(form: PlannerInput) -> str | None:
+    """For a config.json refused as an unknown but llama-shaped model_type: the planner URL importing it as
+    llama-style (the config with ``capplan_import_as: llama`` added), else None."""
+    if form.values.get("model") != HF or "llama-shaped" not in form.errors.get("hf_config", ""):
+        return None
+    try:
+        cfg = json.loads(form.values.get("hf_config", ""))
+    except ValueError:
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    text = json.dumps({**cfg, IMPORT_AS_KEY: "llama"}, separators=(",", ":"), sort_keys=True)
+    return planner_url(form.values, hf_config=text)
+
+
 def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> dict[str, Any]:
     results = compute_results(catalog, form)
     return {
+        "llama_style_url": llama_style_url(form), "llama_style_assumptions": LLAMA_STYLE_ASSUMPTIONS,
         "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
         "exports": exports_for(catalog, form) if results else [], "model": model_summary(catalog, form),
         "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,

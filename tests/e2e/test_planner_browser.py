@@ -202,3 +202,31 @@ def test_a_too_large_config_json_without_javascript(
         assert "detail" not in page.content()[:200]
     page.screenshot(path=str(screenshot_dir / "planner-upload-too-large-nojs.png"))
     context.close()
+
+
+FAMILY_CONFIGS = Path(__file__).parents[1] / "domain" / "hf_configs"
+
+
+def test_import_popular_families_and_a_llama_shaped_unknown(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir: Path, tmp_path: Path
+) -> None:
+    page.goto(f"{live_url}/?gpus=8&tp=1&global_batch=16&seq_len=2048&tokens=1e9")
+    for name, shown in (("gemma-2-9b", "9.2 B parameters"), ("phi-4", "14.7 B parameters"),
+                        ("olmo-2-7b", "7.3 B parameters"), ("deepseek-v2-lite", "15.7 B parameters"),
+                        ("falcon-7b", "6.9 B parameters"), ("command-r7b", "8.0 B parameters")):  # fmt: skip
+        page.set_input_files("#hf-file", str(FAMILY_CONFIGS / f"{name}.json"))
+        page.click("#hf-upload button[type=submit]")
+        expect(page.locator("#model-summary")).to_contain_text(shown)
+        expect(page.locator("#model-summary")).not_to_contain_text("user-")
+        assert "gpus=8" in page.url
+    unknown = tmp_path / "config.json"
+    unknown.write_text(
+        json.dumps({**LLAMA_CONFIG, "model_type": "newlm", "architectures": ["NewLMForCausalLM"]})
+    )
+    page.set_input_files("#hf-file", str(unknown))
+    page.click("#hf-upload button[type=submit]")
+    expect(page.locator("#import-llama-style")).to_be_visible()
+    page.screenshot(path=str(screenshot_dir / "planner-llama-style-offer.png"))
+    page.click("#import-llama-style")
+    expect(page.locator("#model-summary")).to_contain_text("Llama-style 8.0B (NewLMForCausalLM)")
+    assert _unexpected(console_errors) == []
