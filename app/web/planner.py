@@ -44,6 +44,7 @@ from app.web.forms import (
     DEFAULTS,
     FORM_FIELDS,
     HF,
+    LAYOUT_FIELDS,
     MAX_HF_CONFIG_CHARS,
     OVERRIDES,
     PlannerInput,
@@ -339,6 +340,7 @@ def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> d
     results = compute_results(catalog, form)
     return {
         "llama_style_url": llama_style_url(form), "llama_style_assumptions": LLAMA_STYLE_ASSUMPTIONS,
+        "search_offer": bool(form.errors) and set(form.errors) <= set(LAYOUT_FIELDS),
         "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
         "exports": exports_for(catalog, form) if results else [], "model": model_summary(catalog, form),
         "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,

@@ -88,8 +88,36 @@ function checkUpload(event) {
   input.setAttribute('aria-invalid', 'true');
 }
 
+function readNumber(text) {
+  // The form's number syntax: 1,024 · 1e12 · 16M · 15T (k, M, B/G, T).
+  const scale = { k: 1e3, K: 1e3, M: 1e6, B: 1e9, G: 1e9, T: 1e12 };
+  let t = String(text || '').trim().replace(/[,_\s]/g, '');
+  let factor = 1;
+  if (t && scale[t.slice(-1)]) { factor = scale[t.slice(-1)]; t = t.slice(0, -1); }
+  const n = Number(t) * factor;
+  return t !== '' && Number.isFinite(n) ? n : null;
+}
+
+function convertBatch(event) {
+  // "Global batch in": switching sequences <-> tokens converts the value (x or / the sequence length), so the
+  // batch stays the same. Runs in the capture phase, before htmx reads the form.
+  const unit = event.target;
+  if (!unit || unit.id !== 'f-batch_unit') { return; }
+  const batch = document.getElementById('f-global_batch');
+  const seq = readNumber((document.getElementById('f-seq_len') || {}).value);
+  const previous = unit.dataset.unit || (unit.value === 'tokens' ? 'sequences' : 'tokens');
+  unit.dataset.unit = unit.value;
+  const value = batch ? readNumber(batch.value) : null;
+  if (!batch || !seq || value === null || previous === unit.value) { return; }
+  const converted = unit.value === 'tokens' ? value * seq : value / seq;
+  batch.value = Number.isInteger(converted) ? String(converted) : converted.toFixed(2);
+}
+
 window.addEventListener('DOMContentLoaded', () => {
   document.addEventListener('submit', checkUpload);
+  const unit = document.getElementById('f-batch_unit');
+  if (unit) { unit.dataset.unit = unit.value; }
+  document.addEventListener('input', convertBatch, true);
   if (window.echarts && !window.__ganttRegistered) {
     window.echarts.registerCustomSeries('pipeline-gantt', ganttItem);
     window.__ganttRegistered = true;

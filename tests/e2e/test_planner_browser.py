@@ -230,3 +230,22 @@ def test_import_popular_families_and_a_llama_shaped_unknown(
     page.click("#import-llama-style")
     expect(page.locator("#model-summary")).to_contain_text("Llama-style 8.0B (NewLMForCausalLM)")
     assert _unexpected(console_errors) == []
+
+
+def test_batch_unit_converts_and_the_search_opens_from_an_invalid_plan(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir: Path
+) -> None:
+    page.goto(f"{live_url}/?model=llama3.1-8b&gpus=8&tp=1&global_batch=16&seq_len=4096&tokens=15T")
+    expect(page.locator(".verdict")).to_be_visible()
+    page.select_option("#f-batch_unit", "tokens")
+    expect(page.locator("#f-global_batch")).to_have_value("65536")
+    expect(page.locator(".verdict")).to_contain_text("llama3.1-8b")
+    page.select_option("#f-batch_unit", "sequences")
+    expect(page.locator("#f-global_batch")).to_have_value("16")
+    page.fill("#f-tp", "3")  # 3 does not divide the heads
+    expect(page.locator("#search-from-invalid")).to_be_visible()
+    page.screenshot(path=str(screenshot_dir / "planner-invalid-offers-search.png"))
+    page.click("#search-from-invalid")
+    expect(page.locator("h1")).to_contain_text("Find the best plan")
+    expect(page.get_by_text("Load this plan").first).to_be_visible()
+    assert _unexpected(console_errors) == []

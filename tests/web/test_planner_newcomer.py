@@ -1,0 +1,48 @@
+"""What confused a newcomer: the search offered from an invalid hand plan, plain-word messages, 16M / 15T."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from app.web.forms import DEFAULTS, parse_planner, read_number, to_query
+
+SMALL = {**DEFAULTS, "model": "llama3.1-8b", "gpus": "8", "tp": "1", "global_batch": "16", "seq_len": "4096"}
+
+
+def test_suffixes_read_like_exponents() -> None:
+    assert read_number("16M", int) == 16_000_000 and read_number("15T", float) == 1.5e13
+    assert (
+        read_number("1.5k", int) == 1500
+        and read_number("2B", float) == 2e9
+        and read_number("1e12", float) == 1e12
+    )
+    form = parse_planner({**SMALL, "tokens": "15T"})
+    assert form.ok and form.tokens == 1.5e13
+    tokens = parse_planner({**SMALL, "batch_unit": "tokens", "global_batch": "32k", "seq_len": "2k"})
+    assert tokens.ok and tokens.request.global_batch == 16
+    uneven = parse_planner({**SMALL, "batch_unit": "tokens", "global_batch": "16M", "seq_len": "8192"})
+    assert "15,998,976 (1,953 sequences)" in uneven.errors["global_batch"]
+
+
+def test_an_invalid_hand_plan_still_offers_the_search(client: TestClient) -> None:
+    bad = {**SMALL, "tp": "3"}  # 3 does not divide the 32 heads: the estimator refuses the layout
+    page = client.get("/?" + to_query(bad))
+    assert page.status_code == 422 and 'id="search-from-invalid"' in page.text
+    search = client.get("/search?" + to_query(bad))
+    assert search.status_code == 200, search.text[:500]
+    assert "Load this plan" in search.text
+    typo = client.get("/search?" + to_query({**SMALL, "tp": "eight", "micro_batch": "x"}))
+    assert typo.status_code == 200
+    # a broken model is not a layout problem: no search offered
+    broken = client.get("/?" + to_query({**SMALL, "model": "hf", "hf_config": "{}"}))
+    assert 'id="search-from-invalid"' not in broken.text
+
+
+def test_range_messages_are_words_not_regular_expressions(client: TestClient) -> None:
+    page = client.get("/search?" + to_query(SMALL) + "&gpus_range=lots")
+    assert page.status_code == 422
+    assert "e.g. 512:4096" in page.text and "should match pattern" not in page.text and "\\d" not in page.text
+    ok = client.get("/search?" + to_query(SMALL) + "&gpus_range=8:16")
+    assert ok.status_code == 200
+    suffixed = client.get("/search?" + to_query(SMALL) + "&gpus_range=0.008k:0.016k")
+    assert suffixed.status_code == 200
