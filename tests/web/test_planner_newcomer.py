@@ -46,3 +46,13 @@ def test_range_messages_are_words_not_regular_expressions(client: TestClient) ->
     assert ok.status_code == 200
     suffixed = client.get("/search?" + to_query(SMALL) + "&gpus_range=0.008k:0.016k")
     assert suffixed.status_code == 200
+
+
+def test_the_calibration_switch_is_visible_and_benchmarks_say_how(client: TestClient) -> None:
+    page = client.get("/?" + to_query(SMALL)).text
+    overrides = page[page.index('<details class="overrides"') :]
+    assert 'name="calibrated"' not in overrides[: overrides.index("</details>")]
+    assert '<fieldset class="calibration">' in page and 'href="/benchmarks#how-to-calibrate"' in page
+    bench = client.get("/benchmarks").text
+    assert 'id="how-to-calibrate"' in bench and "capplan bench run --preset" in bench
+    assert "capplan bench submit" in bench
