@@ -249,3 +249,21 @@ def test_batch_unit_converts_and_the_search_opens_from_an_invalid_plan(
     expect(page.locator("h1")).to_contain_text("Find the best plan")
     expect(page.get_by_text("Load this plan").first).to_be_visible()
     assert _unexpected(console_errors) == []
+
+
+def test_on_a_phone_results_are_announced_and_the_cost_total_is_in_view(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir: Path
+) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_url}/?model=llama3.1-8b&gpus=8&tp=1&global_batch=16&seq_len=4096&tokens=1e10")
+    expect(page.locator(".results-below")).to_be_visible()
+    page.click(".results-below a")
+    expect(page.locator(".verdict")).to_be_in_viewport()
+    total = page.locator("#cost-table tbody tr").first.locator("td.total")
+    total.scroll_into_view_if_needed()
+    box = total.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box  # no sideways scroll needed for the total
+    page.screenshot(path=str(screenshot_dir / "planner-phone-cost.png"))
+    page.set_viewport_size({"width": 1440, "height": 900})
+    expect(page.locator(".results-below")).to_be_hidden()
+    assert _unexpected(console_errors) == []
