@@ -121,6 +121,14 @@ def api_page(request: Request) -> HTMLResponse:
     )
 
 
+@router.get("/glossary", response_class=HTMLResponse)
+def glossary_page(request: Request) -> HTMLResponse:
+    """tp, pp, vpp, cp, ep, MFU/HFU, the sharding strategies… in the planner's own words."""
+    from app.web.glossary import GLOSSARY
+
+    return render(request, "pages/glossary.html", {"glossary": GLOSSARY})
+
+
 @router.get("/favicon.ico")
 def favicon() -> RedirectResponse:
     return RedirectResponse("/static/favicon.svg", status_code=301)

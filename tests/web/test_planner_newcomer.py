@@ -56,3 +56,26 @@ def test_the_calibration_switch_is_visible_and_benchmarks_say_how(client: TestCl
     bench = client.get("/benchmarks").text
     assert 'id="how-to-calibrate"' in bench and "capplan bench run --preset" in bench
     assert "capplan bench submit" in bench
+
+
+def test_glossary_page_and_hover_titles(client: TestClient) -> None:
+    from app.web.glossary import GLOSSARY
+
+    page = client.get("/glossary")
+    assert page.status_code == 200
+    for term in ("tp", "pp", "vpp", "cp", "ep", "MFU", "HFU", "fsdp-full"):
+        assert f">{term}</dt>" in page.text
+    assert len({anchor for _, anchor, _ in GLOSSARY}) == len(GLOSSARY)
+    planner = client.get("/?" + to_query(SMALL)).text
+    assert 'for="f-tp" title="Tensor parallel degree' in planner and 'href="/glossary"' in planner
+    assert 'value="fsdp-full"' in planner and 'title="PyTorch FSDP FULL_SHARD' in planner
+
+
+def test_accessible_names_and_invalid_fields(client: TestClient) -> None:
+    planner = client.get("/?" + to_query(SMALL)).text
+    names = [s.split("</summary>")[0] for s in planner.split('<details class="note"><summary>')[1:]]
+    assert len(names) >= 5 and len(set(names)) == len(names)  # each "how" toggle has its own name
+    bad = client.get("/?" + to_query({**SMALL, "tp": "eight"})).text
+    assert 'id="f-tp" name="tp" type="text" value="eight"' in bad
+    field = bad[bad.index('id="f-tp"') :]
+    assert 'aria-invalid="true"' in field[: field.index(">")]
