@@ -7,6 +7,8 @@ exports are plain form posts / links, so everything works without JavaScript.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -449,6 +451,66 @@ def planner_export(
         media_type=exported.media_type,
         headers={"Content-Disposition": f'attachment; filename="{exported.filename}"'},
     )
+
+
+COST_COLUMNS = ("provider", "instance", "option", "available", "total_usd", "days", "usd_per_gpu_hour", "goodput",
+                "cash_usd", "amortised_usd", "usd_per_1b_tokens", "run_usd", "committed_usd", "storage_usd",
+                "data_transfer_usd", "instances", "price_confidence", "reason", "notes")  # fmt: skip
+"""The cost table's export columns: what the table shows, then the parts of the total."""
+
+
+def cost_rows(cost: TrainingCost) -> list[dict[str, Any]]:
+    rows = []
+    for o in (*cost.options, *cost.other_clouds):
+        row = o.model_dump(mode="json")
+        row["option"] = o.option.value
+        row["notes"] = "; ".join(o.notes)
+        rows.append({k: row.get(k) for k in COST_COLUMNS})
+    return rows
+
+
+@router.get("/planner/cost")
+def planner_cost_export(
+    request: Request,
+    catalog: CatalogDep,
+    fmt: Annotated[str, Query(alias="format", pattern="^(csv|json)$")] = "csv",
+) -> Response:
+    """The planner's cost table for the URL's inputs, as CSV or JSON (every option, AWS and other clouds)."""
+    params = {k: v for k, v in request.query_params.items() if k != "format"}
+    form = parse_planner(params)
+    if not form.ok or form.request is None:
+        raise InputError(
+            [{"loc": ["query", k], "msg": m, "type": "value_error"} for k, m in form.errors.items()]
+        )
+    body = form.request.model_dump(exclude={"tokens"})
+    cost = run_cost(catalog, CostRequest(**body, tokens=form.tokens, overrides=form.overrides))
+    rows = cost_rows(cost)
+    if fmt == "json":
+        doc = {
+            "tokens": cost.tokens, "instance": cost.instance, "instances": cost.instances,
+            "self_build_node": cost.self_build_node, "cheapest": cost.cheapest, "cheapest_basis": cost.cheapest_basis,
+            "fastest": cost.fastest, "planner_url": "/?" + form.query(), "options": rows,
+        }  # fmt: skip
+        return Response(
+            content=json.dumps(doc, indent=2), media_type="application/json",
+            headers={"Content-Disposition": 'attachment; filename="cost.json"'},
+        )  # fmt: skip
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COST_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_cell(v) for k, v in row.items()})
+    return Response(
+        content=out.getvalue(), media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": 'attachment; filename="cost.csv"'},
+    )  # fmt: skip
+
+
+def _csv_cell(value: Any) -> Any:
+    """Plain values; text that a spreadsheet would run as a formula is quoted with a leading apostrophe."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
+        return "'" + value
+    return "" if value is None else value
 
 
 def planner_url(values: dict[str, str], **changes: Any) -> str:

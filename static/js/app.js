@@ -46,9 +46,19 @@ function onCopy(event) {
   if (!button) { return; }
   const source = document.getElementById(button.dataset.copy);
   if (!source) { return; }
-  const done = () => { button.textContent = 'Copied'; setTimeout(() => { button.textContent = 'Copy'; }, 1500); };
+  const label = button.dataset.label || (button.dataset.label = button.textContent);
+  const done = () => { button.textContent = 'Copied'; setTimeout(() => { button.textContent = label; }, 1500); };
   if (navigator.clipboard && window.isSecureContext) {
     navigator.clipboard.writeText(source.textContent).then(done, () => { button.textContent = 'Select and copy'; });
+  } else if (source.hidden) {
+    // a hidden source (the share link): copy through a temporary text area
+    const area = document.createElement('textarea');
+    area.value = source.textContent;
+    document.body.appendChild(area);
+    area.select();
+    const ok = document.execCommand && document.execCommand('copy');
+    area.remove();
+    if (ok) { done(); } else { button.textContent = 'Copy failed: use the link'; }
   } else {
     const range = document.createRange();
     range.selectNodeContents(source);

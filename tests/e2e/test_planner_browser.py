@@ -267,3 +267,23 @@ def test_on_a_phone_results_are_announced_and_the_cost_total_is_in_view(
     page.set_viewport_size({"width": 1440, "height": 900})
     expect(page.locator(".results-below")).to_be_hidden()
     assert _unexpected(console_errors) == []
+
+
+def test_export_the_cost_csv_and_copy_the_share_link(
+    page: Page, live_url: str, console_errors: list[str], tmp_path: Path
+) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_url)
+    page.goto(f"{live_url}/?model=llama3.1-8b&gpus=8&tp=1&global_batch=16&seq_len=4096&tokens=1e10")
+    with page.expect_download() as info:
+        page.click("text=CSV")
+    path = tmp_path / "cost.csv"
+    info.value.save_as(path)
+    assert info.value.suggested_filename == "cost.csv"
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("provider,instance,option,available,total_usd") and len(lines) > 5
+    page.click("button[data-copy=share-url]")
+    expect(page.locator("button[data-copy=share-url]")).to_have_text("Copied")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied.startswith(live_url + "/?model=llama3.1-8b") and "gpus=8" in copied
+    expect(page.locator("button[data-copy=share-url]")).to_have_text("Copy link")
+    assert _unexpected(console_errors) == []

@@ -79,3 +79,31 @@ def test_accessible_names_and_invalid_fields(client: TestClient) -> None:
     assert 'id="f-tp" name="tp" type="text" value="eight"' in bad
     field = bad[bad.index('id="f-tp"') :]
     assert 'aria-invalid="true"' in field[: field.index(">")]
+
+
+def test_cost_table_exports_as_csv_and_json(client: TestClient) -> None:
+    import csv
+    import io
+
+    query = to_query({**SMALL, "tokens": "1e10"})
+    page = client.get("/?" + query).text
+    assert f'href="/planner/cost?{query.replace("&", "&amp;")}&amp;format=csv"' in page
+    csv_response = client.get(f"/planner/cost?{query}&format=csv")
+    assert csv_response.status_code == 200 and csv_response.headers["content-type"].startswith("text/csv")
+    assert 'filename="cost.csv"' in csv_response.headers["content-disposition"]
+    rows = list(csv.DictReader(io.StringIO(csv_response.text)))
+    options = {r["option"] for r in rows if r["provider"] == "aws"}
+    assert {"on-demand", "spot", "self-build"} <= options
+    on_demand = next(r for r in rows if r["option"] == "on-demand" and r["provider"] == "aws")
+    assert float(on_demand["total_usd"]) > 0 and float(on_demand["days"]) > 0
+    doc = client.get(f"/planner/cost?{query}&format=json").json()
+    assert doc["tokens"] == 1e10 and len(doc["options"]) == len(rows)
+    json_on_demand = next(o for o in doc["options"] if o["option"] == "on-demand" and o["provider"] == "aws")
+    assert abs(json_on_demand["total_usd"] - float(on_demand["total_usd"])) < 0.01
+    assert client.get(f"/planner/cost?{query}&format=xml").status_code == 422
+    assert client.get("/planner/cost?" + to_query({**SMALL, "tp": "x"})).status_code == 422
+
+
+def test_the_share_link_has_a_copy_button(client: TestClient) -> None:
+    page = client.get("/?" + to_query(SMALL)).text
+    assert 'data-copy="share-url"' in page and '<span id="share-url" hidden>http://testserver/?model=' in page
