@@ -8,6 +8,7 @@ from jinja2 import StrictUndefined
 from jinja2_fragments.fastapi import Jinja2Blocks
 
 from app.settings import REPO_ROOT
+from app.web.charts import describe_chart
 from app.web.glossary import field_title
 
 GIB = 1024**3
@@ -49,6 +50,7 @@ def build_templates() -> Jinja2Blocks:
     env = templates.env
     env.undefined = StrictUndefined
     env.globals["gloss"] = field_title
+    env.globals["describe_chart"] = describe_chart
     env.trim_blocks = True
     env.lstrip_blocks = True
     env.filters["num"] = fmt_number

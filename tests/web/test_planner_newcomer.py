@@ -107,3 +107,20 @@ def test_cost_table_exports_as_csv_and_json(client: TestClient) -> None:
 def test_the_share_link_has_a_copy_button(client: TestClient) -> None:
     page = client.get("/?" + to_query(SMALL)).text
     assert 'data-copy="share-url"' in page and '<span id="share-url" hidden>http://testserver/?model=' in page
+
+
+def test_chart_descriptions_read_numbers(client: TestClient) -> None:
+    import html
+    import re
+
+    page = client.get("/?" + to_query({**SMALL, "tokens": "1e10"})).text
+    labels = [html.unescape(m) for m in re.findall(r'<x-chart[^>]*aria-label="([^"]*)"', page)]
+    assert len(labels) >= 4
+    for label in labels:
+        assert "NaN" not in label and "[" not in label and "None" not in label, label
+    cost = next(x for x in labels if x.startswith("Cost and time to train"))
+    assert re.search(r"on-demand \$[\d,]+", cost) and "days" in cost
+    memory = next(x for x in labels if x.startswith("Memory per GPU"))
+    assert re.search(r"params [\d.]+ GiB", memory)
+    accuracy = client.get("/accuracy").text
+    assert re.search(r'aria-label="Predicted vs published throughput[^"]*points from', accuracy)
