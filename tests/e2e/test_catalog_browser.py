@@ -61,3 +61,11 @@ def test_prices_are_readable_at_desktop_and_phone_width(
         assert page.evaluate("document.documentElement.scrollWidth") <= width
         page.screenshot(path=str(screenshot_dir / f"price-entry-{width}.png"), full_page=True)
     assert console_errors == []
+
+
+def test_new_pages_have_no_console_errors(page: Page, live_url: str, console_errors: list[str]) -> None:
+    for path in ("/glossary", "/benchmarks", "/catalog/prices/p5e.48xlarge", "/catalog/prices?q=p5"):
+        response = page.goto(f"{live_url}{path}")
+        assert response is not None and response.status == 200, path
+    expect(page.locator("#catalog-results")).to_contain_text("p5.48xlarge")
+    assert console_errors == []

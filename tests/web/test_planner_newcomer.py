@@ -124,3 +124,9 @@ def test_chart_descriptions_read_numbers(client: TestClient) -> None:
     assert re.search(r"params [\d.]+ GiB", memory)
     accuracy = client.get("/accuracy").text
     assert re.search(r'aria-label="Predicted vs published throughput[^"]*points from', accuracy)
+
+
+def test_search_fields_in_error_are_marked_invalid(client: TestClient) -> None:
+    page = client.get("/search?" + to_query(SMALL) + "&gpus_range=lots").text
+    assert '<input id="s-gpus_range" name="gpus_range" aria-invalid="true"' in page
+    assert '<input id="s-top_k" name="top_k" value=' in page  # fields without an error are not marked
