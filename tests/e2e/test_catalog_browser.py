@@ -69,3 +69,14 @@ def test_new_pages_have_no_console_errors(page: Page, live_url: str, console_err
         assert response is not None and response.status == 200, path
     expect(page.locator("#catalog-results")).to_contain_text("p5.48xlarge")
     assert console_errors == []
+
+
+def test_accuracy_errors_are_in_view_on_a_phone(page: Page, live_url: str, console_errors: list[str]) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_url}/accuracy")
+    cell = page.locator("table.catalog").nth(1).locator("tbody tr").first.locator("td").first
+    cell.scroll_into_view_if_needed()
+    box = cell.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box  # the out-of-sample error, unscrolled
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert console_errors == []
