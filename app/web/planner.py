@@ -339,12 +339,15 @@ def llama_style_url(form: PlannerInput) -> str | None:
 
 
 def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> dict[str, Any]:
+    model = model_summary(
+        catalog, form
+    )  # before the estimate: a refused layout still shows the model's counts
     results = compute_results(catalog, form)
     return {
         "llama_style_url": llama_style_url(form), "llama_style_assumptions": LLAMA_STYLE_ASSUMPTIONS,
         "search_offer": bool(form.errors) and set(form.errors) <= set(LAYOUT_FIELDS),
         "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
-        "exports": exports_for(catalog, form) if results else [], "model": model_summary(catalog, form),
+        "exports": exports_for(catalog, form) if results else [], "model": model,
         "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,
         "partial": is_partial(request), "defaults": DEFAULTS, "upload_error": None,
         "upload_max_bytes": MAX_HF_UPLOAD_BYTES,

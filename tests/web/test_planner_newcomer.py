@@ -28,6 +28,7 @@ def test_an_invalid_hand_plan_still_offers_the_search(client: TestClient) -> Non
     bad = {**SMALL, "tp": "3"}  # 3 does not divide the 32 heads: the estimator refuses the layout
     page = client.get("/?" + to_query(bad))
     assert page.status_code == 422 and 'id="search-from-invalid"' in page.text
+    assert "8.0 B parameters" in page.text  # the model's counts stay shown while the layout is wrong
     search = client.get("/search?" + to_query(bad))
     assert search.status_code == 200, search.text[:500]
     assert "Load this plan" in search.text
