@@ -7,7 +7,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from html import escape
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import parse_qsl, quote, urlencode, urlsplit
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -116,6 +116,12 @@ class BodyLimit:
             await self._too_large(scope, receive, send)
 
     async def _too_large(self, scope, receive, send) -> None:
+        if scope.get("path") == HF_UPLOAD_PATH and scope.get("method") == "POST":
+            # the planner's config.json upload is a plain form post: send the user back to the planner with the
+            # inputs the page's URL held (its Referer) and a message saying the file is too large, not raw JSON
+            response = RedirectResponse(_upload_too_large_target(scope), status_code=303)
+            await response(scope, receive, send)
+            return
         response = JSONResponse(
             {
                 "detail": [
@@ -129,6 +135,18 @@ class BodyLimit:
             status_code=413,
         )
         await response(scope, receive, send)
+
+
+HF_UPLOAD_PATH = "/planner/hf-config"
+
+
+def _upload_too_large_target(scope) -> str:
+    headers = dict(scope.get("headers") or [])
+    declared = headers.get(b"content-length", b"").decode("latin-1")
+    query = urlsplit(headers.get(b"referer", b"").decode("latin-1")).query
+    params = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True) if k != "upload_too_large"]
+    params.append(("upload_too_large", declared if declared.isdigit() else ""))
+    return "/?" + urlencode(params)
 
 
 class _BodyTooLarge(Exception):

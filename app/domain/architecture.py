@@ -569,6 +569,21 @@ SUPPORTED_HF_MODEL_TYPES = (
     "gpt2",
     "gpt_neox",
     "deepseek_v3",
+    "deepseek_v2",
+    "gemma",
+    "gemma2",
+    "gemma3",
+    "gemma3_text",
+    "phi3",
+    "phimoe",
+    "olmo",
+    "olmo2",
+    "granite",
+    "cohere",
+    "cohere2",
+    "starcoder2",
+    "falcon",
+    "internlm2",
 )
 
 _FAMILY = {
@@ -582,7 +597,60 @@ _FAMILY = {
     "gpt2": "gpt",
     "gpt_neox": "gpt-neox",
     "deepseek_v3": "deepseek",
+    "deepseek_v2": "deepseek",
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "gemma3_text": "gemma",
+    "phi3": "phi",
+    "phimoe": "phi",
+    "olmo": "olmo",
+    "olmo2": "olmo",
+    "granite": "granite",
+    "cohere": "cohere",
+    "cohere2": "cohere",
+    "starcoder2": "starcoder",
+    "falcon": "falcon",
+    "internlm2": "internlm",
 }
+
+_FAMILY_TITLE = {
+    "llama": "Llama", "mistral": "Mistral", "mixtral": "Mixtral", "qwen": "Qwen", "gpt": "GPT-2",
+    "gpt-neox": "GPT-NeoX", "deepseek": "DeepSeek", "gemma": "Gemma", "phi": "Phi", "olmo": "OLMo",
+    "granite": "Granite", "cohere": "Command (Cohere)", "starcoder": "StarCoder2", "falcon": "Falcon",
+    "internlm": "InternLM2",
+}  # fmt: skip
+
+IMPORT_AS_KEY = "capplan_import_as"
+"""A config.json key the user (or the planner's "import as llama-style" button) adds to read an unknown
+``model_type`` whose fields are llama-shaped as a Llama: the value is ``"llama"``."""
+
+LLAMA_STYLE_ASSUMPTIONS = (
+    "gated SiLU MLP (SwiGLU: gate, up, down)",
+    "RMSNorm before attention and before the MLP",
+    "rotary positions",
+    "no biases unless attention_bias / mlp_bias say so",
+    "num_key_value_heads absent = num_attention_heads",
+    "head_dim absent = hidden_size / num_attention_heads",
+    "untied embeddings unless tie_word_embeddings is true",
+)
+"""What importing an unknown model_type as llama-style assumes (said wherever it is offered or used)."""
+
+_LLAMA_SHAPE_KEYS = (
+    "hidden_size",
+    "num_attention_heads",
+    "num_hidden_layers",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
+
+
+def llama_shaped(config: Any) -> bool:
+    """Whether a config of an unknown model_type carries every size a llama-style import needs (as integers)."""
+    return isinstance(config, dict) and all(
+        isinstance(config.get(k), int) and not isinstance(config.get(k), bool) for k in _LLAMA_SHAPE_KEYS
+    )
 
 
 class ArchitectureImportError(ValueError):
@@ -907,6 +975,172 @@ def _from_gpt_neox(cfg: _Cfg) -> dict[str, Any]:
     }
 
 
+# -- more families. Where the HF module has a structure Architecture does not describe, the nearest exact-shape
+# choice is taken and the note says what differs (a few norm vectors: under 0.01 % of any published count).
+
+_GEMMA3_TEXT_DEFAULTS = {
+    # Gemma3TextConfig class defaults; the multimodal gemma-3 configs' text_config lists only what differs
+    "num_attention_heads": 8, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 262_208,
+    "max_position_embeddings": 131_072,
+}  # fmt: skip
+
+
+def _gated_any(cfg: _Cfg, keys: tuple[str, ...], default: str) -> tuple[Activation, str | None]:
+    """A gated MLP: SiLU → SwiGLU; GELU variants (GeGLU) have the same three matrices, counted as SwiGLU."""
+    key = next((k for k in keys if cfg.config.get(k) is not None), keys[0])
+    act = cfg.string(key, default)
+    if act in ("silu", "swish"):
+        return "swiglu", None
+    if act.startswith("gelu"):
+        return (
+            "swiglu",
+            f"GeGLU ({act}) is modelled as a gated MLP with SwiGLU's shapes (same three matrices)",
+        )
+    raise cfg.fail(key, f"gated MLP with activation {act!r} is not modelled (only SiLU and GELU)")
+
+
+def _dense_core(cfg: _Cfg, *, kv_default: int | None, tie_default: bool, head_dim_required: bool = False,
+                head_dim_default: int | None = None) -> dict[str, Any]:  # fmt: skip
+    hidden = cfg.integer("hidden_size")
+    heads = cfg.integer("num_attention_heads")
+    kv_heads = cfg.integer("num_key_value_heads", heads if kv_default is None else kv_default)
+    if head_dim_required and cfg.config.get("head_dim") is None and head_dim_default is None:
+        raise cfg.fail("head_dim", "required field is missing")
+    return {
+        "n_layers": cfg.integer("num_hidden_layers"),
+        "hidden_size": hidden,
+        "n_heads": heads,
+        "n_kv_heads": kv_heads,
+        "head_dim": _head_dim(cfg, hidden, heads, head_dim_default),
+        "ffn_hidden_size": cfg.integer("intermediate_size"),
+        "vocab_size": cfg.integer("vocab_size"),
+        "tied_embeddings": cfg.boolean("tie_word_embeddings", tie_default),
+        "position": "rotary",
+        "max_context": cfg.integer("max_position_embeddings"),
+        "rotary_fraction": _rotary_fraction(cfg, "partial_rotary_factor", 1.0),
+        "norm": "rmsnorm",
+    }
+
+
+def _from_more(cfg: _Cfg) -> tuple[dict[str, Any], list[str]]:
+    """Families beyond the first ten; returns the fields and what the import approximated or assumed."""
+    mt = cfg.model_type
+    notes: list[str] = []
+    if mt in ("gemma", "gemma2", "gemma3_text"):
+        # GemmaConfig/Gemma2Config/Gemma3TextConfig: tie_word_embeddings=True, attention_bias=False, GeGLU MLP.
+        fields = _dense_core(cfg, kv_default=None, tie_default=True, head_dim_required=True)
+        act, note = _gated_any(cfg, ("hidden_activation", "hidden_act"), "gelu_pytorch_tanh")
+        bias = cfg.boolean("attention_bias", False)
+        fields |= {"activation": act, "qkv_bias": bias, "attn_out_bias": bias}
+        notes += [note] if note else []
+        if mt == "gemma3_text":
+            fields["qk_norm"] = True  # Gemma3Attention: q_norm/k_norm RMSNorm(head_dim)
+        if mt != "gemma":
+            notes.append("the extra post-attention and post-MLP norms (2 × hidden per layer) are not counted")
+        return fields, notes
+    if mt in ("phi3", "granite", "internlm2", "olmo", "olmo2"):
+        # Phi3Config/GraniteConfig/InternLM2Config/OlmoConfig/Olmo2Config: num_key_value_heads None → heads,
+        # tie_word_embeddings=False; fused qkv / gate_up projections (Phi-3, InternLM2) hold the same weights.
+        fields = _dense_core(cfg, kv_default=None, tie_default=False)
+        fields["activation"] = _gated_activation(cfg)
+        if mt == "internlm2":
+            bias = cfg.boolean("bias", False)  # InternLM2: wqkv and wo take config.bias
+            fields |= {"qkv_bias": bias, "attn_out_bias": bias}
+        elif mt != "phi3":
+            bias = cfg.boolean("attention_bias", False)
+            fields |= {"qkv_bias": bias, "attn_out_bias": bias}
+            if mt == "granite":
+                fields["mlp_bias"] = cfg.boolean("mlp_bias", False)
+                notes.append("embedding/residual/attention/logit multipliers change no parameter count")
+        if mt == "olmo":
+            notes.append("OLMo's LayerNorm has no weights; counted as RMSNorm weights (2 × hidden per layer)")
+        if mt == "olmo2":
+            # Olmo2Attention: q_norm/k_norm RMSNorm over all heads; the norms sit after attention and MLP.
+            fields["qk_norm"] = True
+            notes.append("q/k norms over the full projection width are counted per head (head_dim)")
+        return fields, notes
+    if mt in ("cohere", "cohere2"):
+        # CohereConfig/Cohere2Config: tie_word_embeddings=True, attention_bias=False; one LayerNorm (no bias) feeds
+        # attention and MLP in parallel.
+        fields = _dense_core(cfg, kv_default=None, tie_default=True)
+        bias = cfg.boolean("attention_bias", False)
+        fields |= {"activation": _gated_activation(cfg), "norm": "layernorm", "norm_bias": False,
+                   "parallel_residual": True, "qkv_bias": bias, "attn_out_bias": bias}  # fmt: skip
+        if cfg.boolean("use_qk_norm", False):
+            fields["qk_norm"] = True
+            notes.append("Command R+'s per-head q/k LayerNorms are counted as one head_dim vector each")
+        notes.append("its single norm per layer is counted as two (hidden extra parameters per layer)")
+        return fields, notes
+    if mt == "starcoder2":
+        # Starcoder2Config: use_bias=True (q, k, v, o, c_fc, c_proj), norm_type "layer_norm" (with bias), plain GELU MLP.
+        fields = _dense_core(cfg, kv_default=None, tie_default=True)
+        bias = cfg.boolean("use_bias", True)
+        fields |= {"activation": _plain_gelu(cfg, "hidden_act", "gelu_pytorch_tanh"), "norm": "layernorm",
+                   "norm_bias": True, "qkv_bias": bias, "attn_out_bias": bias, "mlp_bias": bias}  # fmt: skip
+        return fields, notes
+    if mt == "falcon":
+        return _from_falcon(cfg)
+    if mt == "phimoe":
+        # PhiMoEConfig: LayerNorm with bias, attention_bias=False, lm_head_bias=False, Mixtral-style experts.
+        fields = _dense_core(cfg, kv_default=None, tie_default=False)
+        bias = cfg.boolean("attention_bias", False)
+        expert_ffn = fields["ffn_hidden_size"]
+        fields |= {"activation": _gated_activation(cfg), "norm": "layernorm", "norm_bias": True, "qkv_bias": bias,
+                   "attn_out_bias": bias, "n_experts": cfg.integer("num_local_experts"),
+                   "experts_top_k": cfg.integer("num_experts_per_tok"), "expert_ffn_hidden_size": expert_ffn}  # fmt: skip
+        if cfg.boolean("lm_head_bias", False):
+            notes.append(f"the output head's bias ({fields['vocab_size']:,} parameters) is not counted")
+        return fields, notes
+    raise cfg.fail("model_type", "unsupported model_type")  # pragma: no cover - guarded by the caller
+
+
+def _from_falcon(cfg: _Cfg) -> tuple[dict[str, Any], list[str]]:
+    # FalconConfig: attribute_map n_layer/n_head; multi_query=True, new_decoder_architecture=False, parallel_attn=True,
+    # bias=False, alibi=False, activation "gelu", ffn_hidden_size None → 4·hidden, max_position_embeddings 2048,
+    # tie_word_embeddings True (PretrainedConfig default; FalconForCausalLM ties lm_head to word_embeddings).
+    notes: list[str] = []
+    c = cfg.config
+    layers_key = "num_hidden_layers" if "num_hidden_layers" in c else "n_layer"
+    heads_key = "num_attention_heads" if "num_attention_heads" in c else "n_head"
+    hidden = cfg.integer("hidden_size")
+    heads = cfg.integer(heads_key)
+    if hidden % heads:
+        raise cfg.fail(heads_key, f"hidden_size {hidden} is not divisible by {heads} heads")
+    if cfg.boolean("new_decoder_architecture", False):
+        kv_heads = cfg.integer("num_kv_heads", heads)
+    elif cfg.boolean("multi_query", True):
+        kv_heads = 1
+    else:
+        kv_heads = heads
+    alibi = cfg.boolean("alibi", False)
+    if "max_position_embeddings" not in c:
+        notes.append("max_position_embeddings absent: FalconConfig's default 2,048 tokens assumed")
+    bias = cfg.boolean("bias", False)
+    parallel = cfg.boolean("parallel_attn", True) or cfg.boolean("new_decoder_architecture", False)
+    if parallel and not cfg.boolean("new_decoder_architecture", False):
+        notes.append("its single input LayerNorm per layer is counted as two (2 × hidden extra per layer)")
+    fields = {
+        "n_layers": cfg.integer(layers_key),
+        "hidden_size": hidden,
+        "n_heads": heads,
+        "n_kv_heads": kv_heads,
+        "head_dim": hidden // heads,
+        "ffn_hidden_size": cfg.integer("ffn_hidden_size", 4 * hidden),
+        "activation": _plain_gelu(cfg, "activation", "gelu"),
+        "vocab_size": cfg.integer("vocab_size"),
+        "tied_embeddings": cfg.boolean("tie_word_embeddings", True),
+        "position": "alibi" if alibi else "rotary",
+        "max_context": cfg.integer("max_position_embeddings", 2048),
+        "norm": "layernorm",
+        "norm_bias": True,
+        "qkv_bias": bias,
+        "attn_out_bias": bias,
+        "mlp_bias": bias,
+        "parallel_residual": parallel,
+    }
+    return fields, notes
+
+
 # -- size bounds, checked before anything reads the config: a config.json is user input, and the sizes in it
 # drive work (the estimator loops per layer, the search per expert-parallel degree), so every one is capped
 # well above any published model; nesting, integer digits, element count and string length are capped too.
@@ -1028,40 +1262,104 @@ def architecture_from_hf_config(
     model_type = config.get("model_type")
     if not isinstance(model_type, str):
         raise ArchitectureImportError(None, "model_type", "required field is missing or not a string")
+    extra_notes: list[str] = []
+    read_as = model_type
     if model_type not in SUPPORTED_HF_MODEL_TYPES:
-        raise ArchitectureImportError(model_type, "model_type", "unsupported model_type")
-    cfg = _Cfg(config, model_type)
-    if model_type == "gpt2":
+        if config.get(IMPORT_AS_KEY) == "llama" and llama_shaped(config):
+            read_as = "llama"
+            extra_notes.append(
+                f"model_type {model_type!r} is not one capplan knows: imported as llama-style, assuming "
+                + "; ".join(LLAMA_STYLE_ASSUMPTIONS)
+            )
+        elif llama_shaped(config):
+            raise ArchitectureImportError(
+                model_type, "model_type",
+                f"unsupported model_type, but its fields are llama-shaped: it can be imported as llama-style "
+                f"(add \"{IMPORT_AS_KEY}\": \"llama\")",
+            )  # fmt: skip
+        else:
+            raise ArchitectureImportError(model_type, "model_type", "unsupported model_type")
+    source_config = config
+    if model_type == "gemma3":
+        text = config.get("text_config")
+        if not isinstance(text, dict):
+            raise ArchitectureImportError(
+                model_type, "text_config", "required field is missing or not an object"
+            )
+        defaulted = [k for k in _GEMMA3_TEXT_DEFAULTS if text.get(k) is None]
+        source_config = {**text, **{k: _GEMMA3_TEXT_DEFAULTS[k] for k in defaulted}}
+        read_as = "gemma3_text"
+        extra_notes.append("the language model only: the vision tower and projector are not counted")
+        if defaulted:
+            extra_notes.append("text_config omits " + ", ".join(f"{k} (Gemma3TextConfig default "
+                               f"{_GEMMA3_TEXT_DEFAULTS[k]:,})" for k in defaulted))  # fmt: skip
+    cfg = _Cfg(source_config, read_as)
+    if read_as == "gpt2":
         fields = _from_gpt2(cfg)
-    elif model_type == "gpt_neox":
+    elif read_as == "gpt_neox":
         fields = _from_gpt_neox(cfg)
-    elif model_type == "deepseek_v3":
+    elif read_as in ("deepseek_v3", "deepseek_v2"):
         fields = _from_deepseek_v3(cfg)
-    else:
+        if read_as == "deepseek_v2":
+            fields["router_score_correction_bias"] = (
+                False  # DeepSeek-V2's gate has no e_score_correction_bias
+            )
+    elif read_as in ("llama", "mistral", "mixtral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe"):
         fields = _from_llama_like(cfg)
+    else:
+        fields, more = _from_more(cfg)
+        extra_notes += more
     origin = config.get("_name_or_path") if isinstance(config.get("_name_or_path"), str) else None
+    origin = origin.strip() or None if origin else None
     notes = f"Imported from a Hugging Face config.json (model_type {model_type})"
-    if model_type == "deepseek_v3" and config.get("num_nextn_predict_layers"):
+    if model_type in ("deepseek_v3", "deepseek_v2") and config.get("num_nextn_predict_layers"):
         notes += (
             f"; the {config['num_nextn_predict_layers']} multi-token-prediction module(s) are not counted"
         )
+    if extra_notes:
+        notes += "; " + "; ".join(extra_notes)
+    family = _FAMILY.get(model_type, "llama-style")
     try:
-        return Architecture(
-            slug=slug or _slugify(origin or f"user-{model_type}"),
-            name=name or origin or f"Imported {model_type} config",
+        arch = Architecture(
+            slug=slug or "imported",
+            name=name or "imported",
             source=USER_CONFIG_SOURCE,
             as_of=as_of or date.today().isoformat(),
             confidence=Confidence.high,
             notes=notes + ".",
-            family=_FAMILY[model_type],
+            family=family,
             hf_model_type=model_type,
             **fields,
-            **_rope_router_fields(config),
+            **_rope_router_fields(source_config),
         )
     except ValidationError as exc:
         first = exc.errors()[0]
         loc = ".".join(str(p) for p in first["loc"]) or None
         raise ArchitectureImportError(model_type, loc, first["msg"]) from None
+    if slug and name:
+        return arch
+    auto_name, auto_slug = _imported_name(config, arch, origin)
+    return arch.model_copy(update={"slug": slug or auto_slug, "name": name or auto_name})
+
+
+def _size_words(n: int) -> str:
+    return f"{n / 1e9:.1f}B" if n >= 0.95e9 else f"{n / 1e6:.0f}M"
+
+
+def _imported_name(config: dict[str, Any], arch: Architecture, origin: str | None) -> tuple[str, str]:
+    """A name and slug for an imported config: its ``_name_or_path`` (the Hugging Face id) when present, else
+    the family, size and ``architectures`` class (e.g. "Mistral 7.2B (MistralForCausalLM)")."""
+    if origin:
+        return origin[:200], _slugify(origin)
+    counts = parameter_counts(arch)
+    size = _size_words(counts.total)
+    if arch.is_moe:
+        size += f"-A{_size_words(counts.active)}"
+    title = _FAMILY_TITLE.get(arch.family or "", "Llama-style")
+    classes = config.get("architectures")
+    cls = classes[0] if isinstance(classes, list) and classes and isinstance(classes[0], str) else None
+    name = f"{title} {size}" + (f" ({cls[:80]})" if cls else "")
+    return name, _slugify(f"{arch.family or 'imported'}-{size}")
 
 
 __all__ = [
@@ -1074,6 +1372,9 @@ __all__ = [
     "architecture_by_slug",
     "architecture_from_hf_config",
     "check_hf_config_bounds",
+    "IMPORT_AS_KEY",
+    "LLAMA_STYLE_ASSUMPTIONS",
+    "llama_shaped",
     "attention_parameters",
     "attention_projection_weights",
     "expert_parameters",

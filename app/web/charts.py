@@ -310,3 +310,66 @@ def accuracy_option(rows: Sequence[Any]) -> dict[str, Any]:
         ],
     })  # fmt: skip
     return option
+
+
+# -- text descriptions: what a screen reader (and ECharts' aria) says about a chart, in numbers ----------------
+
+MAX_DESCRIBED = 12
+"""Categories or points named one by one; past that, a summary (count, range)."""
+
+
+def _fmt(value: float, unit: str) -> str:
+    if unit == "$":
+        return f"${value:,.0f}"
+    text = f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return f"{text} {unit}".strip()
+
+
+def _value(item: Any) -> float | None:
+    if isinstance(item, dict):
+        item = item.get("value")
+    if isinstance(item, list | tuple):
+        item = item[1] if len(item) > 1 else None
+    if isinstance(item, bool) or not isinstance(item, int | float) or not math.isfinite(item):
+        return None
+    return float(item)
+
+
+def _axis_unit(option: dict[str, Any], series: dict[str, Any]) -> str:
+    axes = option.get("yAxis")
+    if isinstance(axes, list):
+        axes = axes[series.get("yAxisIndex", 0)] if axes else {}
+    if isinstance(axes, dict) and axes.get("type") == "category":  # horizontal bars: the value is on x
+        axes = option.get("xAxis") or {}
+    return str((axes or {}).get("name") or "") if isinstance(axes, dict) else ""
+
+
+def describe_chart(option: dict[str, Any]) -> str:
+    """One or two sentences naming the chart's numbers: per series, each category's value with its unit (bars,
+    lines), or a count and range (scatter, many points). Never raw arrays; missing values are left out."""
+    title = str((option.get("title") or {}).get("text") or "Chart")
+    x_axis = option.get("xAxis") if isinstance(option.get("xAxis"), dict) else {}
+    y_axis = option.get("yAxis") if isinstance(option.get("yAxis"), dict) else {}
+    categories = (x_axis or {}).get("data") or (y_axis or {}).get("data") or []
+    parts: list[str] = []
+    for s in option.get("series", []):
+        name = str(s.get("name") or s.get("type") or "series")
+        unit = _axis_unit(option, s)
+        data = s.get("data") or []
+        if s.get("type") == "custom":
+            parts.append(f"{name}: {len(data)} bars")
+            continue
+        values = [(categories[i] if i < len(categories) else i + 1, _value(d)) for i, d in enumerate(data)]
+        values = [(c, v) for c, v in values if v is not None]
+        if not values:
+            continue
+        if s.get("type") == "scatter" or len(values) > MAX_DESCRIBED:
+            nums = [v for _, v in values]
+            parts.append(
+                f"{name}: {len(nums)} points from {_fmt(min(nums), unit)} to {_fmt(max(nums), unit)}"
+            )
+        elif len(values) == 1:
+            parts.append(f"{name} {_fmt(values[0][1], unit)}")
+        else:
+            parts.append(f"{name}: " + ", ".join(f"{c} {_fmt(v, unit)}" for c, v in values))
+    return f"{title}. " + ("; ".join(parts) + "." if parts else "No data.")

@@ -8,6 +8,7 @@ Values are kept as the user typed them, so an invalid form re-renders exactly as
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -92,6 +93,9 @@ INT_FIELDS = (
 FLOAT_FIELDS = ("tokens", "oversubscription")
 OPTIONAL_FIELDS = ("dp", "node", "fabric", "tokens", "shard_group_size")
 FORM_FIELDS = tuple(DEFAULTS) + tuple(OVERRIDES)
+LAYOUT_FIELDS = ("tp", "pp", "vpp", "dp", "cp", "ep", "sharding", "shard_group_size", "offload", "micro_batch",
+                 "recompute", "sequence_parallel")  # fmt: skip
+"""The hand-set parallel layout: what "Find the best plan" chooses itself, so errors here never block it."""
 MAX_HF_CONFIG_CHARS = 64_000
 
 
@@ -125,14 +129,23 @@ def _bool(value: str) -> bool | None:
     return None
 
 
-def _number(text: str, kind: type) -> int | float:
-    t = text.strip().replace(",", "").replace("_", "")
+SUFFIXES = {"k": 1e3, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12}
+"""Number suffixes the form reads like the exponent form: 16M = 1.6e7 (tokens per step), 15T = 1.5e13 tokens."""
+
+
+def read_number(text: str, kind: type) -> int | float:
+    t = text.strip().replace(",", "").replace("_", "").replace(" ", "")
+    scale = 1.0
+    if t and t[-1] in SUFFIXES:
+        t, scale = t[:-1], SUFFIXES[t[-1]]
+    f = float(t) * scale
+    if not math.isfinite(f):
+        raise ValueError("a finite number")
     if kind is int:
-        f = float(t)
         if not f.is_integer():
             raise ValueError("a whole number")
         return int(f)
-    return float(t)
+    return f
 
 
 def form_values(params: Mapping[str, Any]) -> dict[str, str]:
@@ -162,7 +175,7 @@ def _override_value(name: str, text: str) -> Any:
     if name == "o.instance":
         return text.strip()
     try:
-        return _number(text, float)
+        return read_number(text, float)
     except ValueError:
         return text.strip()
 
@@ -189,9 +202,13 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
                 body[name] = b
         elif name in INT_FIELDS or name in FLOAT_FIELDS:
             try:
-                num = _number(text, int if name in INT_FIELDS else float)
+                num = read_number(text, int if name in INT_FIELDS else float)
             except ValueError:
-                out.errors[name] = "a whole number" if name in INT_FIELDS else "a number, e.g. 1e12"
+                out.errors[name] = (
+                    "a whole number (16M and 1e6 work too)"
+                    if name in INT_FIELDS
+                    else "a number, e.g. 1e12 or 15T"
+                )
                 continue
             if name == "tokens":
                 out.tokens = float(num)
@@ -207,8 +224,10 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
         if seq > 0 and tokens_per_step % seq == 0:
             body["global_batch"] = tokens_per_step // seq
         else:
+            low = max(1, int(tokens_per_step // seq)) if seq > 0 else 1
             out.errors["global_batch"] = (
-                f"{tokens_per_step:,} tokens is not a whole number of {seq:,}-token sequences"
+                f"{tokens_per_step:,} tokens is not a whole number of {seq:,}-token sequences: "
+                f"{low * seq:,} ({low:,} sequences) or {(low + 1) * seq:,} ({low + 1:,}) is"
             )
     elif values.get("batch_unit", "sequences").strip() not in ("sequences", "tokens"):
         out.errors["batch_unit"] = "sequences or tokens"
@@ -244,7 +263,7 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
             continue
         if name.startswith(FIGURE_PREFIX):
             try:
-                figures[name.removeprefix(FIGURE_PREFIX)] = float(_number(text, float))
+                figures[name.removeprefix(FIGURE_PREFIX)] = float(read_number(text, float))
             except ValueError:
                 out.errors[name] = "a number"
             continue

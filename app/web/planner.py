@@ -7,6 +7,8 @@ exports are plain form posts / links, so everything works without JavaScript.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -16,7 +18,7 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import get_catalog
-from app.domain.architecture import parameter_counts
+from app.domain.architecture import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS, parameter_counts
 from app.domain.catalog import Catalog
 from app.domain.cost import MonthlyCost, TrainingCost
 from app.domain.estimate import Assumption, Estimate
@@ -44,6 +46,7 @@ from app.web.forms import (
     DEFAULTS,
     FORM_FIELDS,
     HF,
+    LAYOUT_FIELDS,
     MAX_HF_CONFIG_CHARS,
     OVERRIDES,
     PlannerInput,
@@ -320,13 +323,34 @@ def exports_for(catalog: Catalog, form: PlannerInput) -> list[dict[str, str]]:
     return out
 
 
+def llama_style_url(form: PlannerInput) -> str | None:
+    """For a config.json refused as an unknown but llama-shaped model_type: the planner URL importing it as
+    llama-style (the config with ``capplan_import_as: llama`` added), else None."""
+    if form.values.get("model") != HF or "llama-shaped" not in form.errors.get("hf_config", ""):
+        return None
+    try:
+        cfg = json.loads(form.values.get("hf_config", ""))
+    except ValueError:
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    text = json.dumps({**cfg, IMPORT_AS_KEY: "llama"}, separators=(",", ":"), sort_keys=True)
+    return planner_url(form.values, hf_config=text)
+
+
 def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> dict[str, Any]:
+    model = model_summary(
+        catalog, form
+    )  # before the estimate: a refused layout still shows the model's counts
     results = compute_results(catalog, form)
     return {
+        "llama_style_url": llama_style_url(form), "llama_style_assumptions": LLAMA_STYLE_ASSUMPTIONS,
+        "search_offer": bool(form.errors) and set(form.errors) <= set(LAYOUT_FIELDS),
         "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
-        "exports": exports_for(catalog, form) if results else [], "model": model_summary(catalog, form),
+        "exports": exports_for(catalog, form) if results else [], "model": model,
         "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,
-        "partial": is_partial(request), "defaults": DEFAULTS,
+        "partial": is_partial(request), "defaults": DEFAULTS, "upload_error": None,
+        "upload_max_bytes": MAX_HF_UPLOAD_BYTES,
     }  # fmt: skip
 
 
@@ -337,9 +361,35 @@ def render_planner(request: Request, catalog: Catalog, params: dict[str, Any]) -
     return render(request, "pages/planner.html", ctx, block="results", status_code=status)
 
 
+MAX_HF_UPLOAD_BYTES = MAX_HF_CONFIG_CHARS * 4
+"""The largest config.json file read (real ones are 1–10 KB); its compact JSON must also fit MAX_HF_CONFIG_CHARS."""
+
+
+def _size_words(n_bytes: int) -> str:
+    if n_bytes >= 1_000_000:
+        return f"{n_bytes / 1_000_000:.1f} MB ({n_bytes:,} bytes)"
+    return f"{n_bytes / 1000:.0f} KB ({n_bytes:,} bytes)"
+
+
+def upload_too_large_message(n_bytes: int | None) -> str:
+    size = f": {_size_words(n_bytes)}" if n_bytes else ""
+    return (
+        f"That file is too large{size}. A config.json upload is limited to {_size_words(MAX_HF_UPLOAD_BYTES)}. "
+        "Real config.json files are a few KB; remove any large fields (e.g. id2label) and upload again."
+    )
+
+
 @router.get("/", response_class=HTMLResponse)
 def planner_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
-    return render_planner(request, catalog, dict(request.query_params))
+    params = dict(request.query_params)
+    # the body-size guard (app.main.BodyLimit) sends an over-limit upload back here with upload_too_large=<bytes>
+    too_large = params.pop("upload_too_large", None)
+    if too_large is None:
+        return render_planner(request, catalog, params)
+    form = parse_planner(params)
+    ctx = planner_context(request, catalog, form)
+    ctx["upload_error"] = upload_too_large_message(int(too_large) if too_large.isdigit() else None)
+    return render(request, "pages/planner.html", ctx, status_code=413)
 
 
 @router.post("/planner/hf-config", dependencies=[Depends(verify_csrf)])
@@ -350,23 +400,36 @@ async def upload_hf_config(
     current: Annotated[str, Form(max_length=200_000)] = "",
 ) -> Response:
     """Read an uploaded config.json into the form (model = config.json) and show the planner for it.
-    A readable config redirects (303) to the planner URL holding it; an unreadable one re-renders with 422."""
+    A readable config redirects (303) to the planner URL holding it; an unreadable or too large one re-renders
+    the planner with the user's inputs unchanged and a message at the upload (422, or 413 for size)."""
     params = dict(parse_qsl(current, keep_blank_values=True))
-    raw = b"" if file is None else await file.read(MAX_HF_CONFIG_CHARS * 4 + 1)
+    raw = b"" if file is None else await file.read(MAX_HF_UPLOAD_BYTES + 1)
+
+    def keep_inputs(message: str, status: int) -> HTMLResponse:
+        form = parse_planner(params)
+        ctx = planner_context(request, catalog, form)
+        ctx["upload_error"] = message
+        return render(request, "pages/planner.html", ctx, status_code=status)
+
+    if len(raw) > MAX_HF_UPLOAD_BYTES:
+        return keep_inputs(upload_too_large_message(file.size if file is not None else None), 413)
+    if not raw:
+        return keep_inputs("Choose a config.json file first, then press Load config.", 422)
     try:
         cfg = load_json_text(raw.decode("utf-8"), "the file")
         if not isinstance(cfg, dict):
             raise ValueError("a config.json is a JSON object")
         text = json.dumps(cfg, separators=(",", ":"), sort_keys=True)
-    except (UnicodeDecodeError, ValueError) as exc:
-        params.update({"model": HF, "hf_config": raw.decode("utf-8", "replace")[:MAX_HF_CONFIG_CHARS]})
-        form = parse_planner(params)
-        form.errors["hf_config"] = (
-            f"not a readable config.json: {exc}" if raw else "choose a config.json file"
+    except UnicodeDecodeError:
+        return keep_inputs("Not a readable config.json: the file is not UTF-8 text.", 422)
+    except ValueError as exc:
+        return keep_inputs(f"Not a readable config.json: {exc}", 422)
+    if len(text) > MAX_HF_CONFIG_CHARS:
+        return keep_inputs(
+            f"That config.json is too large: {len(text):,} characters without whitespace; "
+            f"the limit is {MAX_HF_CONFIG_CHARS:,}. Remove any large fields (e.g. id2label) and upload again.",
+            413,
         )
-        form.request = None
-        ctx = planner_context(request, catalog, form)
-        return render(request, "pages/planner.html", ctx, status_code=422)
     params.update({"model": HF, "hf_config": text})
     values = form_values(params)
     return RedirectResponse(f"/?{to_query(values)}", status_code=303)
@@ -391,6 +454,66 @@ def planner_export(
         media_type=exported.media_type,
         headers={"Content-Disposition": f'attachment; filename="{exported.filename}"'},
     )
+
+
+COST_COLUMNS = ("provider", "instance", "option", "available", "total_usd", "days", "usd_per_gpu_hour", "goodput",
+                "cash_usd", "amortised_usd", "usd_per_1b_tokens", "run_usd", "committed_usd", "storage_usd",
+                "data_transfer_usd", "instances", "price_confidence", "reason", "notes")  # fmt: skip
+"""The cost table's export columns: what the table shows, then the parts of the total."""
+
+
+def cost_rows(cost: TrainingCost) -> list[dict[str, Any]]:
+    rows = []
+    for o in (*cost.options, *cost.other_clouds):
+        row = o.model_dump(mode="json")
+        row["option"] = o.option.value
+        row["notes"] = "; ".join(o.notes)
+        rows.append({k: row.get(k) for k in COST_COLUMNS})
+    return rows
+
+
+@router.get("/planner/cost")
+def planner_cost_export(
+    request: Request,
+    catalog: CatalogDep,
+    fmt: Annotated[str, Query(alias="format", pattern="^(csv|json)$")] = "csv",
+) -> Response:
+    """The planner's cost table for the URL's inputs, as CSV or JSON (every option, AWS and other clouds)."""
+    params = {k: v for k, v in request.query_params.items() if k != "format"}
+    form = parse_planner(params)
+    if not form.ok or form.request is None:
+        raise InputError(
+            [{"loc": ["query", k], "msg": m, "type": "value_error"} for k, m in form.errors.items()]
+        )
+    body = form.request.model_dump(exclude={"tokens"})
+    cost = run_cost(catalog, CostRequest(**body, tokens=form.tokens, overrides=form.overrides))
+    rows = cost_rows(cost)
+    if fmt == "json":
+        doc = {
+            "tokens": cost.tokens, "instance": cost.instance, "instances": cost.instances,
+            "self_build_node": cost.self_build_node, "cheapest": cost.cheapest, "cheapest_basis": cost.cheapest_basis,
+            "fastest": cost.fastest, "planner_url": "/?" + form.query(), "options": rows,
+        }  # fmt: skip
+        return Response(
+            content=json.dumps(doc, indent=2), media_type="application/json",
+            headers={"Content-Disposition": 'attachment; filename="cost.json"'},
+        )  # fmt: skip
+    out = io.StringIO()
+    writer = csv.DictWriter(out, fieldnames=COST_COLUMNS, lineterminator="\n")
+    writer.writeheader()
+    for row in rows:
+        writer.writerow({k: _csv_cell(v) for k, v in row.items()})
+    return Response(
+        content=out.getvalue(), media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": 'attachment; filename="cost.csv"'},
+    )  # fmt: skip
+
+
+def _csv_cell(value: Any) -> Any:
+    """Plain values; text that a spreadsheet would run as a formula is quoted with a leading apostrophe."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
+        return "'" + value
+    return "" if value is None else value
 
 
 def planner_url(values: dict[str, str], **changes: Any) -> str:

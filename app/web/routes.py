@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hmac
+from datetime import date
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request
@@ -62,6 +63,15 @@ def catalog_page(
         records = [r for r in records if needle in r["slug"].lower() or needle in r["name"].lower()]
     if confidence != "any":
         records = [r for r in records if any(f["confidence"] == confidence for f in r["figures"].values())]
+    if kind == "prices":
+        from app.web.prices import OPTIONS, price_rows
+
+        context = {
+            "kind": kind, "title": KIND_TITLES[kind], "q": q, "confidence": confidence,
+            "confidences": CONFIDENCES, "total": len(catalog.entries(kind)), "options": OPTIONS,
+            "rows": price_rows(catalog, [r["slug"] for r in records]),
+        }  # fmt: skip
+        return render(request, "pages/prices.html", context, block="results")
     context = {
         "kind": kind,
         "title": KIND_TITLES[kind],
@@ -81,6 +91,15 @@ def catalog_entry_page(request: Request, kind: str, slug: str, catalog: CatalogD
     if kind not in CATALOG_KINDS:
         raise UnknownSlugError("catalog kind", kind, list(CATALOG_KINDS))
     record = entry_record(catalog.entry(kind, slug), catalog.sources)
+    if kind == "prices":
+        from app.web.prices import OPTIONS, price_detail
+
+        detail = price_detail(catalog, slug, date.today())
+        return render(
+            request,
+            "pages/price_entry.html",
+            {"kind": kind, "title": KIND_TITLES[kind], "record": record, "options": OPTIONS, **detail},
+        )
     return render(
         request,
         "pages/catalog_entry.html",
@@ -100,6 +119,14 @@ def api_page(request: Request) -> HTMLResponse:
     return render(
         request, "pages/api.html", {"operations": operations, "openapi_url": request.app.openapi_url}
     )
+
+
+@router.get("/glossary", response_class=HTMLResponse)
+def glossary_page(request: Request) -> HTMLResponse:
+    """tp, pp, vpp, cp, ep, MFU/HFU, the sharding strategies… in the planner's own words."""
+    from app.web.glossary import GLOSSARY
+
+    return render(request, "pages/glossary.html", {"glossary": GLOSSARY})
 
 
 @router.get("/favicon.ico")

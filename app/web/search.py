@@ -21,7 +21,15 @@ from app.domain.search import Objective
 from app.schemas import PlanSearchRequest
 from app.services import InputError, run_search
 from app.web import charts
-from app.web.forms import DEFAULTS, PlannerInput, parse_planner, to_query
+from app.web.forms import (
+    DEFAULTS,
+    LAYOUT_FIELDS,
+    PlannerInput,
+    form_values,
+    parse_planner,
+    read_number,
+    to_query,
+)
 from app.web.htmx import render
 
 router = APIRouter(include_in_schema=False)
@@ -56,7 +64,7 @@ def search_request(
         "figure_overrides": r.figure_overrides,
     }  # fmt: skip
     if opts["gpus_range"].strip():
-        body["gpus_range"] = opts["gpus_range"].strip()
+        body["gpus_range"] = _range_digits(opts["gpus_range"])
     else:
         body["gpus"] = r.gpus
     for key, kind in (
@@ -79,7 +87,31 @@ def search_request(
     try:
         return PlanSearchRequest.model_validate(body), {}
     except ValidationError as exc:
-        return None, {str(e["loc"][0]) if e["loc"] else "objective": e["msg"] for e in exc.errors()}
+        return None, {str(e["loc"][0]) if e["loc"] else "objective": _plain(e) for e in exc.errors()}
+
+
+PLAIN_WORDS = {
+    "gpus_range": "a range of GPU counts, from:to, e.g. 512:4096 (whole nodes in between are tried)",
+}
+
+
+def _plain(error: dict[str, Any]) -> str:
+    """A validation message in words: never a raw regular expression."""
+    field = str(error["loc"][0]) if error.get("loc") else ""
+    if error.get("type") == "string_pattern_mismatch":
+        return PLAIN_WORDS.get(field, "not in the expected form")
+    return str(error.get("msg", ""))
+
+
+def _range_digits(text: str) -> str:
+    """``1k:4k`` → ``1000:4000`` (the form's number syntax on both ends); anything else unchanged for the check."""
+    parts = text.strip().split(":")
+    if len(parts) != 2:
+        return text.strip()
+    try:
+        return ":".join(f"{read_number(p, float):g}" for p in parts)
+    except ValueError:
+        return text.strip()
 
 
 def load_url(values: dict[str, str], c: Any) -> str:
@@ -97,7 +129,9 @@ def load_url(values: dict[str, str], c: Any) -> str:
 @router.get("/search", response_class=HTMLResponse)
 def search_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
     params = dict(request.query_params)
-    form = parse_planner(params)
+    hand_set = form_values(params)  # the planner's inputs as given, for the way back
+    # the search chooses the layout: a hand-set layout that is invalid must not block it
+    form = parse_planner({**params, **{k: DEFAULTS[k] for k in LAYOUT_FIELDS}})
     opts = {k: params.get(k, v) for k, v in SEARCH_DEFAULTS.items()}
     req, errors = search_request(form, opts)
     result = None
@@ -118,7 +152,7 @@ def search_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
     ctx = {
         "v": form.values, "opts": opts, "errors": errors, "result": result, "rows": rows, "pareto": option,
         "shared": SHARED, "objectives": [o.value for o in Objective], "price_options": [o.value for o in CostOption],
-        "planner_query": to_query(form.values), "defaults": DEFAULTS,
+        "planner_query": to_query(hand_set), "defaults": DEFAULTS,
     }  # fmt: skip
     return render(
         request, "pages/search.html", ctx, block="search_results", status_code=422 if errors else 200

@@ -8,6 +8,8 @@ from jinja2 import StrictUndefined
 from jinja2_fragments.fastapi import Jinja2Blocks
 
 from app.settings import REPO_ROOT
+from app.web.charts import describe_chart
+from app.web.glossary import field_title
 
 GIB = 1024**3
 
@@ -47,6 +49,8 @@ def build_templates() -> Jinja2Blocks:
     templates = Jinja2Blocks(directory=str(REPO_ROOT / "templates"))
     env = templates.env
     env.undefined = StrictUndefined
+    env.globals["gloss"] = field_title
+    env.globals["describe_chart"] = describe_chart
     env.trim_blocks = True
     env.lstrip_blocks = True
     env.filters["num"] = fmt_number

@@ -46,9 +46,19 @@ function onCopy(event) {
   if (!button) { return; }
   const source = document.getElementById(button.dataset.copy);
   if (!source) { return; }
-  const done = () => { button.textContent = 'Copied'; setTimeout(() => { button.textContent = 'Copy'; }, 1500); };
+  const label = button.dataset.label || (button.dataset.label = button.textContent);
+  const done = () => { button.textContent = 'Copied'; setTimeout(() => { button.textContent = label; }, 1500); };
   if (navigator.clipboard && window.isSecureContext) {
     navigator.clipboard.writeText(source.textContent).then(done, () => { button.textContent = 'Select and copy'; });
+  } else if (source.hidden) {
+    // a hidden source (the share link): copy through a temporary text area
+    const area = document.createElement('textarea');
+    area.value = source.textContent;
+    document.body.appendChild(area);
+    area.select();
+    const ok = document.execCommand && document.execCommand('copy');
+    area.remove();
+    if (ok) { done(); } else { button.textContent = 'Copy failed: use the link'; }
   } else {
     const range = document.createRange();
     range.selectNodeContents(source);
@@ -70,7 +80,54 @@ function syncNodes(gpuSelect) {
   if (chosen && chosen.hidden) { nodeSelect.value = ''; }
 }
 
+function checkUpload(event) {
+  // An over-limit config.json is refused here, before it is sent: the form and its inputs stay as they are.
+  const form = event.target;
+  if (!form || form.id !== 'hf-upload') { return; }
+  const input = form.querySelector('input[type="file"][data-max-bytes]');
+  const message = document.getElementById('hf-upload-error');
+  const limit = parseInt(input && input.dataset.maxBytes || '', 10);
+  const file = input && input.files && input.files[0];
+  if (!file || !(limit > 0) || file.size <= limit || !message) { return; }
+  event.preventDefault();
+  const words = (n) => n >= 1e6 ? (n / 1e6).toFixed(1) + ' MB' : Math.round(n / 1e3) + ' KB';
+  message.textContent = 'That file is too large: ' + words(file.size) + '. A config.json upload is limited to ' +
+    words(limit) + ' (' + limit.toLocaleString('en-US') + ' bytes). Real config.json files are a few KB; ' +
+    'remove any large fields (e.g. id2label) and upload again.';
+  message.hidden = false;
+  input.setAttribute('aria-invalid', 'true');
+}
+
+function readNumber(text) {
+  // The form's number syntax: 1,024 · 1e12 · 16M · 15T (k, M, B/G, T).
+  const scale = { k: 1e3, K: 1e3, M: 1e6, B: 1e9, G: 1e9, T: 1e12 };
+  let t = String(text || '').trim().replace(/[,_\s]/g, '');
+  let factor = 1;
+  if (t && scale[t.slice(-1)]) { factor = scale[t.slice(-1)]; t = t.slice(0, -1); }
+  const n = Number(t) * factor;
+  return t !== '' && Number.isFinite(n) ? n : null;
+}
+
+function convertBatch(event) {
+  // "Global batch in": switching sequences <-> tokens converts the value (x or / the sequence length), so the
+  // batch stays the same. Runs in the capture phase, before htmx reads the form.
+  const unit = event.target;
+  if (!unit || unit.id !== 'f-batch_unit') { return; }
+  const batch = document.getElementById('f-global_batch');
+  const seq = readNumber((document.getElementById('f-seq_len') || {}).value);
+  const previous = unit.dataset.unit || (unit.value === 'tokens' ? 'sequences' : 'tokens');
+  unit.dataset.unit = unit.value;
+  const value = batch ? readNumber(batch.value) : null;
+  if (!batch || !seq || value === null || previous === unit.value) { return; }
+  const converted = unit.value === 'tokens' ? value * seq : value / seq;
+  batch.value = Number.isInteger(converted) ? String(converted) : converted.toFixed(2);
+}
+
 window.addEventListener('DOMContentLoaded', () => {
+  document.addEventListener('submit', checkUpload);
+  const unit = document.getElementById('f-batch_unit');
+  if (unit) { unit.dataset.unit = unit.value; }
+  document.addEventListener('input', convertBatch, true);
   if (window.echarts && !window.__ganttRegistered) {
     window.echarts.registerCustomSeries('pipeline-gantt', ganttItem);
     window.__ganttRegistered = true;

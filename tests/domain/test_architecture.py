@@ -593,7 +593,15 @@ HF_CASES = {
 
 
 def test_hf_cases_cover_every_supported_model_type():
-    assert {cfg["model_type"] for cfg, _, _ in HF_CASES.values()} == set(SUPPORTED_HF_MODEL_TYPES)
+    from tests.domain.test_hf_families import (
+        PUBLISHED,
+        _config,
+    )  # the later families, against published counts
+
+    covered = {cfg["model_type"] for cfg, _, _ in HF_CASES.values()} | {
+        _config(n)["model_type"] for n in PUBLISHED
+    }
+    assert covered == set(SUPPORTED_HF_MODEL_TYPES)
 
 
 @pytest.mark.parametrize("case", sorted(HF_CASES))
@@ -664,7 +672,9 @@ def test_hf_import_names_and_slugs():
     named = architecture_from_hf_config(LLAMA31_8B | {"_name_or_path": "meta-llama/Llama-3.1-8B"})
     assert named.slug == "meta-llama-llama-3.1-8b" and named.name == "meta-llama/Llama-3.1-8B"
     anonymous = architecture_from_hf_config(LLAMA31_8B, as_of="2025-02")
-    assert anonymous.slug == "user-llama" and anonymous.as_of == "2025-02"
+    # no _name_or_path: family, size and the architectures class (never "user-llama")
+    assert anonymous.slug == "llama-8.0b" and anonymous.as_of == "2025-02"
+    assert anonymous.name.startswith("Llama 8.0B")
 
 
 def test_hf_import_qwen_moe_layer_patterns():

@@ -44,3 +44,39 @@ def test_entry_page_and_back(page: Page, live_url: str, console_errors: list[str
     page.go_back()
     expect(page.locator("#catalog-results")).to_contain_text("p5.48xlarge")
     assert console_errors == []
+
+
+def test_prices_are_readable_at_desktop_and_phone_width(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir
+) -> None:
+    for width, height in ((1440, 900), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"{live_url}/catalog/prices")
+        row = page.locator("tr", has=page.locator('a[href="/catalog/prices/p5.48xlarge"]'))
+        expect(row.locator("td[data-option=on_demand]")).to_contain_text("$55.04")
+        expect(row.locator("td[data-option=capacity_block]")).to_contain_text("/GPU-h")
+        page.goto(f"{live_url}/catalog/prices/p5.48xlarge")
+        expect(page.locator("#capacity-block")).to_contain_text("$39.33")
+        # records are tables in scrolling boxes: the page itself never runs off-screen
+        assert page.evaluate("document.documentElement.scrollWidth") <= width
+        page.screenshot(path=str(screenshot_dir / f"price-entry-{width}.png"), full_page=True)
+    assert console_errors == []
+
+
+def test_new_pages_have_no_console_errors(page: Page, live_url: str, console_errors: list[str]) -> None:
+    for path in ("/glossary", "/benchmarks", "/catalog/prices/p5e.48xlarge", "/catalog/prices?q=p5"):
+        response = page.goto(f"{live_url}{path}")
+        assert response is not None and response.status == 200, path
+    expect(page.locator("#catalog-results")).to_contain_text("p5.48xlarge")
+    assert console_errors == []
+
+
+def test_accuracy_errors_are_in_view_on_a_phone(page: Page, live_url: str, console_errors: list[str]) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_url}/accuracy")
+    cell = page.locator("table.catalog").nth(1).locator("tbody tr").first.locator("td").first
+    cell.scroll_into_view_if_needed()
+    box = cell.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box  # the out-of-sample error, unscrolled
+    assert page.evaluate("document.documentElement.scrollWidth") <= 390
+    assert console_errors == []

@@ -165,3 +165,125 @@ def test_planner_works_without_javascript(browser, live_url: str, screenshot_dir
     expect(page.locator("#err-tp")).to_contain_text("a whole number")
     page.screenshot(path=str(screenshot_dir / "planner-nojs-422.png"), full_page=True)
     context.close()
+
+
+def test_a_too_large_config_json_keeps_the_form(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir: Path, tmp_path: Path
+) -> None:
+    """Refused in the page before sending (JavaScript), and by the server without it: the inputs stay."""
+    big = tmp_path / "config.json"
+    big.write_text(json.dumps({**LLAMA_CONFIG, "id2label": {str(i): "x" * 40 for i in range(30_000)}}))
+    page.goto(f"{live_url}/?gpus=16&tp=2&global_batch=32&seq_len=4096")
+    page.set_input_files("#hf-file", str(big))
+    page.click("#hf-upload button[type=submit]")
+    expect(page.locator("#hf-upload-error")).to_contain_text("too large")
+    expect(page.locator("#hf-upload-error")).to_contain_text("256,000 bytes")
+    expect(page.locator("#f-gpus")).to_have_value("16")
+    assert "gpus=16" in page.url
+    page.screenshot(path=str(screenshot_dir / "planner-upload-too-large.png"))
+    assert _unexpected(console_errors) == []
+
+
+def test_a_too_large_config_json_without_javascript(
+    browser, live_url: str, screenshot_dir: Path, tmp_path: Path
+) -> None:
+    context = browser.new_context(java_script_enabled=False)
+    page = context.new_page()
+    for size, text in ((1_500_000, "1.5 MB"), (5_000_000, "5.0 MB")):
+        big = tmp_path / f"config-{size}.json"
+        pad = size - len(json.dumps(LLAMA_CONFIG)) - 20
+        big.write_text(json.dumps({**LLAMA_CONFIG, "notes": "x" * pad}))
+        page.goto(f"{live_url}/?gpus=16&tp=2&global_batch=32&seq_len=4096")
+        page.set_input_files("#hf-file", str(big))
+        page.click("#hf-upload button[type=submit]")
+        expect(page.locator("#hf-upload-error")).to_contain_text("too large")
+        expect(page.locator("#hf-upload-error")).to_contain_text(text)
+        expect(page.locator("#f-gpus")).to_have_value("16")
+        assert "detail" not in page.content()[:200]
+    page.screenshot(path=str(screenshot_dir / "planner-upload-too-large-nojs.png"))
+    context.close()
+
+
+FAMILY_CONFIGS = Path(__file__).parents[1] / "domain" / "hf_configs"
+
+
+def test_import_popular_families_and_a_llama_shaped_unknown(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir: Path, tmp_path: Path
+) -> None:
+    page.goto(f"{live_url}/?gpus=8&tp=1&global_batch=16&seq_len=2048&tokens=1e9")
+    for name, shown in (("gemma-2-9b", "9.2 B parameters"), ("phi-4", "14.7 B parameters"),
+                        ("olmo-2-7b", "7.3 B parameters"), ("deepseek-v2-lite", "15.7 B parameters"),
+                        ("falcon-7b", "6.9 B parameters"), ("command-r7b", "8.0 B parameters")):  # fmt: skip
+        page.set_input_files("#hf-file", str(FAMILY_CONFIGS / f"{name}.json"))
+        page.click("#hf-upload button[type=submit]")
+        expect(page.locator("#model-summary")).to_contain_text(shown)
+        expect(page.locator("#model-summary")).not_to_contain_text("user-")
+        assert "gpus=8" in page.url
+    unknown = tmp_path / "config.json"
+    unknown.write_text(
+        json.dumps({**LLAMA_CONFIG, "model_type": "newlm", "architectures": ["NewLMForCausalLM"]})
+    )
+    page.set_input_files("#hf-file", str(unknown))
+    page.click("#hf-upload button[type=submit]")
+    expect(page.locator("#import-llama-style")).to_be_visible()
+    page.screenshot(path=str(screenshot_dir / "planner-llama-style-offer.png"))
+    page.click("#import-llama-style")
+    expect(page.locator("#model-summary")).to_contain_text("Llama-style 8.0B (NewLMForCausalLM)")
+    assert _unexpected(console_errors) == []
+
+
+def test_batch_unit_converts_and_the_search_opens_from_an_invalid_plan(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir: Path
+) -> None:
+    page.goto(f"{live_url}/?model=llama3.1-8b&gpus=8&tp=1&global_batch=16&seq_len=4096&tokens=15T")
+    expect(page.locator(".verdict")).to_be_visible()
+    page.select_option("#f-batch_unit", "tokens")
+    expect(page.locator("#f-global_batch")).to_have_value("65536")
+    expect(page.locator(".verdict")).to_contain_text("llama3.1-8b")
+    page.select_option("#f-batch_unit", "sequences")
+    expect(page.locator("#f-global_batch")).to_have_value("16")
+    page.fill("#f-tp", "3")  # 3 does not divide the heads
+    expect(page.locator("#search-from-invalid")).to_be_visible()
+    page.screenshot(path=str(screenshot_dir / "planner-invalid-offers-search.png"))
+    page.click("#search-from-invalid")
+    expect(page.locator("h1")).to_contain_text("Find the best plan")
+    expect(page.get_by_text("Load this plan").first).to_be_visible()
+    assert _unexpected(console_errors) == []
+
+
+def test_on_a_phone_results_are_announced_and_the_cost_total_is_in_view(
+    page: Page, live_url: str, console_errors: list[str], screenshot_dir: Path
+) -> None:
+    page.set_viewport_size({"width": 390, "height": 844})
+    page.goto(f"{live_url}/?model=llama3.1-8b&gpus=8&tp=1&global_batch=16&seq_len=4096&tokens=1e10")
+    expect(page.locator(".results-below")).to_be_visible()
+    page.click(".results-below a")
+    expect(page.locator(".verdict")).to_be_in_viewport()
+    total = page.locator("#cost-table tbody tr").first.locator("td.total")
+    total.scroll_into_view_if_needed()
+    box = total.bounding_box()
+    assert box is not None and box["x"] + box["width"] <= 390, box  # no sideways scroll needed for the total
+    page.screenshot(path=str(screenshot_dir / "planner-phone-cost.png"))
+    page.set_viewport_size({"width": 1440, "height": 900})
+    expect(page.locator(".results-below")).to_be_hidden()
+    assert _unexpected(console_errors) == []
+
+
+def test_export_the_cost_csv_and_copy_the_share_link(
+    page: Page, live_url: str, console_errors: list[str], tmp_path: Path
+) -> None:
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=live_url)
+    page.goto(f"{live_url}/?model=llama3.1-8b&gpus=8&tp=1&global_batch=16&seq_len=4096&tokens=1e10")
+    with page.expect_download() as info:
+        page.click("text=CSV")
+    path = tmp_path / "cost.csv"
+    info.value.save_as(path)
+    assert info.value.suggested_filename == "cost.csv"
+    lines = path.read_text().splitlines()
+    assert lines[0].startswith("provider,instance,option,available,total_usd") and len(lines) > 5
+    page.click("button[data-copy=share-url]")
+    expect(page.locator("button[data-copy=share-url]")).to_have_text("Copied")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied.startswith(live_url + "/?model=llama3.1-8b") and "gpus=8" in copied
+    expect(page.locator("button[data-copy=share-url]")).to_have_text("Copy link")
+    assert _unexpected(console_errors) == []

@@ -105,7 +105,47 @@ def test_unreadable_config_is_a_422_with_a_message(client: TestClient) -> None:
         "/planner/hf-config", files={"file": ("config.json", b"{nope", "application/json")}
     )
     assert response.status_code == 422
-    assert "not a readable config.json" in response.text
+    assert "Not a readable config.json" in response.text
+
+
+def test_a_too_large_config_keeps_the_inputs_and_says_the_limit(client: TestClient) -> None:
+    """A valid 1.5 MB config.json: 'too large' and the limit, not a JSON error from a cut-short read."""
+    from app.web.planner import MAX_HF_UPLOAD_BYTES
+
+    cfg = {**LLAMA_CONFIG, "id2label": {str(i): "x" * 40 for i in range(30_000)}}
+    body = json.dumps(cfg, indent=2).encode()
+    assert MAX_HF_UPLOAD_BYTES < len(body) < 2_000_000
+    current = to_query({**DEFAULTS, "gpus": "16", "tp": "2"})
+    response = client.post(
+        "/planner/hf-config", files={"file": ("config.json", body)}, data={"current": current}
+    )
+    assert response.status_code == 413 and response.headers["content-type"].startswith("text/html")
+    assert "too large" in response.text and f"{MAX_HF_UPLOAD_BYTES:,} bytes" in response.text
+    assert "Unterminated" not in response.text and "not a readable" not in response.text.lower()
+    assert 'id="f-gpus" name="gpus"' in response.text and 'value="16"' in response.text
+    assert 'aria-invalid="true"' in response.text
+
+
+def test_an_upload_over_the_body_limit_returns_to_the_planner(client: TestClient) -> None:
+    """Over the 2 MB request limit the body is never read: back to the page's URL with a message, no raw JSON."""
+    referer = "http://testserver/?" + to_query({**DEFAULTS, "gpus": "32"})
+    response = client.post(
+        "/planner/hf-config",
+        files={"file": ("config.json", b" " * 5_000_000)},
+        headers={"referer": referer},
+        follow_redirects=False,
+    )
+    assert response.status_code == 303
+    location = response.headers["location"]
+    assert parse_qs(urlsplit(location).query)["gpus"] == ["32"]
+    page = client.get(location)
+    assert page.status_code == 413 and "too large" in page.text and "5.0 MB" in page.text
+    assert 'value="32"' in page.text and '"detail"' not in page.text
+    # the JSON API keeps its JSON 413
+    api = client.post(
+        "/api/v1/estimate", content=b" " * 3_000_000, headers={"content-type": "application/json"}
+    )
+    assert api.status_code == 413 and api.json()["detail"][0]["type"] == "too_large"
 
 
 def test_export_download_matches_the_api(client: TestClient) -> None:

@@ -1,0 +1,77 @@
+"""The words the planner uses (tp, pp, MFU, fsdp-full, …), in the pages' own terms: one table that renders the
+/glossary page and the hover titles on the planner's labels, so the two never disagree."""
+
+from __future__ import annotations
+
+GLOSSARY: tuple[tuple[str, str, str], ...] = (
+    # (term, anchor, explanation)
+    ("tp", "tp", "Tensor parallel degree: each layer's matrices are split over this many GPUs, which exchange "
+     "activations every layer (all-reduce or reduce-scatter + all-gather). Keep it inside one node's NVLink; "
+     "it must divide the attention heads."),
+    ("pp", "pp", "Pipeline parallel degree: the layers are cut into this many stages on different GPUs; micro-batches "
+     "flow through them. It costs a pipeline bubble of (pp − 1) / (vpp · micro-batches) of the step."),
+    ("vpp", "vpp", "Virtual pipeline stages per GPU (interleaved 1F1B): each GPU holds vpp smaller chunks of layers, "
+     "which shrinks the bubble by vpp at the price of more point-to-point messages."),
+    ("dp", "dp", "Data parallel degree: copies of the model (or its shards) that each process different sequences; "
+     "blank = GPUs ÷ (tp · pp · cp). Gradients are reduced across them once per step."),
+    ("cp", "cp", "Context parallel degree: each sequence is split into this many chunks on different GPUs (ring "
+     "attention exchanges keys and values); for long sequences whose activations do not fit."),
+    ("ep", "ep", "Expert parallel degree (MoE models): the routed experts are spread over this many GPUs; tokens travel "
+     "to their experts and back by all-to-all."),
+    ("micro-batch", "micro-batch", "Sequences one GPU processes in one forward/backward pass; the global batch is "
+     "micro-batch × dp × gradient-accumulation steps."),
+    ("global batch", "global-batch", "Sequences (or tokens) per optimizer step over the whole cluster. 16M tokens, "
+     "1e12 and 15T are all accepted where a number is asked for."),
+    ("ddp", "ddp", "Plain data parallel: every GPU keeps the whole model, gradients and optimizer state."),
+    ("zero1 / zero2 / zero3", "zero", "DeepSpeed ZeRO stages: shard the optimizer state (1), plus gradients (2), plus "
+     "parameters (3) over the data-parallel GPUs."),
+    ("fsdp-full", "fsdp-full", "PyTorch FSDP FULL_SHARD (FSDP2 fully_shard): parameters, gradients and optimizer "
+     "state sharded over the data-parallel GPUs; each layer's parameters are gathered just before use."),
+    ("fsdp-grad-op", "fsdp-grad-op", "FSDP SHARD_GRAD_OP: gradients and optimizer state sharded, parameters kept whole "
+     "between forward and backward (ZeRO-2-like)."),
+    ("fsdp-hybrid", "fsdp-hybrid", "HSDP: fully sharded inside a group of GPUs (the HSDP group, e.g. one node), "
+     "replicated across groups, so the gathers stay on the fast links."),
+    ("megatron-distopt", "megatron-distopt", "Megatron-LM's distributed optimizer: optimizer state (and fp32 master "
+     "weights) sharded over data-parallel GPUs, parameters replicated."),
+    ("recompute", "recompute", "Activation checkpointing: selective recomputes the attention internals, full "
+     "recomputes each layer's forward in backward: less memory, more FLOPs (HFU rises, MFU does not)."),
+    ("sequence parallel", "sequence-parallel", "With tp > 1, the norms and dropout work on a 1/tp slice of the "
+     "sequence, so their activations are split too."),
+    ("offload", "offload", "Optimizer state or parameters kept in host RAM (CPU) or on NVMe instead of GPU memory: "
+     "fits bigger models, costs PCIe traffic."),
+    ("MFU", "mfu", "Model FLOPs utilisation: the model's useful FLOPs per second (6 · active parameters per token plus "
+     "attention) over the GPUs' dense BF16 peak. Recomputation does not count."),
+    ("HFU", "hfu", "Hardware FLOPs utilisation: like MFU but counting the FLOPs actually executed, recomputation "
+     "included."),
+    ("goodput", "goodput", "The share of wall-clock time that trains: time lost to failures, restarts and "
+     "checkpoints taken out."),
+    ("calibrated", "calibrated", "Estimates that use figures measured by benchmark runs on this GPU instead of the "
+     "catalog's defaults."),
+    ("active parameters", "active", "For a mixture-of-experts model: the parameters one token passes through "
+     "(all non-expert parameters plus its top-k experts and any shared experts)."),
+)  # fmt: skip
+
+TITLES = {term: text for term, _, text in GLOSSARY}
+"""Hover titles by term."""
+
+
+def title(term: str) -> str:
+    return TITLES.get(term, "")
+
+
+FIELD_TERMS = {
+    "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "micro_batch": "micro-batch",
+    "global_batch": "global batch", "recompute": "recompute", "sequence_parallel": "sequence parallel",
+    "offload": "offload", "calibrated": "calibrated", "sharding": "fsdp-full",
+    "ddp": "ddp", "zero1": "zero1 / zero2 / zero3", "zero2": "zero1 / zero2 / zero3", "zero3": "zero1 / zero2 / zero3",
+    "fsdp-full": "fsdp-full", "fsdp-grad-op": "fsdp-grad-op", "fsdp-hybrid": "fsdp-hybrid",
+    "shard_group_size": "fsdp-hybrid", "megatron-distopt": "megatron-distopt",
+}  # fmt: skip
+"""Planner form fields and option values → the glossary term their hover title explains."""
+
+
+def field_title(name: str) -> str:
+    """The hover title of a form field or option value ('' when the glossary has nothing on it)."""
+    if name == "sharding":
+        return "How parameters, gradients and optimizer state are split over the data-parallel GPUs (see Glossary)."
+    return TITLES.get(FIELD_TERMS.get(name, ""), "")
