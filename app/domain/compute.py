@@ -24,6 +24,7 @@ bytes/(HBM bandwidth·hbm_efficiency). Backward = 2× forward attention FLOPs an
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from functools import lru_cache
 
 from pydantic import Field
@@ -149,31 +150,54 @@ def wave_efficiency(m: float, n: float, sm_count: int | None, groups: int = 1) -
     return best
 
 
+@dataclass(frozen=True, slots=True)
+class GemmRates:
+    """What every GEMM of one precision on one cluster shares: FLOP/s it reaches before wave quantisation, HBM
+    bytes/s, element size, SM count and launch overhead (computed once per layer, not once per GEMM)."""
+
+    flops_per_s: float
+    hbm_bytes_per_s: float
+    elem_bytes: int
+    sm_count: int | None
+    overhead_s: float
+
+    @classmethod
+    def of(cls, cluster: Cluster, precision: Precision) -> GemmRates:
+        eff = cluster.efficiency
+        rate = eff.gemm_efficiency * (cluster.scale.fp8_gemm_ratio if precision is Precision.fp8 else 1.0)
+        return cls(
+            flops_per_s=_linear_peak(cluster, precision) * rate,
+            hbm_bytes_per_s=cluster.hbm_bytes_per_s * eff.hbm_efficiency,
+            elem_bytes=1 if precision is Precision.fp8 else (4 if precision is Precision.fp32 else 2),
+            sm_count=cluster.accelerator.sm_count,
+            overhead_s=eff.gemm_overhead_us * 1e-6,
+        )
+
+    def seconds(self, m: float, n: float, k: float, groups: int = 1) -> float:
+        """``groups`` GEMMs (m×k)·(k×n): compute- or memory-bound, plus the launch overhead."""
+        compute = 2.0 * m * n * k * groups / (self.flops_per_s * wave_efficiency(m, n, self.sm_count, groups))
+        memory = self.elem_bytes * (m * k + k * n + m * n) * groups / self.hbm_bytes_per_s
+        return max(compute, memory) + self.overhead_s
+
+    def fwd_bwd(self, m: float, n: float, k: float, groups: int = 1) -> tuple[float, float]:
+        """(forward, backward) of a linear layer: forward m×k·k×n; backward data gradient m×n·n×k and weight
+        gradient k×m·m×n (the token dimension becomes the reduction)."""
+        fwd = self.seconds(m, n, k, groups)
+        return fwd, self.seconds(m, k, n, groups) + self.seconds(k, n, m, groups)
+
+
 def gemm_seconds(
     m: float, n: float, k: float, cluster: Cluster, precision: Precision, groups: int = 1
 ) -> float:
     """Seconds of ``groups`` GEMMs (m×k)·(k×n) on one GPU: compute- or memory-bound, plus the launch overhead."""
-    eff = cluster.efficiency
-    peak = _linear_peak(cluster, precision)
-    rate = eff.gemm_efficiency * (cluster.scale.fp8_gemm_ratio if precision is Precision.fp8 else 1.0)
-    flops = 2.0 * m * n * k * groups
-    compute = flops / (peak * rate * wave_efficiency(m, n, cluster.accelerator.sm_count, groups))
-    elem = 1 if precision is Precision.fp8 else (4 if precision is Precision.fp32 else 2)
-    traffic = elem * (m * k + k * n + m * n) * groups
-    memory = traffic / (cluster.hbm_bytes_per_s * eff.hbm_efficiency)
-    return max(compute, memory) + eff.gemm_overhead_us * 1e-6
+    return GemmRates.of(cluster, precision).seconds(m, n, k, groups)
 
 
 def gemm_fwd_bwd_seconds(
     m: float, n: float, k: float, cluster: Cluster, precision: Precision, groups: int = 1
 ) -> tuple[float, float]:
-    """(forward, backward) seconds of a linear layer: forward m×k·k×n; backward data gradient m×n·n×k and
-    weight gradient k×m·m×n (the token dimension becomes the reduction)."""
-    fwd = gemm_seconds(m, n, k, cluster, precision, groups)
-    bwd = gemm_seconds(m, k, n, cluster, precision, groups) + gemm_seconds(
-        k, n, m, cluster, precision, groups
-    )
-    return fwd, bwd
+    """(forward, backward) seconds of a linear layer (see :meth:`GemmRates.fwd_bwd`)."""
+    return GemmRates.of(cluster, precision).fwd_bwd(m, n, k, groups)
 
 
 def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
@@ -264,8 +288,9 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
             act_width += g * fs * arch.n_shared_experts / tp
     gemm_fwd = gemm_bwd = 0.0
     cast_elements = 0.0
+    rates = GemmRates.of(cluster, plan.precision)
     for m, n, kk, groups in shapes:
-        f, b = gemm_fwd_bwd_seconds(m, n, kk, cluster, plan.precision, groups)
+        f, b = rates.fwd_bwd(m, n, kk, groups)
         gemm_fwd += f
         gemm_bwd += b
         cast_elements += m * kk * groups
