@@ -6,7 +6,7 @@ where N_matmul counts every GEMM weight a token passes through (output head incl
 excluded; for MoE only top-k and shared experts). Hardware FLOPs add recompute: full recompute repeats every
 layer's forward (+2·N_layers + the attention forward), selective repeats the attention core forward.
 
-Compute time, shape-aware: every GEMM (m×k by k×n) is timed from its own shape (:func:`gemm_seconds`):
+Compute time, shape-aware: every GEMM (m×k by k×n) is timed from its own shape (:meth:`GemmRates.seconds`):
 
     t = max(2·m·n·k / (peak · gemm_efficiency · wave(m, n)),  bytes(m, n, k) / (HBM · hbm_efficiency))
         + gemm_overhead
@@ -186,20 +186,6 @@ class GemmRates:
         return fwd, self.seconds(m, k, n, groups) + self.seconds(k, n, m, groups)
 
 
-def gemm_seconds(
-    m: float, n: float, k: float, cluster: Cluster, precision: Precision, groups: int = 1
-) -> float:
-    """Seconds of ``groups`` GEMMs (m×k)·(k×n) on one GPU: compute- or memory-bound, plus the launch overhead."""
-    return GemmRates.of(cluster, precision).seconds(m, n, k, groups)
-
-
-def gemm_fwd_bwd_seconds(
-    m: float, n: float, k: float, cluster: Cluster, precision: Precision, groups: int = 1
-) -> tuple[float, float]:
-    """(forward, backward) seconds of a linear layer (see :meth:`GemmRates.fwd_bwd`)."""
-    return GemmRates.of(cluster, precision).fwd_bwd(m, n, k, groups)
-
-
 def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     """Fraction of peak the fused attention kernel reaches. ``attention_efficiency`` is FlashAttention-2's (what
     PyTorch SDPA's flash backend runs); a stack whose profile runs cuDNN fused attention (Transformer Engine) gets
@@ -352,7 +338,7 @@ def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float,
     tokens = plan.micro_batch * plan.seq_len / plan.cp
     # the output layer runs in BF16 even in FP8 recipes (Transformer Engine and torchao keep it in high precision)
     precision = Precision.bf16 if plan.precision is Precision.fp8 else plan.precision
-    fwd, bwd = gemm_fwd_bwd_seconds(tokens, arch.vocab_size / plan.tp, arch.hidden_size, cluster, precision)
+    fwd, bwd = GemmRates.of(cluster, precision).fwd_bwd(tokens, arch.vocab_size / plan.tp, arch.hidden_size)
     # logit traffic (forward and backward together) split evenly between the passes
     ce_traffic = TRAFFIC_BYTES[plan.uses_fused_kernels]["logit"] * tokens * arch.vocab_size / plan.tp
     ce = ce_traffic / (cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency)

@@ -170,11 +170,9 @@ def fit(
             xj = x.copy()
             xj[j] += step
             ej = errors(xj, depends[j])
-            if depends[j] is None:
+            if depends[j] is None:  # the first pass learns which runs the constant moves
                 depends[j] = np.abs(ej - e) > 1e-12
-                ej = np.where(depends[j], ej, e)
-            else:
-                ej = np.where(depends[j], ej, e)
+            ej = np.where(depends[j], ej, e)
             diff = np.nan_to_num(ej, nan=1.0) - np.nan_to_num(e, nan=1.0)
             jac[: len(runs), j] = np.sqrt(weights) * robust * diff / NOISE / step
             jac[len(runs) + j, j] = 1 / sigma[j]

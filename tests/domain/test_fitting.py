@@ -9,7 +9,7 @@ from dataclasses import replace
 import pytest
 
 from app.domain.catalog import load_catalog
-from app.domain.compute import gemm_seconds, wave_efficiency
+from app.domain.compute import GemmRates, wave_efficiency
 from app.domain.estimate import build_cluster
 from app.domain.evaluate import straggler_factor
 from app.domain.fitted import PARAMETERS, apply_values, fit_record_toml, load_fit_record
@@ -47,16 +47,16 @@ def test_wave_quantisation_hand_worked() -> None:
 def test_gemm_time_is_compute_bound_when_large_and_memory_bound_when_thin() -> None:
     c = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8)
     eff, overhead = c.efficiency.gemm_efficiency, c.efficiency.gemm_overhead_us * 1e-6
-    big = gemm_seconds(8192, 8192, 8192, c, Precision.bf16)
+    big = GemmRates.of(c, Precision.bf16).seconds(8192, 8192, 8192)
     flops = 2 * 8192**3
     expected = flops / (c.peak_flops_for("bf16") * eff * wave_efficiency(8192, 8192, 132)) + overhead
     assert big == pytest.approx(expected)
     # m = 1: a matrix-vector product reads the whole weight: bytes / HBM, not FLOPs / peak
-    thin = gemm_seconds(1, 8192, 8192, c, Precision.bf16)
+    thin = GemmRates.of(c, Precision.bf16).seconds(1, 8192, 8192)
     hbm = c.hbm_bytes_per_s * c.efficiency.hbm_efficiency
     assert thin == pytest.approx(2 * (8192 + 8192 * 8192 + 8192) / hbm + overhead)
     # FP8 against twice the peak at fp8_gemm_ratio × the BF16 efficiency: faster, but less than 2×
-    fp8 = gemm_seconds(8192, 8192, 8192, c, Precision.fp8)
+    fp8 = GemmRates.of(c, Precision.fp8).seconds(8192, 8192, 8192)
     assert big / 2 < fp8 < big
 
 
