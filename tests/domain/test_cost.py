@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import app.domain.cost as cost
-from app.domain.catalog import load_catalog
 from app.domain.cost import (
     CostInputError,
     CostOption,
@@ -32,16 +31,10 @@ from app.domain.cost import (
     usd_per_gpu_hour,
 )
 from app.domain.reliability import ReliabilityOverrides
-from app.settings import REPO_ROOT
 
 HOURS = 730.0
 P5_OD = 55.04
 P5_SPOT_MEDIAN = (19.2531 + 21.1543) / 2  # median of the four post-cut us-east-1 AZ prices
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog(REPO_ROOT / "data")
 
 
 def job(**changes) -> TrainingJob:

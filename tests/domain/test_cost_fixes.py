@@ -6,37 +6,18 @@ from datetime import date
 
 import pytest
 from pydantic import ValidationError
+from test_cost import job, option  # the cost tests' job factory and option lookup
 
-from app.domain.catalog import load_catalog
 from app.domain.cost import (
     CostInputError,
     CostOption,
     CostOverrides,
     SelfBuildOverrides,
-    TrainingJob,
     self_build_inputs,
     self_build_node_for,
     training_cost,
     usd_per_gpu_hour,
 )
-from app.settings import REPO_ROOT
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog(REPO_ROOT / "data")
-
-
-def job(**changes) -> TrainingJob:
-    values = dict(model="llama3.1-70b", accelerator="h100-sxm", gpus=1024, parameters=70_000_000_000, tokens=1e12,
-                  cloud_tokens_per_s=1.0e6, self_build_tokens_per_s=1.0e6, plan_checkpoint_bytes_per_param=14)  # fmt: skip
-    values.update(changes)
-    return TrainingJob(**values)
-
-
-def option(result, name: str):
-    return next(o for o in result.options if o.option.value == name)
-
 
 # -- 1. A100-80GB self-build ----------------------------------------------------------------------------------
 
