@@ -175,7 +175,7 @@ class EstimateRequest(StrictNumbers):
     recompute: Recompute = Recompute.none
     sequence_parallel: bool = False
     flash_attention: bool = True
-    attention_kernel: Literal["auto", "fa1", "fa2", "cudnn"] = Field(
+    attention_kernel: Literal["auto", "fa1", "fa2", "fa3", "fa4", "cudnn"] = Field(
         default="auto", description="fused attention kernel: auto = the framework's own"
     )
     precision: Precision = Precision.bf16

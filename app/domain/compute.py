@@ -192,7 +192,9 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     ``scale.cudnn_attention_ratio`` × that on Hopper and Blackwell, where cuDNN's kernels use the asynchronous
     tensor cores (wgmma/TMA) FlashAttention-2 does not — FA3 reports 1.5–2× FA2 on H100. On Ampere TE falls back
     to the FA2-class kernel (ratio 1). FlashAttention-1-class kernels (what stacks ran before FA2, July 2023) run at
-    ``scale.fa1_attention_ratio`` × FA2 (FA2 reports ~2× FA1). ``attention_efficiency`` is the long-sequence rate; a block of L tokens
+    ``scale.fa1_attention_ratio`` × FA2 (FA2 reports ~2× FA1). FlashAttention-3 (Hopper) and FlashAttention-4 (its
+    Blackwell successor, also built for Hopper) run at ``scale.fa3_attention_ratio`` × FA2; FA3 does not run on
+    Blackwell nor FA3/FA4 on Ampere, where the FA2-class rate applies (ratio 1). ``attention_efficiency`` is the long-sequence rate; a block of L tokens
     runs at L/(L + ``scale.attention_half_length``) of it."""
     eff = cluster.efficiency.attention_efficiency
     # Short blocks run further from peak (per-block softmax rescaling, tails, launch): the kernel's rate grows as
@@ -205,10 +207,15 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     kernel = plan.attention_kernel
     if kernel == "auto":
         kernel = cluster.stack(plan.framework.value).attention_kernel
+    arch = cluster.accelerator.arch
     if kernel == "fa1":
         eff = eff * cluster.scale.fa1_attention_ratio
-    elif kernel == "cudnn" and cluster.accelerator.arch.startswith(("Hopper", "Blackwell")):
+    elif kernel == "cudnn" and arch.startswith(("Hopper", "Blackwell")):
         eff = min(0.95, eff * cluster.scale.cudnn_attention_ratio)
+    elif (kernel == "fa3" and arch.startswith("Hopper")) or (
+        kernel == "fa4" and arch.startswith(("Hopper", "Blackwell"))
+    ):
+        eff = min(0.95, eff * cluster.scale.fa3_attention_ratio)
     return eff
 
 

@@ -83,7 +83,8 @@ class ScaleTerms(CatalogEntry):
     hides (NCCL kernels occupy SMs and HBM bandwidth). ``cudnn_attention_ratio``: cuDNN fused attention's rate
     relative to FlashAttention-2 on Hopper and Blackwell. ``attention_half_length``: the attention block length
     (tokens) at which a fused attention kernel reaches half its long-sequence rate. ``fa1_attention_ratio``:
-    FlashAttention-1-class kernels' rate relative to FlashAttention-2.
+    FlashAttention-1-class kernels' rate relative to FlashAttention-2. ``fa3_attention_ratio``: FlashAttention-3 on
+    Hopper (and FlashAttention-4, its Blackwell successor) relative to FlashAttention-2.
     """
 
     straggler_cv: float = Field(ge=0, le=0.5)
@@ -93,6 +94,7 @@ class ScaleTerms(CatalogEntry):
     cudnn_attention_ratio: float = Field(default=1.0, ge=1, le=3)
     attention_half_length: float = Field(default=0.0, ge=0, le=65536)
     fa1_attention_ratio: float = Field(default=1.0, gt=0, le=1)
+    fa3_attention_ratio: float = Field(default=1.0, ge=1, le=3)
 
 
 class EfficiencyCatalog(Frozen):

@@ -261,9 +261,12 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     kv_bytes = 2 * tokens * mq.kv_dim / pq.tp * c.act_b
     cp_hop = collective_seconds(xp, Collective.p2p, kv_bytes, *_group(xp, pq.cp, pq.tp, c, ring=False))
     ep_n, ep_per_domain, ep_nodes, _, ep_hop = _group(xp, pq.ep, pq.tp, c)
+    # Each rank dispatches the tokens it holds: under sequence parallelism (which Megatron-Core requires for MoE
+    # with TP > 1) that is its 1/tp shard of the micro-batch; the expert outputs are gathered back over TP (NVLink).
+    routed_tokens = tokens / xp.where(pq.sequence_parallel, pq.tp, 1)
     ep_a2a = all_to_all_seconds(
         xp,
-        tokens * mq.top_k * mq.hidden * c.act_b,
+        routed_tokens * mq.top_k * mq.hidden * c.act_b,
         ep_n,
         ep_per_domain,
         ep_nodes,

@@ -101,10 +101,11 @@ class Plan(Frozen):
     recompute: Recompute = Recompute.none
     sequence_parallel: bool = False
     flash_attention: bool = True
-    attention_kernel: Literal["auto", "fa1", "fa2", "cudnn"] = Field(
+    attention_kernel: Literal["auto", "fa1", "fa2", "fa3", "fa4", "cudnn"] = Field(
         default="auto",
         description="fused attention kernel: auto = the framework's own (SDPA's FlashAttention-2; cuDNN under "
-        "Transformer Engine); fa1 = FlashAttention-1-class kernels (2022 to mid-2023)",
+        "Transformer Engine); fa1 = FlashAttention-1-class kernels (2022 to mid-2023); fa3 = FlashAttention-3 "
+        "(Hopper); fa4 = FlashAttention-4 (Blackwell, also Hopper)",
     )
     precision: Precision = Precision.bf16
     optimizer: Optimizer = Optimizer.adamw

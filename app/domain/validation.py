@@ -116,6 +116,10 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     if flash and dated_before_fa2 and "flash-attention-2" not in run.optimizations:
         kernel = "fa1"
         notes.append("FlashAttention-1-class kernel: published before FlashAttention-2 (2023-07)")
+    # A run that names a newer kernel (FlashAttention-3 on Hopper, -4 on Blackwell) ran it
+    for name, slug in (("flash-attention-3", "fa3"), ("flash-attention-4", "fa4")):
+        if flash and name in run.optimizations:
+            kernel = slug
     # Composer (MPT) trains with FlashAttention, fused LayerNorm and fused cross-entropy kernels; torchtitan
     # is eager unless the run used torch.compile; Megatron and DeepSpeed use their fused kernels.
     fused = None

@@ -96,3 +96,22 @@ def test_ring_collectives_across_nodes_use_every_nic_of_the_node() -> None:
     spread = place_group("dp", 2, 8, c)  # one GPU per node (tp 8 inside)
     assert spread.bus_gb_per_s == pytest.approx(c.scale_out_gb_per_s * c.scale_out_network.efficiency)
     assert place_group("pp", 2, 8, c).bus_gb_per_s == pytest.approx(spread.bus_gb_per_s)
+
+
+def test_moe_all_to_all_moves_the_ranks_sequence_parallel_shard() -> None:
+    """Mixtral 8x7B, tp 2 with sequence parallelism, ep 8 on 16 H100 (stride tp: 8 ranks over 2 nodes, 4 per
+    node). Each rank dispatches only its 1/tp shard of the micro-batch (Megatron-Core requires SP for MoE with
+    TP > 1): 1 × 4,096 / 2 tokens × top-2 × 4,096 hidden × 2 B = 16.8 MB. 4 of the 8 ranks are on the other node,
+    so 4/8 of that goes over the rank's NIC share (50 GB/s × 0.85 = 42.5 GB/s) and 3/8 over NVLink (360 GB/s):
+    the NIC part sets the time, 8.39 MB / 42.5 GB/s = 197 µs, plus one scale-out hop (8 µs)."""
+    from app.domain.assemble import consts, model_q, plan_q
+    from app.domain.evaluate import plan_comm
+    from app.domain.xp import SCALAR
+
+    arch = CATALOG.architecture("mixtral-8x7b")
+    plan = Plan(tp=2, dp=8, ep=8, global_batch=8, seq_len=4096, sequence_parallel=True, framework="megatron",
+                sharding="megatron-distopt")  # fmt: skip
+    c = cluster(16)
+    comm = plan_comm(SCALAR, model_q(arch, parameter_counts(arch)), plan_q(arch, plan), consts(c, plan))
+    size = 4096 / 2 * 2 * 4096 * 2
+    assert comm["ep_a2a"] == pytest.approx(size * 4 / 8 / 42.5e9 + 8e-6, rel=1e-6)

@@ -1,0 +1,80 @@
+"""Attention kernel classes: the rate of each fused kernel relative to FlashAttention-2 on each GPU generation.
+
+Independent figures: the FlashAttention-3 paper (Shah et al., 2024, H100 SXM5, BF16, head dim 128, 16K tokens)
+benchmarks FA2, cuDNN and FA3 side by side — forward (causal) 335 / 539 / 616 TFLOP/s, backward 322 / 516 / 561
+TFLOP/s, the backward counted as 2.5× the forward FLOPs. A training step spends F/fwd + 2.5·F/bwd seconds on 3·F
+model FLOPs (our accounting: backward = 2× forward), so the kernels' forward+backward rates are
+FA2 3/(1/335 + 2.5/322) = 279, cuDNN 3/(1/539 + 2.5/516) = 448, FA3 3/(1/616 + 2.5/561) = 493 TFLOP/s:
+FA3 = 1.77× and cuDNN = 1.60× FA2. Those ratios are the priors in data/efficiency.toml.
+"""
+
+from __future__ import annotations
+
+import tomllib
+
+import pytest
+
+from app.domain.compute import attention_efficiency
+from app.domain.estimate import build_cluster
+from app.domain.plan import Framework, Plan
+from app.domain.validation import run_plan
+from app.settings import REPO_ROOT
+
+
+def _combined(fwd_tflops: float, bwd_tflops: float) -> float:
+    return 3 / (1 / fwd_tflops + 2.5 / bwd_tflops)
+
+
+def test_priors_are_the_fa3_papers_forward_backward_ratios() -> None:
+    fa2, cudnn, fa3 = _combined(335, 322), _combined(539, 516), _combined(616, 561)
+    assert (round(fa2), round(cudnn), round(fa3)) == (279, 448, 493)
+    scale = tomllib.loads((REPO_ROOT / "data" / "efficiency.toml").read_text())["scale_terms"]
+    assert scale["fa3_attention_ratio"] == pytest.approx(fa3 / fa2, abs=0.01)
+    assert scale["cudnn_attention_ratio"] == pytest.approx(cudnn / fa2, abs=0.01)
+
+
+def _eff(catalog, accelerator: str, kernel: str, framework: Framework = Framework.fsdp2) -> float:
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=8)
+    plan = Plan(dp=8, global_batch=8, seq_len=8192, framework=framework, attention_kernel=kernel)
+    return attention_efficiency(cluster, plan)
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "kernel", "ratio"),
+    [
+        ("h100-sxm", "fa1", "fa1_attention_ratio"),
+        ("h100-sxm", "cudnn", "cudnn_attention_ratio"),
+        ("h100-sxm", "fa3", "fa3_attention_ratio"),
+        ("h100-sxm", "fa4", "fa3_attention_ratio"),  # FA4 also targets Hopper
+        ("b200", "fa4", "fa3_attention_ratio"),
+        ("b200", "cudnn", "cudnn_attention_ratio"),
+        ("b200", "fa3", None),  # FA3 is Hopper-only: the FA2-class rate
+        ("a100-80gb", "fa3", None),  # no asynchronous tensor cores on Ampere
+        ("a100-80gb", "fa4", None),
+        ("a100-80gb", "cudnn", None),
+    ],
+)
+def test_each_kernel_runs_at_its_ratio_of_fa2(catalog, accelerator: str, kernel: str, ratio: str | None) -> None:
+    """Block of 8,192 tokens: FA2 runs at base · 8192/(8192 + L½); every other kernel at its ratio of that."""
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=8)
+    base = cluster.efficiency.attention_efficiency
+    half = cluster.scale.attention_half_length
+    fa2 = _eff(catalog, accelerator, "fa2")
+    assert fa2 == pytest.approx(base * 8192 / (8192 + half))
+    factor = 1.0 if ratio is None else getattr(cluster.scale, ratio)
+    assert _eff(catalog, accelerator, kernel) == pytest.approx(min(0.95, fa2 * factor))
+    if ratio is not None:
+        assert factor != 1.0  # the kernel really changes the rate
+
+
+def test_auto_is_the_stacks_own_kernel(catalog) -> None:
+    assert _eff(catalog, "h100-sxm", "auto", Framework.megatron) == _eff(catalog, "h100-sxm", "cudnn")
+    assert _eff(catalog, "h100-sxm", "auto", Framework.fsdp2) == _eff(catalog, "h100-sxm", "fa2")
+
+
+def test_a_run_that_names_flashattention_3_or_4_is_estimated_with_it(catalog) -> None:
+    runs = {r.slug: r for r in catalog.published_runs}
+    h200, _ = run_plan(runs["mleng-llama3.1-8b-8gpu-h200-zero3-seq8k"])
+    b200, _ = run_plan(runs["mleng-llama3.1-8b-8gpu-b200-zero3-seq8k"])
+    other, _ = run_plan(runs["torchtitan-llama3.1-8b-8gpu-fsdp"])
+    assert (h200.attention_kernel, b200.attention_kernel, other.attention_kernel) == ("fa3", "fa4", "auto")
