@@ -54,7 +54,9 @@ def _eff(catalog, accelerator: str, kernel: str, framework: Framework = Framewor
         ("a100-80gb", "cudnn", None),
     ],
 )
-def test_each_kernel_runs_at_its_ratio_of_fa2(catalog, accelerator: str, kernel: str, ratio: str | None) -> None:
+def test_each_kernel_runs_at_its_ratio_of_fa2(
+    catalog, accelerator: str, kernel: str, ratio: str | None
+) -> None:
     """Block of 8,192 tokens: FA2 runs at base · 8192/(8192 + L½); every other kernel at its ratio of that."""
     cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=8)
     base = cluster.efficiency.attention_efficiency
