@@ -14,6 +14,7 @@ Rejected plans are counted by their first failing reason, so a user sees why not
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import time
 from collections import Counter
@@ -145,8 +146,15 @@ class SearchResult(Frozen):
 # -- the space ---------------------------------------------------------------------------------------------
 
 
+@functools.lru_cache(maxsize=256)
+def _divisor_tuple(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
+
+
 def _divisors(n: int) -> list[int]:
-    return [d for d in range(1, n + 1) if n % d == 0]
+    """Divisors of ``n`` in increasing order (pairs d, n/d up to √n)."""
+    return list(_divisor_tuple(n))
 
 
 @dataclass
@@ -334,11 +342,9 @@ def _key_arrays(arch: Architecture, spec: SearchSpec, cluster: Cluster, g: dict)
                                 offload=Offload.none, micro_batch=mb, batch=mb, recompute=RECOMPUTES[rc])  # fmt: skip
             hit = shared[(tp, cp, rc, mb, ep)] = key_q(arch, plan, cluster)
         values.append(hit)
-    inverse = inverse.ravel()
-    fields = KeyQ.__dataclass_fields__
-    return KeyQ(
-        **{f: np.array([getattr(v, f) for v in values], dtype=float)[inverse][:, None] for f in fields}
-    )
+    fields = tuple(KeyQ.__dataclass_fields__)
+    table = np.array([[getattr(v, f) for f in fields] for v in values], dtype=float)[inverse.ravel()]
+    return KeyQ(**{f: table[:, i, None] for i, f in enumerate(fields)})
 
 
 def _unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
