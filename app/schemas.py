@@ -6,7 +6,7 @@ import json
 import math
 from datetime import datetime
 from types import UnionType
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Union, get_args, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -21,7 +21,7 @@ from pydantic import (
 
 from app.domain.architecture import ArchitectureImportError, check_hf_config_bounds
 from app.domain.export import PlanDocument
-from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
+from app.domain.plan import AttentionKernel, Framework, Offload, Optimizer, Precision, Recompute, Sharding
 
 
 class ErrorOut(BaseModel):
@@ -175,13 +175,17 @@ class EstimateRequest(StrictNumbers):
     recompute: Recompute = Recompute.none
     sequence_parallel: bool = False
     flash_attention: bool = True
-    attention_kernel: Literal["auto", "fa1", "fa2", "fa3", "fa4", "cudnn"] = Field(
+    attention_kernel: AttentionKernel = Field(
         default="auto", description="fused attention kernel: auto = the framework's own"
     )
     precision: Precision = Precision.bf16
     optimizer: Optimizer = Optimizer.adamw
     framework: Framework = Framework.fsdp2
     fused_kernels: bool | None = None
+    fused_cross_entropy: bool = Field(
+        default=False,
+        description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
+    )
     tokens: float | None = Field(
         default=None, gt=0, le=1e16, description="tokens to train (for time to train)"
     )

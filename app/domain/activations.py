@@ -563,6 +563,7 @@ def logits_bytes(
     cp: int = 1,
     logits_dtype_bytes: int = 4,
     act_bytes: int = 2,
+    fused_linear: bool = False,
 ) -> int:
     """The ``b·s·V`` logits and the loss's copy of them on the last stage, per rank (vocab-parallel ÷t, ÷c).
 
@@ -573,10 +574,26 @@ def logits_bytes(
     ``log_softmax`` runs or its gradient is formed (about ``b·s·V·4`` more at that instant); fused / chunked
     cross-entropy kernels hold much less. Example: Llama 3 (V=128,256), b=1, s=8192, t=1 →
     8192·128256·6 = 6,304,038,912 B ≈ 5.87 GiB.
+
+    ``fused_linear`` (Liger-Kernel's FusedLinearCrossEntropy): the output GEMM and the loss run over chunks of
+    ``ceil(b·s / ceil(V/h))`` tokens (rounded up to a power of two), each chunk's logits (activation dtype + the
+    fp32 loss copy) freed before the next, and the gradient of the GEMM's input (b·s·h in the activation dtype)
+    computed in the forward and kept for the backward. Llama 3 8B, b=1, s=262,144: chunk 8,192 tokens →
+    8192·128256·6 + 262144·4096·2 = 6.30 GB + 2.15 GB.
     """
     _check(micro_batch, seq_len, tp, cp, act_bytes)
     if logits_dtype_bytes not in (2, 4):
         raise ValueError(f"logits_dtype_bytes must be 2 or 4, got {logits_dtype_bytes}")
+    if fused_linear:
+        tokens = micro_batch * _ceil_div(seq_len, cp)
+        chunk = min(
+            tokens,
+            1 << max(0, (_ceil_div(tokens, _ceil_div(arch.vocab_size, arch.hidden_size)) - 1).bit_length()),
+        )
+        return (
+            chunk * _ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
+            + tokens * arch.hidden_size * act_bytes
+        )
     return (
         micro_batch
         * _ceil_div(seq_len, cp)

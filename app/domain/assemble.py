@@ -108,7 +108,7 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
         head_act=head_activation_bytes(
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
-        logits=logits_bytes(arch, **shape, act_bytes=act_bytes),
+        logits=logits_bytes(arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy),
         fwd_dense=dense.fwd_s if dense else zero, bwd_dense=dense.bwd_s if dense else zero,
         rec_dense=dense.recompute_s if dense else zero, attn_dense=dense.attention_fwd_s if dense else zero,
         fwd_moe=moe.fwd_s if moe else zero, bwd_moe=moe.bwd_s if moe else zero,

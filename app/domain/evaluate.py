@@ -227,6 +227,10 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
         2 * xp.minimum(5e8, total_local) * c.grad_reduce_b,
         0,
     )
+    # FSDP2 under pipeline parallelism reduce-scatters once per step (gradient sync is off for all but the last
+    # micro-batch), so the stage's unsharded gradients accumulate in the reduce dtype until then
+    deferred_sync = xp.logical_and(xp.logical_and(pq.fsdp2, pq.shards_grads), pq.pp > 1)
+    buffers = buffers + xp.where(deferred_sync, total_local * c.grad_reduce_b, 0)
 
     flight = inflight(xp, rq.rank, pq)
     activations = flight * (rq.n_dense * kq.saved_dense + rq.n_moe * kq.saved_moe) + kq.peak_extra

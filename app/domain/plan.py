@@ -16,6 +16,9 @@ from pydantic import Field
 
 from app.domain.provenance import Frozen
 
+# The fused attention kernel a plan runs (see compute.attention_efficiency); "auto" = the stack's own.
+AttentionKernel = Literal["auto", "fa1", "fa2", "fa3", "fa4", "cudnn"]
+
 
 class Sharding(StrEnum):
     """Data-parallel sharding of model states."""
@@ -101,7 +104,7 @@ class Plan(Frozen):
     recompute: Recompute = Recompute.none
     sequence_parallel: bool = False
     flash_attention: bool = True
-    attention_kernel: Literal["auto", "fa1", "fa2", "fa3", "fa4", "cudnn"] = Field(
+    attention_kernel: AttentionKernel = Field(
         default="auto",
         description="fused attention kernel: auto = the framework's own (SDPA's FlashAttention-2; cuDNN under "
         "Transformer Engine); fa1 = FlashAttention-1-class kernels (2022 to mid-2023); fa3 = FlashAttention-3 "
@@ -114,6 +117,11 @@ class Plan(Frozen):
         default=None,
         description="fused norm/rotary/activation/cross-entropy kernels (torch.compile, TransformerEngine); "
         "None = the framework's default (Megatron and DeepSpeed fused, FSDP2 eager)",
+    )
+    fused_cross_entropy: bool = Field(
+        default=False,
+        description="fused linear cross-entropy (Liger-Kernel's FusedLinearCrossEntropy, Cut Cross-Entropy): the "
+        "output GEMM and the loss run in token chunks, so the b·s·V logits are never held",
     )
 
     @property

@@ -34,7 +34,16 @@ from app.domain.estimate import Estimate, estimate
 from app.domain.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
 from app.domain.memory import host_capacity_bytes
 from app.domain.pipeline import rank_layers
-from app.domain.plan import Framework, Offload, Optimizer, Plan, Precision, Recompute, Sharding
+from app.domain.plan import (
+    AttentionKernel,
+    Framework,
+    Offload,
+    Optimizer,
+    Plan,
+    Precision,
+    Recompute,
+    Sharding,
+)
 from app.domain.provenance import Frozen
 from app.domain.xp import VECTOR
 
@@ -87,6 +96,8 @@ class SearchSpec(Frozen):
     optimizer: Optimizer = Optimizer.adamw
     flash_attention: bool = True
     fused_kernels: bool | None = None
+    fused_cross_entropy: bool = False
+    attention_kernel: AttentionKernel = "auto"
     shardings: tuple[Sharding, ...] | None = None  # None: every strategy the framework offers
     offloads: tuple[Offload, ...] | None = None  # None: every offload the framework offers
     micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
@@ -305,6 +316,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         offload=offload, micro_batch=micro_batch, global_batch=batch, seq_len=spec.seq_len, recompute=recompute,
         sequence_parallel=tp > 1, flash_attention=spec.flash_attention, precision=spec.precision,
         optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels,
+        fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
     )  # fmt: skip
 
 
@@ -321,7 +333,7 @@ def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> di
         arch.model_dump_json(),
         cluster.model_dump_json(exclude={"gpus"}),
         spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
-                                      "fused_kernels"}),
+                                      "fused_kernels", "fused_cross_entropy", "attention_kernel"}),
     )  # fmt: skip
     table = _KEY_Q_CACHE.get(ctx)
     if table is None:

@@ -139,6 +139,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
         sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, attention_kernel=kernel,
+        fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
     )  # fmt: skip
     return plan, notes
 

@@ -299,3 +299,23 @@ def test_per_op_selective_recompute_keeps_every_other_matmul_output() -> None:
     t = 16384
     assert tp2.saved_bytes == (t // 2 * 4096 * 2 + t * (2048 + 512) * 2 + t * (2048 * 2 + 16 * 4)
                                + 2 * (t // 2) * 4096 * 2 + t * (7168 + 4096) * 2)  # fmt: skip
+
+
+def test_fused_linear_cross_entropy_holds_one_chunk_of_logits_and_the_input_gradient():
+    """Liger-Kernel's FusedLinearCrossEntropy at b=1, s=262,144 on Llama 3.1 8B (V=128,256, h=4,096): chunks of
+    next_pow2(ceil(262144 / ceil(128256/4096))) = next_pow2(262144/32) = 8,192 tokens, each chunk's logits in bf16
+    + fp32 (8192·128256·6 = 6,304,038,912 B), plus the input gradient kept for the backward (262144·4096·2 =
+    2,147,483,648 B) — instead of the whole 262144·128256·6 = 201.7 GB."""
+    fused = logits_bytes(LLAMA31_8B, micro_batch=1, seq_len=262_144, fused_linear=True)
+    assert fused == 8192 * 128256 * 6 + 262_144 * 4096 * 2
+    assert logits_bytes(LLAMA31_8B, micro_batch=1, seq_len=262_144) == 262_144 * 128256 * 6
+    # 16 tokens: ceil(16/32) = 1-token chunks (Liger's formula), 1·128256·6 + 16·4096·2 = 900,608 B
+    assert logits_bytes(LLAMA31_8B, micro_batch=1, seq_len=16, fused_linear=True) == 900_608
+
+
+def test_a_run_with_liger_kernel_is_estimated_with_fused_cross_entropy(catalog):
+    from app.domain.validation import run_plan
+
+    runs = {r.slug: r for r in catalog.published_runs}
+    assert run_plan(runs["mleng-llama3.1-8b-8gpu-h200-zero3-seq256k"])[0].fused_cross_entropy
+    assert not run_plan(runs["torchtitan-llama3.1-8b-8gpu-fsdp"])[0].fused_cross_entropy

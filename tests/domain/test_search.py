@@ -38,15 +38,19 @@ CASES = [
     (SMALL, 16, Framework.deepspeed, 32, 1024),
     (SMALL_MOE, 16, Framework.megatron, 32, 1024),
 ]
+KERNEL_SETTINGS = [{}, {"attention_kernel": "fa3", "fused_cross_entropy": True}]
 
 
+@pytest.mark.parametrize("settings", KERNEL_SETTINGS)
 @pytest.mark.parametrize(("arch", "gpus", "framework", "batch", "seq"), CASES)
-def test_every_plan_matches_the_scalar_estimator(arch, gpus, framework, batch, seq) -> None:
+def test_every_plan_matches_the_scalar_estimator(arch, gpus, framework, batch, seq, settings) -> None:
     spec = SearchSpec(gpus=(gpus,), global_batches=(batch,), seq_len=seq, framework=framework,
-                      micro_batches=(1, 2), vpps=(1, 2), cps=(1, 2), max_pp=4)  # fmt: skip
+                      micro_batches=(1, 2), vpps=(1, 2), cps=(1, 2), max_pp=4, **settings)  # fmt: skip
     cands = evaluate_all(arch, cluster(gpus), spec, gpus, batch)
     assert len(cands) > 20
     for cand in cands:
+        for field, value in settings.items():
+            assert getattr(cand.plan, field) == value
         est = estimate(arch, cluster(gpus), cand.plan, allow_tp_across_nodes=True)
         assert cand.tokens_per_s == pytest.approx(est.tokens_per_s, rel=1e-9), cand.plan
         assert cand.peak_memory_bytes == pytest.approx(est.peak_memory_bytes, abs=2), cand.plan

@@ -4,8 +4,6 @@ upload, export download, and the estimate partial's speed."""
 from __future__ import annotations
 
 import json
-import statistics
-import time
 from urllib.parse import parse_qs, urlsplit
 
 from fastapi.testclient import TestClient
@@ -173,18 +171,6 @@ def test_values_round_trip_through_stored_inputs() -> None:
 def test_catalog_index_moved_to_catalog(client: TestClient) -> None:
     html = client.get("/catalog").text
     assert "/catalog/accelerators" in html and "entries" in html
-
-
-def test_estimate_partial_round_trip_is_fast(client: TestClient) -> None:
-    query = to_query(DEFAULTS)
-    client.get("/?" + query, headers=PARTIAL)
-    times = []
-    for _ in range(20):
-        start = time.perf_counter()
-        assert client.get("/?" + query, headers=PARTIAL).status_code == 200
-        times.append(time.perf_counter() - start)
-    p95 = statistics.quantiles(times, n=20)[-1]
-    assert p95 < 0.25, f"p95 {p95 * 1000:.0f} ms"  # the target is 50 ms on a quiet machine; CI runs 2 workers
 
 
 def test_hardware_figure_override_in_the_planner(client) -> None:
