@@ -12,15 +12,14 @@ Layer layout for MoE models: layer ``i`` (0-based) is an MoE layer iff ``n_exper
 from __future__ import annotations
 
 import re
-from datetime import date
 from functools import cached_property
-from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError, model_validator
 
-from app.domain.catalog_io import CatalogError, check_sources, parse_entries
-from app.domain.provenance import CatalogEntry, Confidence, Frozen, Source
+from app.domain.catalog.clock import today
+from app.domain.catalog.toml_io import CatalogError
+from app.domain.provenance import CatalogEntry, Confidence, Frozen
 
 ARCHITECTURES_FILE = "architectures.toml"
 ARCHITECTURES_TABLE = "architecture"
@@ -529,17 +528,6 @@ def stage_parameter_count(
         if arch.tied_embeddings and tied_copy_on_last_stage and not is_first:
             total += counts.embedding
     return total
-
-
-# -- catalog -----------------------------------------------------------------------------------------------
-
-
-def load_architectures(data_dir: Path, sources: dict[str, Source]) -> tuple[Architecture, ...]:
-    """``data/architectures.toml`` → validated presets; :class:`CatalogError` on a bad entry or source."""
-    path = data_dir / ARCHITECTURES_FILE
-    entries = parse_entries(path, ARCHITECTURES_TABLE, Architecture)
-    check_sources(path, ARCHITECTURES_TABLE, entries, sources)
-    return entries
 
 
 def architecture_by_slug(architectures: tuple[Architecture, ...], slug: str) -> Architecture:
@@ -1324,7 +1312,7 @@ def architecture_from_hf_config(
             slug=slug or "imported",
             name=name or "imported",
             source=USER_CONFIG_SOURCE,
-            as_of=as_of or date.today().isoformat(),
+            as_of=as_of or today().isoformat(),
             confidence=Confidence.high,
             notes=notes + ".",
             family=family,
@@ -1382,7 +1370,6 @@ __all__ = [
     "kv_dim",
     "layer_norm_parameters",
     "layer_parameter_counts",
-    "load_architectures",
     "mlp_parameters",
     "mlp_weights",
     "norm_parameters",

@@ -6,13 +6,11 @@ a given accelerator; calibration from benchmark runs replaces them per cluster (
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Literal
 
 from pydantic import Field
 
-from app.domain.catalog_io import CatalogError, check_sources, parse_entries, parse_table, read_toml
-from app.domain.provenance import CatalogEntry, Frozen, Source
+from app.domain.provenance import CatalogEntry, Frozen
 
 EFFICIENCY_FILE = "efficiency.toml"
 
@@ -119,32 +117,3 @@ class EfficiencyCatalog(Frozen):
             if entry.slug == kind:
                 return entry
         raise KeyError(f"no efficiency defaults for fabric kind {kind!r}; add them to data/{EFFICIENCY_FILE}")
-
-
-def load_efficiency(
-    data_dir: Path, sources: dict[str, Source], accelerator_slugs: set[str]
-) -> EfficiencyCatalog:
-    path = Path(data_dir) / EFFICIENCY_FILE
-    read_toml(path)
-    accelerators = parse_entries(path, "efficiency", AcceleratorEfficiency)
-    networks = parse_entries(path, "network_efficiency", NetworkEfficiency)
-    runtime = parse_table(path, "runtime", RuntimeMemory)
-    stacks = parse_entries(path, "stack_profile", StackProfile)
-    scale = parse_table(path, "scale_terms", ScaleTerms)
-    check_sources(path, "stack_profile", stacks, sources)
-    check_sources(path, "scale_terms", (scale,), sources)
-    check_sources(path, "efficiency", accelerators, sources)
-    check_sources(path, "network_efficiency", networks, sources)
-    check_sources(path, "runtime", (runtime,), sources)
-    missing = sorted(accelerator_slugs - {e.slug for e in accelerators})
-    if missing:
-        raise CatalogError(path, "efficiency", f"no defaults for accelerators {', '.join(missing)}")
-    unknown = sorted({e.slug for e in accelerators} - accelerator_slugs)
-    if unknown:
-        raise CatalogError(path, "efficiency", f"unknown accelerators {', '.join(unknown)}")
-    missing_stacks = sorted({"megatron", "fsdp2", "deepspeed"} - {p.slug for p in stacks})
-    if missing_stacks:
-        raise CatalogError(path, "stack_profile", f"no profile for frameworks {', '.join(missing_stacks)}")
-    return EfficiencyCatalog(
-        accelerators=accelerators, networks=networks, runtime=runtime, stacks=stacks, scale=scale
-    )

@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
 from pydantic import Field
 
-from app.domain.catalog_io import CatalogError, read_toml
 from app.domain.efficiency import EfficiencyCatalog
 from app.domain.provenance import Confidence, FigureProvenance, Frozen
 
@@ -179,29 +177,6 @@ def apply_values(
     return efficiency.model_copy(
         update={"accelerators": tuple(accelerators), "stacks": tuple(stacks), "scale": scale}
     )
-
-
-def load_fit_record(data_dir: Path) -> FitRecord | None:
-    """``data/fitted.toml`` → :class:`FitRecord`, or None when no fit has been written."""
-    path = Path(data_dir) / FITTED_FILE
-    if not path.is_file():
-        return None
-    doc = read_toml(path)
-    try:
-        record = FitRecord.model_validate(doc.get("fit", {}))
-    except ValueError as exc:
-        raise CatalogError(path, "fit", str(exc).splitlines()[0]) from None
-    known = {p.name for p in PARAMETERS}
-    unknown = sorted(set(record.values) - known)
-    if unknown:
-        raise CatalogError(
-            path, "fit.values", f"unknown parameters {unknown}; rerun capplan calibrate-published"
-        )
-    for p in PARAMETERS:
-        v = record.values.get(p.name)
-        if v is not None and not (p.lower <= v <= p.upper):
-            raise CatalogError(path, f"fit.values.{p.name}", f"{v} outside [{p.lower}, {p.upper}]")
-    return record
 
 
 def fit_record_toml(record: FitRecord) -> str:

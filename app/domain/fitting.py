@@ -26,7 +26,7 @@ import numpy as np
 
 from app.domain.architecture import Architecture, parameter_counts
 from app.domain.assemble import model_q, plan_q, step_seconds
-from app.domain.catalog import Catalog
+from app.domain.catalog.store import Catalog
 from app.domain.cluster import Cluster
 from app.domain.efficiency import EfficiencyCatalog
 from app.domain.evaluate import ModelQ, PlanQ

@@ -12,6 +12,7 @@ from datetime import date
 
 from pydantic import ValidationError
 
+from app.domain.catalog.clock import today
 from app.domain.cluster import Cluster
 from app.domain.provenance import Confidence, FigureProvenance
 
@@ -52,7 +53,7 @@ def apply_overrides(cluster: Cluster, overrides: dict[str, float], *, on: date |
             raise OverrideError(key, f"cannot override {key!r}; overridable: {', '.join(OVERRIDE_KEYS)}")
         by_part.setdefault(part, {})[name] = int(value) if name in INTEGER_FIGURES else float(value)
     updates = {}
-    stamp = (on or date.today()).isoformat()
+    stamp = (on or today()).isoformat()
     for part, figures in by_part.items():
         entry = getattr(cluster, part)
         provenance = dict(entry.provenance)

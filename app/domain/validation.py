@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import statistics
 
-from app.domain.catalog import Catalog
+from app.domain.catalog.store import Catalog
 from app.domain.cluster import Cluster
 from app.domain.estimate import Estimate, InvalidPlan, build_cluster, estimate
 from app.domain.plan import Framework, Offload, Plan, Precision, Recompute, Sharding

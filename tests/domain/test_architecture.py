@@ -20,14 +20,14 @@ from app.domain.architecture import (
     kv_cache_width,
     kv_dim,
     layer_parameter_counts,
-    load_architectures,
     mlp_parameters,
     parameter_counts,
     q_dim,
     stage_parameter_count,
     v_dim,
 )
-from app.domain.catalog_io import CatalogError, check_sources, load_sources
+from app.domain.catalog.load import load_architectures
+from app.domain.catalog.toml_io import CatalogError, check_sources, load_sources
 from app.domain.provenance import Confidence
 
 DATA = Path(__file__).resolve().parents[2] / "data"

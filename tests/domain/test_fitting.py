@@ -9,10 +9,11 @@ from dataclasses import replace
 import pytest
 
 from app.domain.catalog import load_catalog
+from app.domain.catalog.load import load_fit_record
 from app.domain.compute import GemmRates, wave_efficiency
 from app.domain.estimate import build_cluster
 from app.domain.evaluate import straggler_factor
-from app.domain.fitted import PARAMETERS, apply_values, fit_record_toml, load_fit_record
+from app.domain.fitted import PARAMETERS, apply_values, fit_record_toml
 from app.domain.fitting import cross_validate, fit, scorable_runs
 from app.domain.plan import Precision
 from app.domain.validation import validate_run

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.catalog_io import CatalogError, load_sources
+from app.domain.catalog.hardware_files import load_hardware
+from app.domain.catalog.toml_io import CatalogError, load_sources
 from app.domain.hardware import (
     GIB,
     Accelerator,
@@ -16,7 +17,6 @@ from app.domain.hardware import (
     dragonfly_plus_max_endpoints,
     fat_tree_max_endpoints,
     fat_tree_switch_counts,
-    load_hardware,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -9,8 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import load_architectures, parameter_counts
-from app.domain.catalog_io import CatalogError, load_sources, parse_entries
+from app.domain.architecture import parameter_counts
+from app.domain.catalog.load import load_architectures
+from app.domain.catalog.published_files import (
+    check_run_architectures,
+    load_published_reliability,
+    load_published_runs,
+)
+from app.domain.catalog.toml_io import CatalogError, load_sources, parse_entries
 from app.domain.provenance import Confidence
 from app.domain.published import (
     FlopsAccounting,
@@ -18,9 +24,6 @@ from app.domain.published import (
     Sharding,
     accounting_flops_per_iteration,
     architecture_for_run,
-    check_run_architectures,
-    load_published_reliability,
-    load_published_runs,
 )
 
 ROOT = Path(__file__).resolve().parents[2]

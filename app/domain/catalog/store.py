@@ -1,6 +1,5 @@
-"""The whole catalog: every data/*.toml file loaded, validated and cross-checked, in one frozen object.
-
-Loading fails fast with a :class:`CatalogError` naming the file, the key and the reason.
+"""The loaded catalog: every data/*.toml file's records in one frozen object (built by
+:func:`app.domain.catalog.load.load_catalog`), its listable kinds, and entries as plain data.
 """
 
 from __future__ import annotations
@@ -10,24 +9,18 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.domain.architecture import Architecture, load_architectures
-from app.domain.catalog_io import CatalogError, load_sources
-from app.domain.cost_catalog import CostCatalog, load_cost_catalog
-from app.domain.efficiency import EfficiencyCatalog, load_efficiency
-from app.domain.fitted import FitRecord, apply_values, load_fit_record
-from app.domain.hardware import HardwareCatalog, load_hardware
+from app.domain.architecture import Architecture
+from app.domain.cost_catalog import CostCatalog
+from app.domain.efficiency import EfficiencyCatalog
+from app.domain.fitted import FitRecord
+from app.domain.hardware import HardwareCatalog
 from app.domain.provenance import CatalogEntry, Source
-from app.domain.published import (
-    PublishedRun,
-    check_run_architectures,
-    check_run_nodes,
-    load_published_runs,
-)
+from app.domain.published import PublishedRun
 
 if TYPE_CHECKING:
     from app.domain.calibration import Calibrations
 
-__all__ = ["Catalog", "CatalogError", "CATALOG_KINDS", "load_catalog", "entry_record", "UnknownSlugError"]
+__all__ = ["Catalog", "CATALOG_KINDS", "entry_record", "UnknownSlugError"]
 
 
 class UnknownSlugError(KeyError):
@@ -92,33 +85,6 @@ CATALOG_KINDS: dict[str, Callable[[Catalog], tuple[CatalogEntry, ...]]] = {
     "prices": lambda c: c.cost.instance_prices,
     "architectures": lambda c: c.architectures,
 }
-
-
-def load_catalog(data_dir: Path) -> Catalog:
-    data_dir = Path(data_dir)
-    if not data_dir.is_dir():
-        raise CatalogError(data_dir, "-", "catalog directory not found")
-    sources = load_sources(data_dir)
-    hardware = load_hardware(data_dir, sources)
-    cost = load_cost_catalog(data_dir, sources, {n.slug for n in hardware.nodes})
-    architectures = load_architectures(data_dir, sources)
-    published = load_published_runs(data_dir, sources)
-    check_run_architectures(published, architectures)
-    check_run_nodes(published, hardware)
-    priors = load_efficiency(data_dir, sources, {a.slug for a in hardware.accelerators})
-    fit = load_fit_record(data_dir)
-    efficiency = apply_values(priors, fit.values, fit) if fit else priors
-    return Catalog(
-        sources=sources,
-        hardware=hardware,
-        cost=cost,
-        architectures=architectures,
-        published_runs=published,
-        efficiency=efficiency,
-        data_dir=data_dir,
-        efficiency_priors=priors,
-        fit=fit,
-    )
 
 
 def entry_record(entry: CatalogEntry, sources: dict[str, Source]) -> dict[str, Any]:
