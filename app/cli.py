@@ -871,7 +871,7 @@ def export_command(
 
 # -- capplan cost: days and dollars to train N tokens, or the monthly bill of a cluster (issue 5) ----------
 
-from app.domain.cost import CostOption, CostOverrides  # noqa: E402
+from app.domain.cost.inputs import CostOption, CostOverrides  # noqa: E402
 
 COST_ESTIMATE_OPTIONS = tuple(n for n in ESTIMATE_OPTIONS if n not in ("node", "tokens"))
 """`capplan cost` takes the estimate options but its own --tokens and a --node that also serves --monthly."""
@@ -1414,7 +1414,7 @@ def size_command(
 ) -> None:
     """Size a cluster: every accelerator × whole-node cluster size × plan × pricing option, with failures
     and checkpoints counted; the cheapest that meets the deadline and budget first, and the Pareto front."""
-    from app.domain.cost import CostOption
+    from app.domain.cost.inputs import CostOption
     from app.services_size import SizeRequest, run_size
 
     try:

@@ -228,7 +228,7 @@ Validation errors name the branch: ``["body", "plan_document", "plan", "tp"]``."
 # --------------------------------------------------------------------------------------------------
 # Cost and reliability (issue 5): `POST /api/v1/cost`, `POST /api/v1/cost/monthly`, `capplan cost`.
 
-from app.domain.cost import CostOption, CostOverrides  # noqa: E402
+from app.domain.cost.inputs import CostOption, CostOverrides  # noqa: E402
 
 
 class CostRequest(EstimateRequest):

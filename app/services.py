@@ -134,17 +134,13 @@ def timed_estimate(catalog: Catalog, request: EstimateRequest, metrics: Any, sur
 # --------------------------------------------------------------------------------------------------
 # Cost and reliability (issue 5)
 
-from app.domain.cost import (  # noqa: E402
-    CostInputError,
-    MonthlyCost,
-    TrainingCost,
-    TrainingJob,
-    instance_for_accelerator,
-    monthly_cost,
-    self_build_node_for,
-    training_cost,
-)
-from app.domain.reliability import plan_checkpoint_bytes_per_param, reliability_report  # noqa: E402
+from app.domain.cost.cloud import instance_for_accelerator  # noqa: E402
+from app.domain.cost.inputs import CostInputError  # noqa: E402
+from app.domain.cost.monthly import MonthlyCost, monthly_cost  # noqa: E402
+from app.domain.cost.selfbuild import self_build_node_for  # noqa: E402
+from app.domain.cost.training import TrainingCost, TrainingJob, training_cost  # noqa: E402
+from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param  # noqa: E402
+from app.domain.reliability.report import reliability_report  # noqa: E402
 from app.schemas import CostRequest, MonthlyCostRequest  # noqa: E402
 
 
@@ -311,7 +307,7 @@ def checked_plan_document(doc: PlanDocument) -> PlanDocument:
 
 from app.domain.architecture import parameter_counts  # noqa: E402
 from app.domain.compute import model_flops_per_token  # noqa: E402
-from app.domain.cost import usd_per_gpu_hour  # noqa: E402
+from app.domain.cost.gpu_hour import usd_per_gpu_hour  # noqa: E402
 from app.domain.search import SearchCancelled, SearchResult, SearchSpec, SearchTooLarge, search  # noqa: E402
 from app.schemas import PlanSearchRequest  # noqa: E402
 
@@ -529,7 +525,7 @@ from sqlalchemy.orm import Session  # noqa: E402
 from sqlalchemy.orm.exc import StaleDataError  # noqa: E402
 
 from app.db.tables import Scenario  # noqa: E402
-from app.domain.cost import CostOverrides  # noqa: E402
+from app.domain.cost.inputs import CostOverrides  # noqa: E402
 
 
 class ScenarioNotFound(LookupError):

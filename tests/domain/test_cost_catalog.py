@@ -10,7 +10,8 @@ import pytest
 
 from app.domain.catalog.cost_files import load_cost_catalog
 from app.domain.catalog.toml_io import CatalogError, load_sources
-from app.domain.cost_catalog import CostCatalog, OnDemandPrice, Span, first_overlap, in_force
+from app.domain.cost.price_records import CostCatalog, OnDemandPrice
+from app.domain.figures import Span, first_overlap, in_force
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 INSTANCES = {

@@ -8,41 +8,44 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from app.domain.catalog.toml_io import CatalogError, check_sources, parse_entries, parse_table
-from app.domain.cost_catalog import (
+from app.domain.cost.price_records import (
     PRICING_TABLES,
+    CostCatalog,
+    InstancePrice,
+    PricingTerms,
+    ProviderPrice,
+)
+from app.domain.cost.selfbuild_records import (
+    ColocationPrice,
+    ComponentPrice,
+    DepreciationOption,
+    ElectricityPrice,
+    PueOption,
+    SelfBuild,
+    SelfBuildDefaults,
+    SelfBuildFactors,
+    ServerPrice,
+    StaffAssumptions,
+    SystemPower,
+)
+from app.domain.figures import E, by_slug
+from app.domain.provenance import CatalogEntry, Source
+from app.domain.reliability.records import (
     AsyncCheckpoint,
     CheckpointDefaults,
     CheckpointFormula,
     Checkpointing,
     CheckpointNotes,
     CheckpointSize,
-    ColocationPrice,
-    ComponentPrice,
-    CostCatalog,
-    DepreciationOption,
-    E,
-    ElectricityPrice,
     FailureRecord,
-    InstancePrice,
     MeasuredCheckpoint,
-    PricingTerms,
-    ProviderPrice,
-    PueOption,
     Reliability,
     ReliabilityDefaults,
     RestartTime,
-    SelfBuild,
-    SelfBuildDefaults,
-    SelfBuildFactors,
-    ServerPrice,
-    StaffAssumptions,
     StorageBandwidth,
     StorageTier,
-    SystemPower,
     TypicalMfu,
-    by_slug,
 )
-from app.domain.provenance import CatalogEntry, Source
 
 PRICES_FILE = "prices.toml"
 SELFBUILD_FILE = "selfbuild.toml"

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.domain.architecture import Architecture
-from app.domain.cost_catalog import CostCatalog
+from app.domain.cost.price_records import CostCatalog
 from app.domain.efficiency import EfficiencyCatalog
 from app.domain.fitted import FitRecord
 from app.domain.hardware import HardwareCatalog
