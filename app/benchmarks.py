@@ -90,8 +90,8 @@ def sizing_bench(catalog) -> None:
 
 def search_bench(catalog) -> None:
     """The issue's reference search: llama3.1-405b on 16,384 H100, seq 8192, global batch 2,048 sequences."""
-    from app.domain.architecture import parameter_counts
     from app.domain.compute import model_flops_per_token
+    from app.domain.model.counts import parameter_counts
     from app.domain.search import SearchSpec, search
 
     arch = catalog.architecture("llama3.1-405b")

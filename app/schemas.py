@@ -19,8 +19,8 @@ from pydantic import (
     model_validator,
 )
 
-from app.domain.architecture import ArchitectureImportError, check_hf_config_bounds
 from app.domain.export import PlanDocument
+from app.domain.model.hf_config import ArchitectureImportError, check_hf_config_bounds
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 
 

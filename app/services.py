@@ -13,10 +13,12 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from app.domain.architecture import Architecture, ArchitectureImportError, architecture_from_hf_config
 from app.domain.catalog import Catalog, UnknownSlugError
 from app.domain.cluster import Cluster
 from app.domain.estimate import Estimate, HardwareError, InvalidPlan, build_cluster, estimate
+from app.domain.model.architecture import Architecture
+from app.domain.model.hf_config import ArchitectureImportError
+from app.domain.model.hf_import import architecture_from_hf_config
 from app.domain.overrides import OverrideError, apply_overrides
 from app.domain.plan import Plan
 from app.schemas import EstimateRequest
@@ -305,9 +307,9 @@ def checked_plan_document(doc: PlanDocument) -> PlanDocument:
 # --------------------------------------------------------------------------------------------------
 # Plan search (issue 4).
 
-from app.domain.architecture import parameter_counts  # noqa: E402
 from app.domain.compute import model_flops_per_token  # noqa: E402
 from app.domain.cost.gpu_hour import usd_per_gpu_hour  # noqa: E402
+from app.domain.model.counts import parameter_counts  # noqa: E402
 from app.domain.search import SearchCancelled, SearchResult, SearchSpec, SearchTooLarge, search  # noqa: E402
 from app.schemas import PlanSearchRequest  # noqa: E402
 

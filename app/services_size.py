@@ -17,7 +17,6 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from app.domain.architecture import parameter_counts
 from app.domain.catalog import Catalog
 from app.domain.compute import model_flops_per_token
 from app.domain.cost.gpu_hour import usd_per_gpu_hour
@@ -30,6 +29,7 @@ from app.domain.cost.inputs import (
     CostOption,
 )
 from app.domain.cost.selfbuild import capital_usd_per_month
+from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import HOURS_PER_MONTH, plan_checkpoint_bytes_per_param
 from app.domain.reliability.report import reliability_report
 from app.domain.search import SearchCancelled

@@ -36,13 +36,14 @@ from typing import Any
 
 from app.bench.presets import TINY_ARCH, Preset
 from app.bench.scaling import scaled_arch
-from app.domain.architecture import Architecture, parameter_counts
 from app.domain.calibration import bus_factor
 from app.domain.catalog import Catalog
 from app.domain.cluster import Cluster
 from app.domain.compute import hardware_flops_per_token, model_flops_per_token
 from app.domain.estimate import build_cluster, estimate
 from app.domain.memory import layer_terms
+from app.domain.model.architecture import Architecture
+from app.domain.model.counts import parameter_counts
 from app.domain.network import Collective, collective_time, place_group
 from app.domain.plan import Framework, Plan, Recompute, Sharding
 from app.domain.sharding import sharded_state_bytes_counted

@@ -42,7 +42,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from app.domain.architecture import Architecture, LayerKind
+from app.domain.model.architecture import Architecture, LayerKind
 from app.domain.plan import Recompute
 from app.domain.provenance import Frozen
 

@@ -14,7 +14,6 @@ from app.domain.activations import (
     head_activation_bytes,
     logits_bytes,
 )
-from app.domain.architecture import Architecture, ParameterCounts, kv_dim, parameter_counts
 from app.domain.cluster import Cluster
 from app.domain.compute import head_times, layer_times
 from app.domain.evaluate import (
@@ -29,6 +28,8 @@ from app.domain.evaluate import (
     rank_time,
 )
 from app.domain.memory import StageMemory, exact_fsdp2, layer_terms, state_bytes_per_param
+from app.domain.model.architecture import Architecture
+from app.domain.model.counts import ParameterCounts, kv_dim, parameter_counts
 from app.domain.network import link_speeds, plan_groups
 from app.domain.pipeline import RankLayers, rank_layers
 from app.domain.plan import Framework, Offload, Plan, Precision, Recompute, Sharding

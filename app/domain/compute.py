@@ -29,14 +29,9 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from app.domain.architecture import (
-    Architecture,
-    LayerKind,
-    attention_projection_weights,
-    kv_dim,
-    q_dim,
-)
 from app.domain.cluster import Cluster
+from app.domain.model.architecture import Architecture, LayerKind
+from app.domain.model.counts import attention_projection_weights, kv_dim, q_dim
 from app.domain.plan import Plan, Precision, Recompute
 from app.domain.provenance import Frozen
 

@@ -10,7 +10,6 @@ from typing import Any
 
 from pydantic import Field
 
-from app.domain.architecture import Architecture, parameter_counts
 from app.domain.assemble import evaluate_plan
 from app.domain.cluster import Cluster
 from app.domain.compute import hardware_flops_per_token, model_flops_per_token
@@ -23,6 +22,8 @@ from app.domain.memory import (
     layer_terms,
     state_bytes_per_param,
 )
+from app.domain.model.architecture import Architecture
+from app.domain.model.counts import parameter_counts
 from app.domain.pipeline import inflight_microbatches
 from app.domain.plan import Plan, Violation, plan_violations
 from app.domain.provenance import Frozen

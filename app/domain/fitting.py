@@ -24,13 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.domain.architecture import Architecture, parameter_counts
 from app.domain.assemble import model_q, plan_q, step_seconds
 from app.domain.catalog.store import Catalog
 from app.domain.cluster import Cluster
 from app.domain.efficiency import EfficiencyCatalog
 from app.domain.evaluate import ModelQ, PlanQ
 from app.domain.fitted import PARAMETERS, FitRecord, Parameter, apply_values
+from app.domain.model.architecture import Architecture
+from app.domain.model.counts import parameter_counts
 from app.domain.pipeline import RankLayers, rank_layers
 from app.domain.plan import Plan
 from app.domain.provenance import Frozen

@@ -29,9 +29,7 @@ from app.domain.activations import (
     framework_style_for,
     layer_activation_bytes,
 )
-from app.domain.architecture import (
-    Architecture,
-)
+from app.domain.model.architecture import Architecture
 from app.domain.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding
 from app.domain.provenance import Frozen
 

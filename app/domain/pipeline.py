@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.domain.architecture import Architecture, LayerKind
+from app.domain.model.architecture import Architecture, LayerKind
 from app.domain.xp import SCALAR
 
 

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from app.domain.architecture import Architecture, architecture_by_slug
+from app.domain.model.architecture import Architecture, architecture_by_slug
 from app.domain.provenance import CatalogEntry, Confidence, FigureProvenance, Frozen
 
 PUBLISHED_RUNS_FILE = "published_runs.toml"

@@ -18,12 +18,13 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import get_catalog
-from app.domain.architecture import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS, parameter_counts
 from app.domain.catalog import Catalog
 from app.domain.cost.monthly import MonthlyCost
 from app.domain.cost.training import TrainingCost
 from app.domain.estimate import Assumption, Estimate
 from app.domain.export import EXPORT_FORMATS, ExportFormat, PlanDocumentError, export_plan
+from app.domain.model.counts import parameter_counts
+from app.domain.model.hf_import import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS
 from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.schedule import (
     Schedule,

@@ -28,9 +28,11 @@ from app.domain.activations import (  # noqa: E402
     head_activation_bytes,
     layer_activation_bytes,
 )
-from app.domain.architecture import Architecture, architecture_by_slug, parameter_counts, parameter_shapes  # noqa: E402
 from app.domain.catalog.load import load_architectures  # noqa: E402
 from app.domain.catalog.toml_io import load_sources  # noqa: E402
+from app.domain.model.architecture import Architecture, architecture_by_slug  # noqa: E402
+from app.domain.model.counts import parameter_counts  # noqa: E402
+from app.domain.model.torch_shapes import parameter_shapes  # noqa: E402
 from app.domain.plan import Recompute  # noqa: E402
 
 pytestmark = pytest.mark.torch

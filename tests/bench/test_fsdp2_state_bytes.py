@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.architecture import Architecture, parameter_shapes
+from app.domain.model.architecture import Architecture
+from app.domain.model.torch_shapes import parameter_shapes
 from app.domain.sharding import (
     fsdp_padded_shard_numel,
     fsdp_shard_numel,

@@ -15,7 +15,7 @@ from app.domain.activations import (
     layer_activation_bytes,
     logits_bytes,
 )
-from app.domain.architecture import Architecture
+from app.domain.model.architecture import Architecture
 from app.domain.plan import Recompute
 
 # GPT-3 175B layer as in the paper: h = 12288, a = 96 heads of 128, f = 4h, GELU, LayerNorm, learned positions.

@@ -9,12 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import (
-    SUPPORTED_HF_MODEL_TYPES,
-    Architecture,
-    ArchitectureImportError,
-    architecture_by_slug,
-    architecture_from_hf_config,
+from app.domain.catalog.load import load_architectures
+from app.domain.catalog.toml_io import CatalogError, check_sources, load_sources
+from app.domain.model.architecture import Architecture, architecture_by_slug
+from app.domain.model.counts import (
     attention_parameters,
     expert_parameters,
     kv_cache_width,
@@ -26,8 +24,8 @@ from app.domain.architecture import (
     stage_parameter_count,
     v_dim,
 )
-from app.domain.catalog.load import load_architectures
-from app.domain.catalog.toml_io import CatalogError, check_sources, load_sources
+from app.domain.model.hf_config import SUPPORTED_HF_MODEL_TYPES, ArchitectureImportError
+from app.domain.model.hf_import import architecture_from_hf_config
 from app.domain.provenance import Confidence
 
 DATA = Path(__file__).resolve().parents[2] / "data"

@@ -865,9 +865,9 @@ def test_shell_words() -> None:
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron", "fsdp2"])
 def test_search_never_returns_a_plan_its_framework_refuses(framework: str) -> None:
-    from app.domain.architecture import parameter_counts
     from app.domain.capabilities import capability_violations
     from app.domain.compute import model_flops_per_token
+    from app.domain.model.counts import parameter_counts
     from app.domain.search import SearchSpec, search
 
     arch = CATALOG.architecture("llama3.1-8b")

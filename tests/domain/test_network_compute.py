@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import parameter_counts
 from app.domain.catalog import load_catalog
 from app.domain.compute import hardware_flops_per_token, model_flops_per_token
 from app.domain.estimate import build_cluster
+from app.domain.model.counts import parameter_counts
 from app.domain.network import Collective, collective_time, place_group
 from app.domain.plan import Plan, Recompute
 

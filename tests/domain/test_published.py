@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import parameter_counts
 from app.domain.catalog.load import load_architectures
 from app.domain.catalog.published_files import (
     check_run_architectures,
@@ -17,6 +16,7 @@ from app.domain.catalog.published_files import (
     load_published_runs,
 )
 from app.domain.catalog.toml_io import CatalogError, load_sources, parse_entries
+from app.domain.model.counts import parameter_counts
 from app.domain.provenance import Confidence
 from app.domain.published import (
     FlopsAccounting,

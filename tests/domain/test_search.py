@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import parameter_counts
 from app.domain.catalog import load_catalog
 from app.domain.compute import model_flops_per_token
 from app.domain.estimate import build_cluster, estimate
+from app.domain.model.counts import parameter_counts
 from app.domain.plan import Framework, Offload, Recompute, Sharding
 from app.domain.search import Objective, SearchSpec, SearchTooLarge, evaluate_all, explain, search
 

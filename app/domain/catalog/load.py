@@ -9,18 +9,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from app.domain.architecture import Architecture
 from app.domain.catalog.cost_files import load_cost_catalog
 from app.domain.catalog.hardware_files import load_hardware
 from app.domain.catalog.published_files import check_run_architectures, check_run_nodes, load_published_runs
 from app.domain.catalog.toml_io import CatalogError, load_sources
 from app.domain.efficiency import EfficiencyCatalog
 from app.domain.fitted import FitRecord, apply_values
+from app.domain.model.architecture import Architecture
 from app.domain.provenance import Source
 
 if TYPE_CHECKING:
     pass
-from app.domain.architecture import ARCHITECTURES_FILE, ARCHITECTURES_TABLE
 from app.domain.catalog.store import Catalog
 from app.domain.catalog.toml_io import check_sources, parse_entries, parse_table, read_toml
 from app.domain.efficiency import (
@@ -32,6 +31,7 @@ from app.domain.efficiency import (
     StackProfile,
 )
 from app.domain.fitted import FITTED_FILE, PARAMETERS
+from app.domain.model.architecture import ARCHITECTURES_FILE, ARCHITECTURES_TABLE
 
 
 def load_catalog(data_dir: Path) -> Catalog:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from app.domain.architecture import Architecture, architecture_by_slug
 from app.domain.catalog.toml_io import CatalogError, check_sources, parse_entries, parse_table
 from app.domain.hardware import HardwareCatalog
+from app.domain.model.architecture import Architecture, architecture_by_slug
 from app.domain.provenance import Source
 from app.domain.published import (
     PUBLISHED_RUNS_DIR,

@@ -9,11 +9,11 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.domain.architecture import Architecture
 from app.domain.cost.price_records import CostCatalog
 from app.domain.efficiency import EfficiencyCatalog
 from app.domain.fitted import FitRecord
 from app.domain.hardware import HardwareCatalog
+from app.domain.model.architecture import Architecture
 from app.domain.provenance import CatalogEntry, Source
 from app.domain.published import PublishedRun
 

@@ -9,7 +9,6 @@ from collections.abc import Sequence
 
 from pydantic import Field
 
-from app.domain.architecture import Architecture
 from app.domain.cost.cloud import CloudPrices, cloud_prices, commitment_usd, instance_for_accelerator
 from app.domain.cost.inputs import (
     SECONDS_PER_HOUR,
@@ -25,6 +24,7 @@ from app.domain.cost.serving import ServingCheck, serving_check
 from app.domain.cost.storage import StorageCost, _storage
 from app.domain.estimate import Assumption
 from app.domain.hardware import HardwareCatalog
+from app.domain.model.architecture import Architecture
 from app.domain.provenance import Frozen
 from app.domain.reliability.formulas import HOURS_PER_MONTH, expected_failures, wall_clock_hours
 from app.domain.reliability.report import ReliabilityReport, reliability_report

@@ -19,9 +19,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from app.domain.architecture import Architecture
 from app.domain.estimate import Estimate
 from app.domain.hardware import Fabric, Node
+from app.domain.model.architecture import Architecture
 from app.domain.overrides import OVERRIDE_KEYS
 from app.domain.plan import Plan, plan_violations
 from app.domain.provenance import SLUG_PATTERN, Frozen
