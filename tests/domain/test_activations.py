@@ -275,16 +275,13 @@ def test_validation_and_framework_mapping():
     assert framework_style_for("deepspeed") == "torch"
 
 
-def test_per_op_selective_recompute_keeps_every_other_matmul_output() -> None:
+def test_per_op_selective_recompute_keeps_every_other_matmul_output(catalog) -> None:
     """torchtitan's op SAC on a Llama 3.1 8B block (h 4096, 32 heads / 8 KV heads of 128, f 14336), micro-batch 2
     × 8192 tokens = T 16384, bf16, no TP. Saved per layer: input T·h·2 = 128 MiB; wq out T·4096·2 = 128 MiB and
     wv out T·1024·2 = 32 MiB (matmuls 1 and 3); attention output T·4096·2 + logsumexp T·32·4 = 130 MiB; w1 out
     T·14336·2 = 448 MiB and w2 out T·4096·2 = 128 MiB (matmuls 5 and 7) — 994 MiB, against 2,626 MiB with no
     recompute and 128 MiB with full recompute."""
-    from app.domain.catalog import load_catalog
-    from app.settings import REPO_ROOT
-
-    arch = load_catalog(REPO_ROOT / "data").architecture("llama3.1-8b")
+    arch = catalog.architecture("llama3.1-8b")
     kw = dict(micro_batch=2, seq_len=8192)
     op = layer_activation_bytes(arch, "dense", recompute=Recompute.selective_op, **kw)
     assert op.saved_bytes == 994 * 2**20

@@ -57,11 +57,6 @@ KNOWN_TOTALS = {
 
 
 @pytest.fixture(scope="module")
-def sources():
-    return load_sources(DATA)
-
-
-@pytest.fixture(scope="module")
 def presets(sources):
     return {a.slug: a for a in load_architectures(DATA, sources)}
 

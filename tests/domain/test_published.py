@@ -89,11 +89,6 @@ KNOWN_ACCELERATOR_SLUGS = {
 
 
 @pytest.fixture(scope="module")
-def sources():
-    return load_sources(DATA)
-
-
-@pytest.fixture(scope="module")
 def runs():
     """The 29 runs transcribed from shared/reference/published_runs.json (data/published_runs.toml); the runs
     added per source family under data/published_runs/ are checked by the tests at the end of this file."""
