@@ -21,6 +21,7 @@ from app.domain.catalog import (
     entry_record,
     load_catalog,
 )
+from app.domain.estimator.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.export import (
     ExportFormat,
     PlanDocument,
@@ -29,7 +30,6 @@ from app.domain.export import (
     parse_plan_document,
     request_fields,
 )
-from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.schemas import EstimateRequest, load_json_text
 from app.services import InputError
 from app.settings import Settings
@@ -643,7 +643,7 @@ def validate(
     """Predicted vs published throughput for every published run: out of sample with --cv, else the fit error."""
     catalog = _catalog()
     if cv:
-        from app.domain.fitting import cross_validate
+        from app.domain.estimator.fitting import cross_validate
 
         report = cross_validate(catalog)
         if as_json:
@@ -651,7 +651,7 @@ def validate(
             return
         _print_cv(report)
         return
-    from app.domain.validation import validate as run_validation
+    from app.domain.estimator.validation import validate as run_validation
 
     report = run_validation(catalog)
     if as_json:
@@ -717,8 +717,8 @@ def calibrate_published(
     """Fit the estimator's shared constants on the published runs, cross-validate, write data/fitted.toml."""
     import datetime
 
-    from app.domain.fitted import FITTED_FILE, PARAMETERS, fit_record_toml
-    from app.domain.fitting import cross_validate, fit, fit_record, scorable_runs
+    from app.domain.estimator.fitted import FITTED_FILE, PARAMETERS, fit_record_toml
+    from app.domain.estimator.fitting import cross_validate, fit, fit_record, scorable_runs
 
     catalog = _catalog()
     runs = scorable_runs(catalog)

@@ -19,9 +19,9 @@ from pydantic import (
     model_validator,
 )
 
+from app.domain.estimator.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.export import PlanDocument
 from app.domain.model.hf_config import ArchitectureImportError, check_hf_config_bounds
-from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 
 
 class ErrorOut(BaseModel):
@@ -284,7 +284,7 @@ class MonthlyCostRequest(StrictNumbers):
 # --------------------------------------------------------------------------------------------------
 # Plan search (issue 4): `POST /api/v1/plans/search`, `capplan plan`.
 
-from app.domain.search import Objective  # noqa: E402
+from app.domain.search.engine import Objective  # noqa: E402
 
 RANGE_PATTERN = r"^\s*\d+(\.\d+)?([eE]\d+)?\s*:\s*\d+(\.\d+)?([eE]\d+)?\s*$"
 

@@ -292,7 +292,7 @@ def train_and_measure(
             achieved_tflops=flops / p50 / 1e12,
         )
         if device.type == "cuda" and preset.accelerator:
-            from app.domain.compute import model_flops_per_token
+            from app.domain.estimator.compute import model_flops_per_token
             from app.domain.model.counts import parameter_counts
 
             model_flops = model_flops_per_token(

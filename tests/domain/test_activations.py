@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.activations import (
+from app.domain.estimator.activations import (
     embedding_activation_bytes,
     framework_style_for,
     head_activation_bytes,
     layer_activation_bytes,
     logits_bytes,
 )
+from app.domain.estimator.plan import Recompute
 from app.domain.model.architecture import Architecture
-from app.domain.plan import Recompute
 
 # GPT-3 175B layer as in the paper: h = 12288, a = 96 heads of 128, f = 4h, GELU, LayerNorm, learned positions.
 GPT3 = Architecture(

@@ -10,7 +10,7 @@ import pytest
 
 from app.domain.catalog.hardware_files import load_hardware
 from app.domain.catalog.toml_io import CatalogError, load_sources
-from app.domain.hardware import (
+from app.domain.estimator.hardware import (
     GIB,
     Accelerator,
     HardwareCatalog,

@@ -7,11 +7,11 @@ from pathlib import Path
 import pytest
 
 from app.domain.catalog import load_catalog
-from app.domain.compute import hardware_flops_per_token, model_flops_per_token
-from app.domain.estimate import build_cluster
+from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
+from app.domain.estimator.estimate import build_cluster
+from app.domain.estimator.network import Collective, collective_time, place_group
+from app.domain.estimator.plan import Plan, Recompute
 from app.domain.model.counts import parameter_counts
-from app.domain.network import Collective, collective_time, place_group
-from app.domain.plan import Plan, Recompute
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 
@@ -87,7 +87,7 @@ def test_ring_collectives_across_nodes_use_every_nic_of_the_node() -> None:
     """nccl-tests across DGX H100 nodes (8 × 400 Gb/s NDR, source NCCL-MULTINODE): all-reduce bus bandwidth
     400–450 GB/s, i.e. ≈ 8 × one GPU's 50 GB/s NIC share, bounded by NVLink — a ring leaves each node once per
     channel and the channels use all 8 rails. A group with one GPU per node gets one rail; a send one share."""
-    from app.domain.network import place_group
+    from app.domain.estimator.network import place_group
 
     c = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=16, node="dgx-h100")
     dp = place_group("dp", 16, 1, c)  # 8 GPUs on each of 2 nodes

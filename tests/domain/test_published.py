@@ -16,15 +16,15 @@ from app.domain.catalog.published_files import (
     load_published_runs,
 )
 from app.domain.catalog.toml_io import CatalogError, load_sources, parse_entries
-from app.domain.model.counts import parameter_counts
-from app.domain.provenance import Confidence
-from app.domain.published import (
+from app.domain.estimator.published import (
     FlopsAccounting,
     PublishedRun,
     Sharding,
     accounting_flops_per_iteration,
     architecture_for_run,
 )
+from app.domain.model.counts import parameter_counts
+from app.domain.provenance import Confidence
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data"

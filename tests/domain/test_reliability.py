@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import app.domain.reliability as reliability
 from app.domain.catalog import load_catalog
-from app.domain.plan import Framework, Plan
+from app.domain.estimator.plan import Framework, Plan
 from app.domain.reliability.formulas import (
     ReliabilityOverrides,
     daly_interval_s,

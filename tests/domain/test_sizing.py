@@ -8,9 +8,9 @@ from collections import Counter
 
 import pytest
 
-from app.domain.plan import Plan
-from app.domain.search import Candidate
-from app.domain.sizing import REASON_DEADLINE, Offer, SizedPlan, choose, pareto_front, price_plan
+from app.domain.estimator.plan import Plan
+from app.domain.search.engine import Candidate
+from app.domain.search.sizing import REASON_DEADLINE, Offer, SizedPlan, choose, pareto_front, price_plan
 from app.services_size import SizeRequest, run_size
 
 PLAN = Plan(tp=8, pp=1, dp=8, global_batch=64, seq_len=8192)

@@ -7,7 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.domain.catalog.toml_io import CatalogError, check_sources, parse_entries, read_toml
-from app.domain.hardware import Accelerator, Fabric, HardwareCatalog, Node, Switch, Topology, node_problem
+from app.domain.estimator.hardware import (
+    Accelerator,
+    Fabric,
+    HardwareCatalog,
+    Node,
+    Switch,
+    Topology,
+    node_problem,
+)
 from app.domain.provenance import Source
 
 ACCELERATORS_FILE = "accelerators.toml"

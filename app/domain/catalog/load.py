@@ -13,8 +13,8 @@ from app.domain.catalog.cost_files import load_cost_catalog
 from app.domain.catalog.hardware_files import load_hardware
 from app.domain.catalog.published_files import check_run_architectures, check_run_nodes, load_published_runs
 from app.domain.catalog.toml_io import CatalogError, load_sources
-from app.domain.efficiency import EfficiencyCatalog
-from app.domain.fitted import FitRecord, apply_values
+from app.domain.estimator.efficiency import EfficiencyCatalog
+from app.domain.estimator.fitted import FitRecord, apply_values
 from app.domain.model.architecture import Architecture
 from app.domain.provenance import Source
 
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     pass
 from app.domain.catalog.store import Catalog
 from app.domain.catalog.toml_io import check_sources, parse_entries, parse_table, read_toml
-from app.domain.efficiency import (
+from app.domain.estimator.efficiency import (
     EFFICIENCY_FILE,
     AcceleratorEfficiency,
     NetworkEfficiency,
@@ -30,7 +30,7 @@ from app.domain.efficiency import (
     ScaleTerms,
     StackProfile,
 )
-from app.domain.fitted import FITTED_FILE, PARAMETERS
+from app.domain.estimator.fitted import FITTED_FILE, PARAMETERS
 from app.domain.model.architecture import ARCHITECTURES_FILE, ARCHITECTURES_TABLE
 
 

@@ -7,10 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from app.domain.catalog.toml_io import CatalogError, check_sources, parse_entries, parse_table
-from app.domain.hardware import HardwareCatalog
-from app.domain.model.architecture import Architecture, architecture_by_slug
-from app.domain.provenance import Source
-from app.domain.published import (
+from app.domain.estimator.hardware import HardwareCatalog
+from app.domain.estimator.published import (
     PUBLISHED_RUNS_DIR,
     PUBLISHED_RUNS_FILE,
     PUBLISHED_RUNS_TABLE,
@@ -18,6 +16,8 @@ from app.domain.published import (
     PublishedReliabilityStats,
     PublishedRun,
 )
+from app.domain.model.architecture import Architecture, architecture_by_slug
+from app.domain.provenance import Source
 
 
 def load_published_runs(data_dir: Path, sources: dict[str, Source]) -> tuple[PublishedRun, ...]:

@@ -10,15 +10,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from app.domain.cost.price_records import CostCatalog
-from app.domain.efficiency import EfficiencyCatalog
-from app.domain.fitted import FitRecord
-from app.domain.hardware import HardwareCatalog
+from app.domain.estimator.efficiency import EfficiencyCatalog
+from app.domain.estimator.fitted import FitRecord
+from app.domain.estimator.hardware import HardwareCatalog
+from app.domain.estimator.published import PublishedRun
 from app.domain.model.architecture import Architecture
 from app.domain.provenance import CatalogEntry, Source
-from app.domain.published import PublishedRun
 
 if TYPE_CHECKING:
-    from app.domain.calibration import Calibrations
+    from app.domain.estimator.calibration import Calibrations
 
 __all__ = ["Catalog", "CATALOG_KINDS", "entry_record", "UnknownSlugError"]
 

@@ -22,9 +22,9 @@ from app.domain.cost.inputs import (
     _prov,
 )
 from app.domain.cost.price_records import CostCatalog, InstancePrice, OnDemandPrice
-from app.domain.estimate import Assumption
+from app.domain.estimator.estimate import Assumption
+from app.domain.estimator.hardware import HardwareCatalog
 from app.domain.figures import in_force
-from app.domain.hardware import HardwareCatalog
 from app.domain.provenance import Frozen
 
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from app.domain.estimate import Assumption
+from app.domain.estimator.estimate import Assumption
 from app.domain.provenance import CatalogEntry, FigureProvenance, Frozen
 from app.domain.reliability.formulas import ReliabilityOverrides
 

@@ -19,8 +19,8 @@ from app.domain.cost.selfbuild import (
     self_build_tco,
     self_build_wins_at_utilisation,
 )
-from app.domain.estimate import Assumption
-from app.domain.hardware import HardwareCatalog
+from app.domain.estimator.estimate import Assumption
+from app.domain.estimator.hardware import HardwareCatalog
 from app.domain.provenance import Frozen
 from app.domain.reliability.formulas import HOURS_PER_MONTH
 

@@ -33,8 +33,8 @@ from app.domain.cost.inputs import (
 )
 from app.domain.cost.price_records import CostCatalog
 from app.domain.cost.selfbuild_records import SelfBuild
-from app.domain.estimate import Assumption
-from app.domain.hardware import FatTreeSize, HardwareCatalog, Node, fat_tree_switch_counts
+from app.domain.estimator.estimate import Assumption
+from app.domain.estimator.hardware import FatTreeSize, HardwareCatalog, Node, fat_tree_switch_counts
 from app.domain.provenance import Frozen
 from app.domain.reliability.formulas import HOURS_PER_MONTH
 

@@ -7,7 +7,7 @@ from datetime import date
 from pydantic import Field
 
 from app.domain.cost.price_records import CostCatalog
-from app.domain.hardware import HardwareCatalog
+from app.domain.estimator.hardware import HardwareCatalog
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import kv_cache_width
 from app.domain.provenance import Frozen

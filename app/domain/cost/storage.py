@@ -18,7 +18,7 @@ from app.domain.cost.inputs import (
     _override,
 )
 from app.domain.cost.price_records import CostCatalog, Tier
-from app.domain.estimate import Assumption
+from app.domain.estimator.estimate import Assumption
 from app.domain.provenance import Frozen
 
 

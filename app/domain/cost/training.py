@@ -22,8 +22,8 @@ from app.domain.cost.price_records import CostCatalog
 from app.domain.cost.selfbuild import SelfBuildTco, self_build_inputs, self_build_node_for, self_build_tco
 from app.domain.cost.serving import ServingCheck, serving_check
 from app.domain.cost.storage import StorageCost, _storage
-from app.domain.estimate import Assumption
-from app.domain.hardware import HardwareCatalog
+from app.domain.estimator.estimate import Assumption
+from app.domain.estimator.hardware import HardwareCatalog
 from app.domain.model.architecture import Architecture
 from app.domain.provenance import Frozen
 from app.domain.reliability.formulas import HOURS_PER_MONTH, expected_failures, wall_clock_hours

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
-from app.domain.capabilities import capability_violations
+from app.domain.estimator.capabilities import capability_violations
+from app.domain.estimator.plan import Framework
 from app.domain.export.deepspeed import deepspeed_json
 from app.domain.export.document import (
     PLAN_SCHEMA,
@@ -41,7 +42,6 @@ from app.domain.export.megatron import megatron_args, megatron_script
 from app.domain.export.monitoring import grafana_dashboard, prometheus_rules
 from app.domain.export.scripts import slurm_script, torchrun_script
 from app.domain.export.torchtitan import TORCHTITAN_MODELS, TORCHTITAN_VERSION, torchtitan_config_module
-from app.domain.plan import Framework
 from app.domain.provenance import Frozen
 
 

@@ -10,8 +10,8 @@ from typing import Literal
 
 from pydantic import Field
 
-from app.domain.memory import state_bytes_per_param
-from app.domain.plan import Plan
+from app.domain.estimator.memory import state_bytes_per_param
+from app.domain.estimator.plan import Plan
 from app.domain.provenance import Frozen
 
 SECONDS_PER_HOUR = 3600.0

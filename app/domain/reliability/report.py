@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import Field
 
 from app.domain.cost.price_records import CostCatalog
-from app.domain.estimate import Assumption
+from app.domain.estimator.estimate import Assumption
 from app.domain.figures import by_slug
 from app.domain.provenance import CatalogEntry, Frozen
 from app.domain.reliability.formulas import (

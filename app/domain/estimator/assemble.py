@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import math
 
-from app.domain.activations import (
+from app.domain.estimator.activations import (
     embedding_activation_bytes,
     framework_style_for,
     head_activation_bytes,
     logits_bytes,
 )
-from app.domain.cluster import Cluster
-from app.domain.compute import head_times, layer_times
-from app.domain.evaluate import (
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.compute import head_times, layer_times
+from app.domain.estimator.evaluate import (
     Consts,
     KeyQ,
     ModelQ,
@@ -27,15 +27,15 @@ from app.domain.evaluate import (
     rank_memory,
     rank_time,
 )
-from app.domain.memory import StageMemory, exact_fsdp2, layer_terms, state_bytes_per_param
+from app.domain.estimator.memory import StageMemory, exact_fsdp2, layer_terms, state_bytes_per_param
+from app.domain.estimator.network import link_speeds, plan_groups
+from app.domain.estimator.pipeline import RankLayers, rank_layers
+from app.domain.estimator.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
+from app.domain.estimator.sharding import sharded_state_bytes_counted
+from app.domain.estimator.step import RankTime, StepTime
+from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import ParameterCounts, kv_dim, parameter_counts
-from app.domain.network import link_speeds, plan_groups
-from app.domain.pipeline import RankLayers, rank_layers
-from app.domain.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
-from app.domain.sharding import sharded_state_bytes_counted
-from app.domain.step import RankTime, StepTime
-from app.domain.xp import SCALAR
 
 OPTIMIZER_TRAFFIC_B = {"adamw": 30.0, "adamw-8bit": 18.0, "sgd": 20.0}  # bytes moved per local parameter
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from app.domain.cluster import Cluster
-from app.domain.xp import SCALAR
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.xp import SCALAR
 
 
 class Collective(StrEnum):

@@ -25,18 +25,18 @@ from typing import Any
 import numpy as np
 from pydantic import Field
 
-from app.domain.assemble import consts, exact_state, key_q, model_q
-from app.domain.capabilities import Facts, capability_masks
-from app.domain.cluster import Cluster
-from app.domain.estimate import Estimate, estimate
-from app.domain.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
-from app.domain.memory import host_capacity_bytes
+from app.domain.estimator.assemble import consts, exact_state, key_q, model_q
+from app.domain.estimator.capabilities import Facts, capability_masks
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.estimate import Estimate, estimate
+from app.domain.estimator.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
+from app.domain.estimator.memory import host_capacity_bytes
+from app.domain.estimator.pipeline import rank_layers
+from app.domain.estimator.plan import Framework, Offload, Optimizer, Plan, Precision, Recompute, Sharding
+from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
-from app.domain.pipeline import rank_layers
-from app.domain.plan import Framework, Offload, Optimizer, Plan, Precision, Recompute, Sharding
 from app.domain.provenance import Frozen
-from app.domain.xp import VECTOR
 
 GIB = 1024**3
 SHARDINGS_BY_FRAMEWORK = {

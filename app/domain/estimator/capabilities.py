@@ -22,7 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.plan import Framework, Offload, Optimizer, Plan, Precision, Recompute, Sharding, Violation
+from app.domain.estimator.plan import (
+    Framework,
+    Offload,
+    Optimizer,
+    Plan,
+    Precision,
+    Recompute,
+    Sharding,
+    Violation,
+)
 
 MEGATRON_SOURCE = (
     "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args; megatron-core 0.16.1"

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from app.domain.network import (
+from app.domain.estimator.network import (
     Collective,
     all_to_all_seconds,
     collective_seconds,
@@ -161,7 +161,7 @@ def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, N
 
 
 def inflight(xp, rank: Num, pq: PlanQ) -> Num:
-    from app.domain.pipeline import inflight_microbatches
+    from app.domain.estimator.pipeline import inflight_microbatches
 
     return inflight_microbatches(rank, pq.pp, pq.vpp, pq.micro_batches, xp)
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture, LayerKind
-from app.domain.xp import SCALAR
 
 
 @dataclass(frozen=True, slots=True)

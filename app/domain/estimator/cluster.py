@@ -9,14 +9,14 @@ import math
 
 from pydantic import Field
 
-from app.domain.efficiency import (
+from app.domain.estimator.efficiency import (
     AcceleratorEfficiency,
     NetworkEfficiency,
     RuntimeMemory,
     ScaleTerms,
     StackProfile,
 )
-from app.domain.hardware import Accelerator, Fabric, Node
+from app.domain.estimator.hardware import Accelerator, Fabric, Node
 from app.domain.provenance import Frozen
 
 

@@ -42,8 +42,8 @@ from typing import Literal
 
 from pydantic import Field
 
+from app.domain.estimator.plan import Recompute
 from app.domain.model.architecture import Architecture, LayerKind
-from app.domain.plan import Recompute
 from app.domain.provenance import Frozen
 
 FrameworkStyle = Literal["megatron", "torch"]

@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from app.domain.search import Candidate
+from app.domain.search.engine import Candidate
 
 GIB = 1024**3
 HOURS_PER_YEAR = 8766.0

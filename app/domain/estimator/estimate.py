@@ -10,24 +10,24 @@ from typing import Any
 
 from pydantic import Field
 
-from app.domain.assemble import evaluate_plan
-from app.domain.cluster import Cluster
-from app.domain.compute import hardware_flops_per_token, model_flops_per_token
-from app.domain.efficiency import EfficiencyCatalog
-from app.domain.hardware import HardwareCatalog
-from app.domain.memory import (
+from app.domain.estimator.assemble import evaluate_plan
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
+from app.domain.estimator.efficiency import EfficiencyCatalog
+from app.domain.estimator.hardware import HardwareCatalog
+from app.domain.estimator.memory import (
     StageMemory,
     host_bytes_per_node,
     host_capacity_bytes,
     layer_terms,
     state_bytes_per_param,
 )
+from app.domain.estimator.pipeline import inflight_microbatches
+from app.domain.estimator.plan import Plan, Violation, plan_violations
+from app.domain.estimator.step import StepTime
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
-from app.domain.pipeline import inflight_microbatches
-from app.domain.plan import Plan, Violation, plan_violations
 from app.domain.provenance import Frozen
-from app.domain.step import StepTime
 
 SECONDS_PER_DAY = 86_400
 

@@ -24,13 +24,9 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from app.domain.activations import (
-    ActivationTerms,
-    framework_style_for,
-    layer_activation_bytes,
-)
+from app.domain.estimator.activations import ActivationTerms, framework_style_for, layer_activation_bytes
+from app.domain.estimator.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding
 from app.domain.model.architecture import Architecture
-from app.domain.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding
 from app.domain.provenance import Frozen
 
 GIB = 1024**3

@@ -33,8 +33,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from app.domain.cluster import Cluster
-from app.domain.estimate import Assumption
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.estimate import Assumption
 from app.domain.provenance import Confidence, FigureProvenance, Frozen
 
 GEMM_RE = re.compile(r"^gemm:(?P<dtype>[a-z0-9]+):(?P<m>\d+)x(?P<n>\d+)x(?P<k>\d+)$")

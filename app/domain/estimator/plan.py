@@ -370,7 +370,7 @@ def plan_violations(
                 "use framework deepspeed",
             )
     if not out:
-        from app.domain.capabilities import capability_violations  # the table reads Plan: imported late
+        from app.domain.estimator.capabilities import capability_violations
 
         out.extend(capability_violations(plan, tied_embeddings=tied_embeddings))
     return out

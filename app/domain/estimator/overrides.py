@@ -13,7 +13,7 @@ from datetime import date
 from pydantic import ValidationError
 
 from app.domain.catalog.clock import today
-from app.domain.cluster import Cluster
+from app.domain.estimator.cluster import Cluster
 from app.domain.provenance import Confidence, FigureProvenance
 
 OVERRIDABLE: dict[str, tuple[str, ...]] = {

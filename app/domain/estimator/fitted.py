@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from app.domain.efficiency import EfficiencyCatalog
+from app.domain.estimator.efficiency import EfficiencyCatalog
 from app.domain.provenance import Confidence, FigureProvenance, Frozen
 
 FITTED_FILE = "fitted.toml"

@@ -29,10 +29,10 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from app.domain.cluster import Cluster
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.plan import Plan, Precision, Recompute
 from app.domain.model.architecture import Architecture, LayerKind
 from app.domain.model.counts import attention_projection_weights, kv_dim, q_dim
-from app.domain.plan import Plan, Precision, Recompute
 from app.domain.provenance import Frozen
 
 # HBM bytes moved per activation element in the forward, by op, with fused kernels vs eager PyTorch.

@@ -11,16 +11,16 @@ from __future__ import annotations
 import statistics
 
 from app.domain.catalog.store import Catalog
-from app.domain.cluster import Cluster
-from app.domain.estimate import Estimate, InvalidPlan, build_cluster, estimate
-from app.domain.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
-from app.domain.provenance import Frozen
-from app.domain.published import (
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.estimate import Estimate, InvalidPlan, build_cluster, estimate
+from app.domain.estimator.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
+from app.domain.estimator.published import (
     FlopsAccounting,
     PublishedRun,
     accounting_flops_per_iteration,
     architecture_for_run,
 )
+from app.domain.provenance import Frozen
 
 # The cluster each published run ran on, where the run does not say: the reference server of its GPU.
 DEFAULT_NODE = {

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from pydantic import Field
 
-from app.domain.network import Groups
+from app.domain.estimator.network import Groups
 from app.domain.provenance import Frozen
 
 

@@ -24,19 +24,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from app.domain.assemble import model_q, plan_q, step_seconds
 from app.domain.catalog.store import Catalog
-from app.domain.cluster import Cluster
-from app.domain.efficiency import EfficiencyCatalog
-from app.domain.evaluate import ModelQ, PlanQ
-from app.domain.fitted import PARAMETERS, FitRecord, Parameter, apply_values
+from app.domain.estimator.assemble import model_q, plan_q, step_seconds
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.efficiency import EfficiencyCatalog
+from app.domain.estimator.evaluate import ModelQ, PlanQ
+from app.domain.estimator.fitted import PARAMETERS, FitRecord, Parameter, apply_values
+from app.domain.estimator.pipeline import RankLayers, rank_layers
+from app.domain.estimator.plan import Plan
+from app.domain.estimator.published import PublishedRun, architecture_for_run
+from app.domain.estimator.validation import published_iteration_s, run_cluster, run_plan, validate_run
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
-from app.domain.pipeline import RankLayers, rank_layers
-from app.domain.plan import Plan
 from app.domain.provenance import Frozen
-from app.domain.published import PublishedRun, architecture_for_run
-from app.domain.validation import published_iteration_s, run_cluster, run_plan, validate_run
 
 NOISE = 0.10  # run-to-run scatter of published throughput the model cannot explain (log units); loss scale
 MAX_ITERATIONS = 30
