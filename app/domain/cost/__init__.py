@@ -20,8 +20,8 @@ H100), prices in force on ``prices_as_of`` (default: the current, open-ended pri
 - Storage (S3 Standard tiers) for the dataset and kept checkpoints over the run, data movement (internet
   egress tiers, inter-region) — the article's "data locality".
 
-**Self-build**: servers + fabric sized from the topology (:func:`app.domain.hardware.fat_tree_switch_counts`:
-switches, cables, transceivers; NICs) + storage + installation = capex; opex per month = power (nodes ×
+**Self-build**: servers + fabric sized from the topology
+(:func:`app.domain.estimator.hardware.fat_tree_switch_counts`: switches, cables, transceivers; NICs) + storage + installation = capex; opex per month = power (nodes ×
 kW × average draw × PUE × $/kWh × 730 h) + colocation ($/kW-month on the provisioned IT kW) + staff +
 maintenance; capital per month = the annuity that repays capex less residual value over the depreciation
 years at the cost of capital. Monthly equivalent = capital + opex. Break-even month (cash: capex up front

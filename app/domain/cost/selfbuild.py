@@ -142,7 +142,7 @@ def capital_usd_per_month(capex_usd: float, residual_usd: float, years: float, r
 
 def fabric_cost(inputs: SelfBuildInputs, nodes: int, nics_per_node: int) -> FabricCost:
     """The scale-out fabric of ``nodes`` servers: one NIC port per endpoint, a non-blocking (or
-    ``inputs.oversubscription``) fat tree sized by :func:`app.domain.hardware.fat_tree_switch_counts`,
+    ``inputs.oversubscription``) fat tree sized by :func:`app.domain.estimator.hardware.fat_tree_switch_counts`,
     switches at ``switch_usd``, cables and optics per NIC port by tier count, NICs at ``nic_usd``. A single
     node needs no fabric.
 

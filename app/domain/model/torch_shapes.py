@@ -23,7 +23,7 @@ def parameter_shapes(arch: Architecture) -> tuple[ParamShape, ...]:
 
     A tied output head shares ``tok_embeddings.weight`` and is not listed again. The element counts add up
     to :func:`parameter_counts` ``.total``; FSDP2's per-rank shard sizes follow from the shapes
-    (``app.domain.sharding``).
+    (``app.domain.estimator.sharding``).
     """
     h = arch.hidden_size
     out: list[ParamShape] = []
