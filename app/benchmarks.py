@@ -6,8 +6,8 @@ import statistics
 import time
 
 from app.domain.catalog import load_catalog
-from app.domain.estimate import build_cluster, estimate
-from app.domain.plan import Framework, Plan, Recompute, Sharding
+from app.domain.estimator.estimate import build_cluster, estimate
+from app.domain.estimator.plan import Framework, Plan, Recompute, Sharding
 from app.settings import Settings
 
 
@@ -90,9 +90,9 @@ def sizing_bench(catalog) -> None:
 
 def search_bench(catalog) -> None:
     """The issue's reference search: llama3.1-405b on 16,384 H100, seq 8192, global batch 2,048 sequences."""
-    from app.domain.architecture import parameter_counts
-    from app.domain.compute import model_flops_per_token
-    from app.domain.search import SearchSpec, search
+    from app.domain.estimator.compute import model_flops_per_token
+    from app.domain.model.counts import parameter_counts
+    from app.domain.search.engine import SearchSpec, search
 
     arch = catalog.architecture("llama3.1-405b")
     cases = {

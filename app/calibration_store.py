@@ -32,7 +32,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session, selectinload
 
 from app.db.tables import BenchmarkRun
-from app.domain.calibration import CalibrationRun, Calibrations, Sample, fit_calibrations, fit_run
+from app.domain.estimator.calibration import CalibrationRun, Calibrations, Sample, fit_calibrations, fit_run
 from app.schemas import BenchmarkResultIn
 
 SHIPPED_DIR = "calibration"

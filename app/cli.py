@@ -21,6 +21,7 @@ from app.domain.catalog import (
     entry_record,
     load_catalog,
 )
+from app.domain.estimator.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.export import (
     ExportFormat,
     PlanDocument,
@@ -29,7 +30,6 @@ from app.domain.export import (
     parse_plan_document,
     request_fields,
 )
-from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.schemas import EstimateRequest, load_json_text
 from app.services import InputError
 from app.settings import Settings
@@ -643,7 +643,7 @@ def validate(
     """Predicted vs published throughput for every published run: out of sample with --cv, else the fit error."""
     catalog = _catalog()
     if cv:
-        from app.domain.fitting import cross_validate
+        from app.domain.estimator.fitting import cross_validate
 
         report = cross_validate(catalog)
         if as_json:
@@ -651,7 +651,7 @@ def validate(
             return
         _print_cv(report)
         return
-    from app.domain.validation import validate as run_validation
+    from app.domain.estimator.validation import validate as run_validation
 
     report = run_validation(catalog)
     if as_json:
@@ -717,8 +717,8 @@ def calibrate_published(
     """Fit the estimator's shared constants on the published runs, cross-validate, write data/fitted.toml."""
     import datetime
 
-    from app.domain.fitted import FITTED_FILE, PARAMETERS, fit_record_toml
-    from app.domain.fitting import cross_validate, fit, fit_record, scorable_runs
+    from app.domain.estimator.fitted import FITTED_FILE, PARAMETERS, fit_record_toml
+    from app.domain.estimator.fitting import cross_validate, fit, fit_record, scorable_runs
 
     catalog = _catalog()
     runs = scorable_runs(catalog)
@@ -871,7 +871,7 @@ def export_command(
 
 # -- capplan cost: days and dollars to train N tokens, or the monthly bill of a cluster (issue 5) ----------
 
-from app.domain.cost import CostOption, CostOverrides  # noqa: E402
+from app.domain.cost.inputs import CostOption, CostOverrides  # noqa: E402
 
 COST_ESTIMATE_OPTIONS = tuple(n for n in ESTIMATE_OPTIONS if n not in ("node", "tokens"))
 """`capplan cost` takes the estimate options but its own --tokens and a --node that also serves --monthly."""
@@ -1414,7 +1414,7 @@ def size_command(
 ) -> None:
     """Size a cluster: every accelerator × whole-node cluster size × plan × pricing option, with failures
     and checkpoints counted; the cheapest that meets the deadline and budget first, and the Pareto front."""
-    from app.domain.cost import CostOption
+    from app.domain.cost.inputs import CostOption
     from app.services_size import SizeRequest, run_size
 
     try:

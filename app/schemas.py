@@ -19,9 +19,17 @@ from pydantic import (
     model_validator,
 )
 
-from app.domain.architecture import ArchitectureImportError, check_hf_config_bounds
+from app.domain.estimator.plan import (
+    AttentionKernel,
+    Framework,
+    Offload,
+    Optimizer,
+    Precision,
+    Recompute,
+    Sharding,
+)
 from app.domain.export import PlanDocument
-from app.domain.plan import AttentionKernel, Framework, Offload, Optimizer, Precision, Recompute, Sharding
+from app.domain.model.hf_config import ArchitectureImportError, check_hf_config_bounds
 
 
 class ErrorOut(BaseModel):
@@ -232,7 +240,7 @@ Validation errors name the branch: ``["body", "plan_document", "plan", "tp"]``."
 # --------------------------------------------------------------------------------------------------
 # Cost and reliability (issue 5): `POST /api/v1/cost`, `POST /api/v1/cost/monthly`, `capplan cost`.
 
-from app.domain.cost import CostOption, CostOverrides  # noqa: E402
+from app.domain.cost.inputs import CostOption, CostOverrides  # noqa: E402
 
 
 class CostRequest(EstimateRequest):
@@ -288,7 +296,7 @@ class MonthlyCostRequest(StrictNumbers):
 # --------------------------------------------------------------------------------------------------
 # Plan search (issue 4): `POST /api/v1/plans/search`, `capplan plan`.
 
-from app.domain.search import Objective  # noqa: E402
+from app.domain.search.engine import Objective  # noqa: E402
 
 RANGE_PATTERN = r"^\s*\d+(\.\d+)?([eE]\d+)?\s*:\s*\d+(\.\d+)?([eE]\d+)?\s*$"
 

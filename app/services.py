@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from app.domain.architecture import Architecture, ArchitectureImportError, architecture_from_hf_config
 from app.domain.catalog import Catalog, UnknownSlugError
-from app.domain.cluster import Cluster
-from app.domain.estimate import Estimate, HardwareError, InvalidPlan, build_cluster, estimate
-from app.domain.overrides import OverrideError, apply_overrides
-from app.domain.plan import Plan
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.estimate import Estimate, HardwareError, InvalidPlan, build_cluster, estimate
+from app.domain.estimator.overrides import OverrideError, apply_overrides
+from app.domain.estimator.plan import Plan
+from app.domain.model.architecture import Architecture
+from app.domain.model.hf_config import ArchitectureImportError
+from app.domain.model.hf_import import architecture_from_hf_config
 from app.schemas import EstimateRequest
 
 PLAN_FIELDS = tuple(f for f in Plan.model_fields if f != "dp")
@@ -134,17 +136,13 @@ def timed_estimate(catalog: Catalog, request: EstimateRequest, metrics: Any, sur
 # --------------------------------------------------------------------------------------------------
 # Cost and reliability (issue 5)
 
-from app.domain.cost import (  # noqa: E402
-    CostInputError,
-    MonthlyCost,
-    TrainingCost,
-    TrainingJob,
-    instance_for_accelerator,
-    monthly_cost,
-    self_build_node_for,
-    training_cost,
-)
-from app.domain.reliability import plan_checkpoint_bytes_per_param, reliability_report  # noqa: E402
+from app.domain.cost.cloud import instance_for_accelerator  # noqa: E402
+from app.domain.cost.inputs import CostInputError  # noqa: E402
+from app.domain.cost.monthly import MonthlyCost, monthly_cost  # noqa: E402
+from app.domain.cost.selfbuild import self_build_node_for  # noqa: E402
+from app.domain.cost.training import TrainingCost, TrainingJob, training_cost  # noqa: E402
+from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param  # noqa: E402
+from app.domain.reliability.report import reliability_report  # noqa: E402
 from app.schemas import CostRequest, MonthlyCostRequest  # noqa: E402
 
 
@@ -309,10 +307,10 @@ def checked_plan_document(doc: PlanDocument) -> PlanDocument:
 # --------------------------------------------------------------------------------------------------
 # Plan search (issue 4).
 
-from app.domain.architecture import parameter_counts  # noqa: E402
-from app.domain.compute import model_flops_per_token  # noqa: E402
-from app.domain.cost import usd_per_gpu_hour  # noqa: E402
-from app.domain.search import SearchCancelled, SearchResult, SearchSpec, SearchTooLarge, search  # noqa: E402
+from app.domain.cost.gpu_hour import usd_per_gpu_hour  # noqa: E402
+from app.domain.estimator.compute import model_flops_per_token  # noqa: E402
+from app.domain.model.counts import parameter_counts  # noqa: E402
+from app.domain.search.engine import SearchCancelled, SearchResult, SearchSpec, SearchTooLarge, search  # noqa: E402
 from app.schemas import PlanSearchRequest  # noqa: E402
 
 MAX_CLUSTER_SIZES = 12
@@ -529,7 +527,7 @@ from sqlalchemy.orm import Session  # noqa: E402
 from sqlalchemy.orm.exc import StaleDataError  # noqa: E402
 
 from app.db.tables import Scenario  # noqa: E402
-from app.domain.cost import CostOverrides  # noqa: E402
+from app.domain.cost.inputs import CostOverrides  # noqa: E402
 
 
 class ScenarioNotFound(LookupError):
@@ -687,7 +685,7 @@ from app.calibration_store import (  # noqa: E402
     stored_calibration_run,
 )
 from app.db.tables import BenchmarkRun, BenchmarkSample  # noqa: E402
-from app.domain.calibration import (  # noqa: E402
+from app.domain.estimator.calibration import (  # noqa: E402
     Calibrations,
     Change,
     apply_calibration,

@@ -17,22 +17,23 @@ from typing import Any
 
 from pydantic import Field, model_validator
 
-from app.domain.architecture import parameter_counts
 from app.domain.catalog import Catalog
-from app.domain.compute import model_flops_per_token
-from app.domain.cost import (
+from app.domain.cost.gpu_hour import usd_per_gpu_hour
+from app.domain.cost.inputs import (
     CABLES_OPTICS,
     DEFAULT_COST_OF_CAPITAL,
     DEFAULT_INSTALLATION_FRACTION,
     DEFAULT_RESIDUAL_FRACTION,
     SWITCHES_PER_NODE_2TIER,
     CostOption,
-    capital_usd_per_month,
-    usd_per_gpu_hour,
 )
-from app.domain.reliability import HOURS_PER_MONTH, plan_checkpoint_bytes_per_param, reliability_report
-from app.domain.search import SearchCancelled
-from app.domain.sizing import (
+from app.domain.cost.selfbuild import capital_usd_per_month
+from app.domain.estimator.compute import model_flops_per_token
+from app.domain.model.counts import parameter_counts
+from app.domain.reliability.formulas import HOURS_PER_MONTH, plan_checkpoint_bytes_per_param
+from app.domain.reliability.report import reliability_report
+from app.domain.search.engine import SearchCancelled
+from app.domain.search.sizing import (
     REASON_DEADLINE,
     REASON_MEMORY,
     REASON_NO_PRICE,

@@ -8,7 +8,8 @@ from fastapi import APIRouter, Depends
 
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
-from app.domain.cost import MonthlyCost, TrainingCost
+from app.domain.cost.monthly import MonthlyCost
+from app.domain.cost.training import TrainingCost
 from app.schemas import CostRequest, MonthlyCostRequest, ValidationErrorOut
 from app.services import run_cost, run_monthly_cost
 

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
-from app.domain.estimate import Estimate
+from app.domain.estimator.estimate import Estimate
 from app.schemas import EstimateRequest, ValidationErrorOut
 from app.services import timed_estimate
 

@@ -282,7 +282,7 @@ def _fsdp2_worker(
     from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
     from app.bench.model import build_model
-    from app.domain.architecture import Architecture
+    from app.domain.model.architecture import Architecture
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world_size)

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 import torch
 import torch.distributed as dist
 
-from app.domain.calibration import bus_factor
+from app.domain.estimator.calibration import bus_factor
 
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 

@@ -15,8 +15,8 @@ Module tree (torchtitan naming, so FSDP2 ``fully_shard`` per block and then on t
     norm
     output                              nn.Linear(h, V, bias=False), weight tied to tok_embeddings when asked
 
-Every parameter that :func:`app.domain.architecture.parameter_counts` counts exists here with the same shape
-(``app.domain.architecture.parameter_shapes`` lists them in module order), so ``numel`` agrees exactly.
+Every parameter that :func:`app.domain.model.counts.parameter_counts` counts exists here with the same shape
+(``app.domain.model.torch_shapes.parameter_shapes`` lists them in module order), so ``numel`` agrees exactly.
 
 Compute: pre-norm residual blocks (``parallel_residual`` reads both branches from the block input, NeoX style);
 rotary embedding on the first ``rotary_fraction`` of each head, real-valued (rotate-half) against fp32 cos/sin
@@ -45,7 +45,7 @@ from torch import nn
 from torch.utils.checkpoint import checkpoint
 
 from app.bench.scaling import layer_scale, scaled_arch  # noqa: F401  (re-exported)
-from app.domain.architecture import Architecture
+from app.domain.model.architecture import Architecture
 
 CheckpointMode = Literal["none", "selective", "full"]
 CHECKPOINT_MODES: tuple[CheckpointMode, ...] = ("none", "selective", "full")

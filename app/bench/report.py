@@ -36,16 +36,17 @@ from typing import Any
 
 from app.bench.presets import TINY_ARCH, Preset
 from app.bench.scaling import scaled_arch
-from app.domain.architecture import Architecture, parameter_counts
-from app.domain.calibration import bus_factor
 from app.domain.catalog import Catalog
-from app.domain.cluster import Cluster
-from app.domain.compute import hardware_flops_per_token, model_flops_per_token
-from app.domain.estimate import build_cluster, estimate
-from app.domain.memory import layer_terms
-from app.domain.network import Collective, collective_time, place_group
-from app.domain.plan import Framework, Plan, Recompute, Sharding
-from app.domain.sharding import sharded_state_bytes_counted
+from app.domain.estimator.calibration import bus_factor
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
+from app.domain.estimator.estimate import build_cluster, estimate
+from app.domain.estimator.memory import layer_terms
+from app.domain.estimator.network import Collective, collective_time, place_group
+from app.domain.estimator.plan import Framework, Plan, Recompute, Sharding
+from app.domain.estimator.sharding import sharded_state_bytes_counted
+from app.domain.model.architecture import Architecture
+from app.domain.model.counts import parameter_counts
 from app.schemas import BENCH_SCHEMA, BenchmarkMetricIn, BenchmarkResultIn, relative_error
 
 REFERENCE_ACCELERATOR = "h100-sxm"  # byte predictions are hardware-independent; any catalog GPU will do
@@ -145,7 +146,7 @@ def state_predictions(arch: Architecture, world_size: int, rank: int) -> dict[st
 
 
 def activation_predictions(arch: Architecture, plan: Plan, cluster: Cluster) -> dict[str, int]:
-    from app.domain.assemble import memory_by_stage
+    from app.domain.estimator.assemble import memory_by_stage
 
     stage = memory_by_stage(arch, cluster, plan)[0]
     terms = layer_terms(arch, plan)
@@ -244,7 +245,7 @@ def build_result(
     ``measured[rank]`` maps metric → value; ``gemm`` holds (dtype, m, n, k, TFLOP/s) and ``collectives``
     (op, ranks, nodes, bytes, busbw GB/s), both measured on rank 0.
     """
-    from app.domain.calibration import busbw_metric, gemm_metric
+    from app.domain.estimator.calibration import busbw_metric, gemm_metric
 
     resolved = resolve_architecture(preset, catalog)
     predicted, info = predictions(preset, resolved, catalog, world_size)

@@ -292,8 +292,8 @@ def train_and_measure(
             achieved_tflops=flops / p50 / 1e12,
         )
         if device.type == "cuda" and preset.accelerator:
-            from app.domain.architecture import parameter_counts
-            from app.domain.compute import model_flops_per_token
+            from app.domain.estimator.compute import model_flops_per_token
+            from app.domain.model.counts import parameter_counts
 
             model_flops = model_flops_per_token(
                 arch, preset.seq_len, parameter_counts(arch).matmul_weights_active

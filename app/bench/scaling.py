@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from app.domain.architecture import Architecture
+from app.domain.model.architecture import Architecture
 
 
 def scaled_arch(arch: Architecture, n_layers: int) -> Architecture:

@@ -11,9 +11,9 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from app.domain.memory import StageMemory
-from app.domain.schedule import Schedule
-from app.domain.step import StepTime
+from app.domain.estimator.memory import StageMemory
+from app.domain.estimator.schedule import Schedule
+from app.domain.estimator.step import StepTime
 
 GIB = 1024**3
 GANTT_RENDERER = "pipeline-gantt"

@@ -16,7 +16,7 @@ from urllib.parse import urlencode
 
 from pydantic import ValidationError
 
-from app.domain.cost import CostOverrides
+from app.domain.cost.inputs import CostOverrides
 from app.schemas import EstimateRequest, load_json_text
 
 HF = "hf"

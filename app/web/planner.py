@@ -18,19 +18,21 @@ from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
 from app.deps import get_catalog
-from app.domain.architecture import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS, parameter_counts
 from app.domain.catalog import Catalog
-from app.domain.cost import MonthlyCost, TrainingCost
-from app.domain.estimate import Assumption, Estimate
-from app.domain.export import EXPORT_FORMATS, ExportFormat, PlanDocumentError, export_plan
-from app.domain.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
-from app.domain.schedule import (
+from app.domain.cost.monthly import MonthlyCost
+from app.domain.cost.training import TrainingCost
+from app.domain.estimator.estimate import Assumption, Estimate
+from app.domain.estimator.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
+from app.domain.estimator.schedule import (
     Schedule,
     ScheduleError,
     displayed_micro_batches,
     pipeline_schedule,
     stage_times_from_rank,
 )
+from app.domain.export import EXPORT_FORMATS, ExportFormat, PlanDocumentError, export_plan
+from app.domain.model.counts import parameter_counts
+from app.domain.model.hf_import import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS
 from app.schemas import CostRequest, MonthlyCostRequest, load_json_text
 from app.services import (
     InputError,

@@ -9,9 +9,11 @@ from datetime import date
 from typing import Any
 
 from app.domain.catalog import Catalog
-from app.domain.cost import cloud_prices
-from app.domain.cost_catalog import EffectiveDated, FigureProvenance, InstancePrice
-from app.domain.estimate import Assumption
+from app.domain.cost.cloud import cloud_prices
+from app.domain.cost.price_records import InstancePrice
+from app.domain.estimator.estimate import Assumption
+from app.domain.figures import EffectiveDated
+from app.domain.provenance import FigureProvenance
 
 OPTIONS = (
     ("on_demand", "On-demand", "on-demand"),

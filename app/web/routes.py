@@ -138,7 +138,7 @@ def favicon() -> RedirectResponse:
 def accuracy_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
     """Accuracy against published runs: the cross-validated (out-of-sample) error recorded by the last
     `capplan calibrate-published`, and the in-sample fit error of every run, computed now."""
-    from app.domain.validation import accuracy_table
+    from app.domain.estimator.validation import accuracy_table
     from app.web.charts import accuracy_option
 
     table = accuracy_table(catalog)

@@ -16,8 +16,8 @@ from pydantic import ValidationError
 
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
-from app.domain.cost import CostOption
-from app.domain.search import Objective
+from app.domain.cost.inputs import CostOption
+from app.domain.search.engine import Objective
 from app.schemas import PlanSearchRequest
 from app.services import InputError, run_search
 from app.web import charts

@@ -17,7 +17,7 @@ from pydantic import ValidationError
 
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
-from app.domain.cost import CostOption
+from app.domain.cost.inputs import CostOption
 from app.services import InputError, SearchBusy
 from app.services_size import DEFAULT_GPUS_RANGE, DEFAULT_OPTIONS, SizeRequest, SizeResult, run_size
 from app.web.htmx import render

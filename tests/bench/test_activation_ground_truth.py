@@ -23,20 +23,17 @@ from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
 from app.bench.measure import saved_activation_bytes  # noqa: E402
 from app.bench.model import build_model, layer_scale, lm_loss, scaled_arch  # noqa: E402
-from app.domain.activations import (  # noqa: E402
+from app.domain.catalog.load import load_architectures  # noqa: E402
+from app.domain.catalog.toml_io import load_sources  # noqa: E402
+from app.domain.estimator.activations import (  # noqa: E402
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
 )
-from app.domain.architecture import (  # noqa: E402
-    Architecture,
-    architecture_by_slug,
-    load_architectures,
-    parameter_counts,
-    parameter_shapes,
-)
-from app.domain.catalog_io import load_sources  # noqa: E402
-from app.domain.plan import Recompute  # noqa: E402
+from app.domain.estimator.plan import Recompute  # noqa: E402
+from app.domain.model.architecture import Architecture, architecture_by_slug  # noqa: E402
+from app.domain.model.counts import parameter_counts  # noqa: E402
+from app.domain.model.torch_shapes import parameter_shapes  # noqa: E402
 
 pytestmark = pytest.mark.torch
 

@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from app.bench.measure import fsdp2_state_bytes  # noqa: E402
-from app.domain.assemble import memory_by_stage  # noqa: E402
 from app.domain.catalog import load_catalog  # noqa: E402
-from app.domain.estimate import build_cluster  # noqa: E402
-from app.domain.plan import Framework, Plan, Sharding  # noqa: E402
+from app.domain.estimator.assemble import memory_by_stage  # noqa: E402
+from app.domain.estimator.estimate import build_cluster  # noqa: E402
+from app.domain.estimator.plan import Framework, Plan, Sharding  # noqa: E402
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 TINY = CATALOG.architecture("llama3.1-8b").model_copy(

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.architecture import Architecture, parameter_shapes
-from app.domain.sharding import (
+from app.domain.estimator.sharding import (
     fsdp_padded_shard_numel,
     fsdp_shard_numel,
     fsdp_shard_rows,
     sharded_state_bytes,
 )
+from app.domain.model.architecture import Architecture
+from app.domain.model.torch_shapes import parameter_shapes
 
 # -- pure ---------------------------------------------------------------------------------------------------
 

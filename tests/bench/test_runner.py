@@ -31,8 +31,8 @@ from app.bench.report import (
     result_table,
 )
 from app.cli import app as cli_app
-from app.domain.assemble import memory_by_stage
 from app.domain.catalog import load_catalog
+from app.domain.estimator.assemble import memory_by_stage
 from app.schemas import BenchmarkResultIn
 from app.settings import REPO_ROOT
 

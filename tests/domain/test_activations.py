@@ -8,15 +8,15 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.activations import (
+from app.domain.estimator.activations import (
     embedding_activation_bytes,
     framework_style_for,
     head_activation_bytes,
     layer_activation_bytes,
     logits_bytes,
 )
-from app.domain.architecture import Architecture
-from app.domain.plan import Recompute
+from app.domain.estimator.plan import Recompute
+from app.domain.model.architecture import Architecture
 
 # GPT-3 175B layer as in the paper: h = 12288, a = 96 heads of 128, f = 4h, GELU, LayerNorm, learned positions.
 GPT3 = Architecture(
@@ -275,16 +275,13 @@ def test_validation_and_framework_mapping():
     assert framework_style_for("deepspeed") == "torch"
 
 
-def test_per_op_selective_recompute_keeps_every_other_matmul_output() -> None:
+def test_per_op_selective_recompute_keeps_every_other_matmul_output(catalog) -> None:
     """torchtitan's op SAC on a Llama 3.1 8B block (h 4096, 32 heads / 8 KV heads of 128, f 14336), micro-batch 2
     × 8192 tokens = T 16384, bf16, no TP. Saved per layer: input T·h·2 = 128 MiB; wq out T·4096·2 = 128 MiB and
     wv out T·1024·2 = 32 MiB (matmuls 1 and 3); attention output T·4096·2 + logsumexp T·32·4 = 130 MiB; w1 out
     T·14336·2 = 448 MiB and w2 out T·4096·2 = 128 MiB (matmuls 5 and 7) — 994 MiB, against 2,626 MiB with no
     recompute and 128 MiB with full recompute."""
-    from app.domain.catalog import load_catalog
-    from app.settings import REPO_ROOT
-
-    arch = load_catalog(REPO_ROOT / "data").architecture("llama3.1-8b")
+    arch = catalog.architecture("llama3.1-8b")
     kw = dict(micro_batch=2, seq_len=8192)
     op = layer_activation_bytes(arch, "dense", recompute=Recompute.selective_op, **kw)
     assert op.saved_bytes == 994 * 2**20
@@ -314,7 +311,7 @@ def test_fused_linear_cross_entropy_holds_one_chunk_of_logits_and_the_input_grad
 
 
 def test_a_run_with_liger_kernel_is_estimated_with_fused_cross_entropy(catalog):
-    from app.domain.validation import run_plan
+    from app.domain.estimator.validation import run_plan
 
     runs = {r.slug: r for r in catalog.published_runs}
     assert run_plan(runs["mleng-llama3.1-8b-8gpu-h200-zero3-seq256k"])[0].fused_cross_entropy

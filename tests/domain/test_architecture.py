@@ -9,25 +9,23 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import (
-    SUPPORTED_HF_MODEL_TYPES,
-    Architecture,
-    ArchitectureImportError,
-    architecture_by_slug,
-    architecture_from_hf_config,
+from app.domain.catalog.load import load_architectures
+from app.domain.catalog.toml_io import CatalogError, check_sources, load_sources
+from app.domain.model.architecture import Architecture, architecture_by_slug
+from app.domain.model.counts import (
     attention_parameters,
     expert_parameters,
     kv_cache_width,
     kv_dim,
     layer_parameter_counts,
-    load_architectures,
     mlp_parameters,
     parameter_counts,
     q_dim,
     stage_parameter_count,
     v_dim,
 )
-from app.domain.catalog_io import CatalogError, check_sources, load_sources
+from app.domain.model.hf_config import SUPPORTED_HF_MODEL_TYPES, ArchitectureImportError
+from app.domain.model.hf_import import architecture_from_hf_config
 from app.domain.provenance import Confidence
 
 DATA = Path(__file__).resolve().parents[2] / "data"
@@ -56,11 +54,6 @@ KNOWN_TOTALS = {
     "qwen2.5-72b": 72_706_203_648,
     "deepseek-v3": 671_026_419_200,  # without the multi-token-prediction module
 }
-
-
-@pytest.fixture(scope="module")
-def sources():
-    return load_sources(DATA)
 
 
 @pytest.fixture(scope="module")

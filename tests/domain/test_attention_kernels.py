@@ -14,10 +14,10 @@ import tomllib
 
 import pytest
 
-from app.domain.compute import attention_efficiency
-from app.domain.estimate import build_cluster
-from app.domain.plan import Framework, Plan
-from app.domain.validation import run_plan
+from app.domain.estimator.compute import attention_efficiency
+from app.domain.estimator.estimate import build_cluster
+from app.domain.estimator.plan import Framework, Plan
+from app.domain.estimator.validation import run_plan
 from app.settings import REPO_ROOT
 
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.calibration import (
+from app.domain.catalog import load_catalog
+from app.domain.estimator.calibration import (
     CalibrationRun,
     Sample,
     apply_calibration,
@@ -17,9 +18,8 @@ from app.domain.calibration import (
     gemm_metric,
     linear_fit,
 )
-from app.domain.catalog import load_catalog
-from app.domain.estimate import build_cluster, estimate
-from app.domain.plan import Plan
+from app.domain.estimator.estimate import build_cluster, estimate
+from app.domain.estimator.plan import Plan
 from app.settings import REPO_ROOT
 
 CATALOG = load_catalog(REPO_ROOT / "data")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import doctest
+import importlib
+import pkgutil
 from datetime import date
 
 import pytest
@@ -10,27 +12,21 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import app.domain.cost as cost
-from app.domain.cost import (
-    CostInputError,
-    CostOption,
-    CostOverrides,
+from app.domain.cost.cloud import cloud_prices, commitment_usd, instance_for_accelerator
+from app.domain.cost.gpu_hour import usd_per_gpu_hour
+from app.domain.cost.inputs import CostInputError, CostOption, CostOverrides, SelfBuildOverrides
+from app.domain.cost.monthly import monthly_cost
+from app.domain.cost.selfbuild import (
     SelfBuildInputs,
-    SelfBuildOverrides,
-    TrainingJob,
     break_even_month,
-    cloud_prices,
-    commitment_usd,
     cumulative_usd,
-    instance_for_accelerator,
-    monthly_cost,
     self_build_inputs,
     self_build_tco,
     self_build_wins_at_utilisation,
-    serving_check,
-    training_cost,
-    usd_per_gpu_hour,
 )
-from app.domain.reliability import ReliabilityOverrides
+from app.domain.cost.serving import serving_check
+from app.domain.cost.training import TrainingJob, training_cost
+from app.domain.reliability.formulas import ReliabilityOverrides
 
 HOURS = 730.0
 P5_OD = 55.04
@@ -59,8 +55,11 @@ def hand_inputs(**changes) -> SelfBuildInputs:
 
 
 def test_docstring_examples() -> None:
-    result = doctest.testmod(cost)
-    assert result.attempted >= 10 and result.failed == 0
+    modules = [
+        importlib.import_module(f"{cost.__name__}.{m.name}") for m in pkgutil.iter_modules(cost.__path__)
+    ]
+    results = [doctest.testmod(module) for module in modules]
+    assert sum(r.attempted for r in results) >= 10 and sum(r.failed for r in results) == 0
 
 
 # -- cloud prices -------------------------------------------------------------------------------------------
@@ -178,7 +177,7 @@ def test_training_cost_every_option(catalog) -> None:
         result.self_build.fabric.size.leaf_switches == 32
         and result.self_build.fabric.size.spine_switches == 16
     )
-    from app.domain.cost import option_label
+    from app.domain.cost.training import option_label
 
     assert result.cheapest in {option_label(o) for o in (*result.options, *result.other_clouds)}
     assert result.job_mtbf_hours == pytest.approx(result.reliability.job_mtbf_hours)

@@ -8,15 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.catalog_io import CatalogError, load_sources
-from app.domain.cost_catalog import (
-    CostCatalog,
-    OnDemandPrice,
-    Span,
-    first_overlap,
-    in_force,
-    load_cost_catalog,
-)
+from app.domain.catalog.cost_files import load_cost_catalog
+from app.domain.catalog.toml_io import CatalogError, load_sources
+from app.domain.cost.price_records import CostCatalog, OnDemandPrice
+from app.domain.figures import Span, first_overlap, in_force
 
 DATA = Path(__file__).resolve().parents[2] / "data"
 INSTANCES = {
@@ -36,27 +31,22 @@ AFTER_CUT = date(2025, 9, 1)
 
 
 @pytest.fixture(scope="module")
-def sources():
-    return load_sources(DATA)
-
-
-@pytest.fixture(scope="module")
-def catalog(sources) -> CostCatalog:
+def cost_catalog(sources) -> CostCatalog:
     return load_cost_catalog(DATA, sources, NODES)
 
 
 # -- instance prices ------------------------------------------------------------------------------
 
 
-def test_one_entry_per_required_instance(catalog):
-    slugs = {p.slug for p in catalog.instance_prices}
+def test_one_entry_per_required_instance(cost_catalog):
+    slugs = {p.slug for p in cost_catalog.instance_prices}
     assert slugs >= INSTANCES
-    assert all(catalog.instance_price(s).gpus_per_instance == 8 for s in INSTANCES)
-    assert all(p.region == "us-east-1" for p in catalog.instance_prices)
+    assert all(cost_catalog.instance_price(s).gpus_per_instance == 8 for s in INSTANCES)
+    assert all(p.region == "us-east-1" for p in cost_catalog.instance_prices)
 
 
-def test_p5_on_demand_selected_by_date(catalog):
-    p5 = catalog.instance_price("p5.48xlarge")
+def test_p5_on_demand_selected_by_date(cost_catalog):
+    p5 = cost_catalog.instance_price("p5.48xlarge")
     assert p5.on_demand_usd_per_hour(BEFORE_CUT) == 98.32
     assert p5.on_demand_usd_per_hour(AFTER_CUT) == 55.04
     assert p5.on_demand_usd_per_hour(date(2025, 6, 1)) == 55.04  # effective_from is inclusive
@@ -73,32 +63,32 @@ def test_p5_on_demand_selected_by_date(catalog):
         ("p5en.48xlarge", 84.80, 63.296),
     ],
 )
-def test_price_cut_pairs(catalog, slug, before, after):
-    price = catalog.instance_price(slug)
+def test_price_cut_pairs(cost_catalog, slug, before, after):
+    price = cost_catalog.instance_price(slug)
     assert price.on_demand_usd_per_hour(BEFORE_CUT) == before
     assert price.on_demand_usd_per_hour(AFTER_CUT) == after
 
 
-def test_original_wording_kept_in_notes(catalog):
-    p5 = catalog.instance_price("p5.48xlarge")
+def test_original_wording_kept_in_notes(cost_catalog):
+    p5 = cost_catalog.instance_price("p5.48xlarge")
     before, after = p5.on_demand_price(BEFORE_CUT), p5.on_demand_price()
     assert before is not None and "before 2025-06" in (before.note or "")
     assert after is not None and "after 2025-06" in (after.note or "")
     assert before.source == "SKY6" and after.source == "SKY8"
 
 
-def test_instances_without_cut_history(catalog):
-    assert catalog.instance_price("g5.48xlarge").on_demand_usd_per_hour() == 16.288
-    assert catalog.instance_price("g6e.48xlarge").on_demand_usd_per_hour(BEFORE_CUT) == 30.13128
-    b200 = catalog.instance_price("p6-b200.48xlarge")
+def test_instances_without_cut_history(cost_catalog):
+    assert cost_catalog.instance_price("g5.48xlarge").on_demand_usd_per_hour() == 16.288
+    assert cost_catalog.instance_price("g6e.48xlarge").on_demand_usd_per_hour(BEFORE_CUT) == 30.13128
+    b200 = cost_catalog.instance_price("p6-b200.48xlarge")
     assert b200.on_demand_usd_per_hour() == 113.9328
     assert b200.on_demand_usd_per_gpu_hour() == pytest.approx(14.2416)
     assert b200.on_demand_usd_per_hour(date(2025, 1, 1)) is None  # before GA
     assert b200.figure_provenance("available_from").source == "AWS-P6"
 
 
-def test_p5e_has_no_on_demand_but_a_capacity_block(catalog):
-    p5e = catalog.instance_price("p5e.48xlarge")
+def test_p5e_has_no_on_demand_but_a_capacity_block(cost_catalog):
+    p5e = cost_catalog.instance_price("p5e.48xlarge")
     assert not p5e.on_demand_offered
     assert p5e.on_demand_usd_per_hour() is None
     assert p5e.on_demand_usd_per_gpu_hour() is None
@@ -106,58 +96,58 @@ def test_p5e_has_no_on_demand_but_a_capacity_block(catalog):
     assert p5e.figure_provenance("on_demand_offered").source == "SKY8"
 
 
-def test_capacity_blocks(catalog):
-    p5 = catalog.instance_price("p5.48xlarge")
+def test_capacity_blocks(cost_catalog):
+    p5 = cost_catalog.instance_price("p5.48xlarge")
     assert p5.capacity_block_usd_per_hour() == 39.33
     assert p5.capacity_block_usd_per_gpu_hour() == pytest.approx(4.916, abs=1e-3)
     assert p5.capacity_block is not None and p5.capacity_block.source == "AWS-CB"
-    assert catalog.instance_price("p4d.24xlarge").capacity_block_usd_per_gpu_hour() == pytest.approx(
+    assert cost_catalog.instance_price("p4d.24xlarge").capacity_block_usd_per_gpu_hour() == pytest.approx(
         1.844, abs=1e-3
     )
 
 
-def test_commitment_rates(catalog):
-    p4d = catalog.instance_price("p4d.24xlarge")
+def test_commitment_rates(cost_catalog):
+    p4d = cost_catalog.instance_price("p4d.24xlarge")
     assert p4d.committed_usd_per_gpu_hour(1, BEFORE_CUT) == pytest.approx(2.40)
     assert p4d.committed_usd_per_hour(3, BEFORE_CUT) == pytest.approx(1.45 * 8)
-    p5 = catalog.instance_price("p5.48xlarge")
+    p5 = cost_catalog.instance_price("p5.48xlarge")
     assert p5.committed_usd_per_hour(1, BEFORE_CUT) == 57.63
     assert p5.committed_usd_per_hour(3, BEFORE_CUT) == 43.16
     # Post-cut commitment rates were not found: no instance rate, callers use the pricing-terms discount.
     assert p5.committed_rate(1) is None
-    assert catalog.pricing_terms.savings_plans.discount(1) == 0.41
-    assert catalog.pricing_terms.savings_plans.discount(3) == 0.64
+    assert cost_catalog.pricing_terms.savings_plans.discount(1) == 0.41
+    assert cost_catalog.pricing_terms.savings_plans.discount(3) == 0.64
     assert p5.committed_usd_per_hour(1, BEFORE_CUT) < p5.on_demand_usd_per_hour(BEFORE_CUT)
 
 
-def test_spot_snapshots_by_date(catalog):
-    p5 = catalog.instance_price("p5.48xlarge")
+def test_spot_snapshots_by_date(cost_catalog):
+    p5 = cost_catalog.instance_price("p5.48xlarge")
     pre, post = p5.spot_observation(BEFORE_CUT), p5.spot_observation()
     assert pre is not None and pre.source == "SKY6" and len(pre.usd_per_hour_by_az) == 6
     assert post is not None and post.min_usd_per_hour == 17.6289 and post.max_usd_per_hour == 25.7522
     assert p5.spot_median_usd_per_gpu_hour() == pytest.approx((19.2531 + 21.1543) / 2 / 8)
-    p5e = catalog.instance_price("p5e.48xlarge")
+    p5e = cost_catalog.instance_price("p5e.48xlarge")
     assert p5e.spot_observation() is None
     assert p5e.spot_observation(region="us-east-2") is not None
 
 
-def test_regional_prices(catalog):
-    p5 = catalog.instance_price("p5.48xlarge")
+def test_regional_prices(cost_catalog):
+    p5 = cost_catalog.instance_price("p5.48xlarge")
     assert p5.regional_on_demand_usd_per_hour("eu-west-2") == 71.552
     assert p5.regional_on_demand_usd_per_hour("us-east-1", BEFORE_CUT) == 98.32
     assert p5.regional_on_demand_usd_per_hour("sa-east-1") is None
 
 
-def test_unknown_instance_lists_known(catalog):
+def test_unknown_instance_lists_known(cost_catalog):
     with pytest.raises(KeyError, match="p5.48xlarge"):
-        catalog.instance_price("p9.96xlarge")
+        cost_catalog.instance_price("p9.96xlarge")
 
 
 # -- pricing terms --------------------------------------------------------------------------------
 
 
-def test_pricing_terms(catalog):
-    terms = catalog.pricing_terms
+def test_pricing_terms(cost_catalog):
+    terms = cost_catalog.pricing_terms
     assert terms.price_cut_2025.effective_from == date(2025, 6, 1)
     assert terms.spot.interruption_notice_s == 120
     assert terms.spot.figure_provenance("interruption_notice_s").source == "KNOWN"
@@ -183,8 +173,8 @@ def test_pricing_terms(catalog):
 # -- self-build -----------------------------------------------------------------------------------
 
 
-def test_self_build_defaults_cover_reference_servers(catalog):
-    sb = catalog.self_build
+def test_self_build_defaults_cover_reference_servers(cost_catalog):
+    sb = cost_catalog.self_build
     for node in SERVERS:
         assert sb.server_price_for(node).price_usd.mid > 0
         assert sb.system_power_for(node).max_kw.mid > 0
@@ -194,8 +184,8 @@ def test_self_build_defaults_cover_reference_servers(catalog):
     assert sb.system_power_for("gb200-nvl72").max_kw.mid == 120
 
 
-def test_self_build_options(catalog):
-    sb = catalog.self_build
+def test_self_build_options(cost_catalog):
+    sb = cost_catalog.self_build
     assert sb.defaults.pue == "enterprise-colo"
     assert sb.pue_option().pue.mid == pytest.approx(1.55)
     assert sb.pue_option("hyperscale").pue.mid == 1.1
@@ -220,8 +210,8 @@ def test_self_build_options(catalog):
 # -- reliability and checkpointing ----------------------------------------------------------------
 
 
-def test_llama3_default_failure_rate(catalog):
-    rel = catalog.reliability
+def test_llama3_default_failure_rate(cost_catalog):
+    rel = cost_catalog.reliability
     llama = rel.default_failure_record
     assert llama.slug == "llama3-405b" and rel.defaults.failure_rate_reason
     assert llama.failures_per_gpu_hour == pytest.approx(419 / (16384 * 54 * 24))
@@ -229,16 +219,16 @@ def test_llama3_default_failure_rate(catalog):
     assert llama.job_mtbf_hours(16384) == pytest.approx(3.0, abs=0.1)
 
 
-def test_kokolis_rates_reproduce_published_projections(catalog):
-    rsc1 = catalog.reliability.failure_record("meta-rsc1-kokolis")
+def test_kokolis_rates_reproduce_published_projections(cost_catalog):
+    rsc1 = cost_catalog.reliability.failure_record("meta-rsc1-kokolis")
     assert rsc1.job_mtbf_hours(16384) == pytest.approx(1.8, abs=0.05)
     assert rsc1.job_mtbf_hours(131072) == pytest.approx(0.23, abs=0.01)
     assert rsc1.job_mtbf_hours(1024) == pytest.approx(29, abs=1)  # the modelled value the reference cites
-    assert catalog.reliability.failure_record("meta-rsc2-kokolis").failures_per_1000_node_days == 2.34
+    assert cost_catalog.reliability.failure_record("meta-rsc2-kokolis").failures_per_1000_node_days == 2.34
 
 
-def test_other_runs_are_recorded(catalog):
-    rel = catalog.reliability
+def test_other_runs_are_recorded(cost_catalog):
+    rel = cost_catalog.reliability
     assert rel.failure_record("opt-175b").gpus == 992
     assert rel.failure_record("opt-175b").job_mtti_is_upper_bound
     assert rel.failure_record("bloom-176b").failures_per_gpu_hour is None
@@ -247,8 +237,8 @@ def test_other_runs_are_recorded(catalog):
     assert rel.restart_time().restart_s == 300
 
 
-def test_checkpoint_figures(catalog):
-    ck = catalog.checkpointing
+def test_checkpoint_figures(cost_catalog):
+    ck = cost_catalog.checkpointing
     assert ck.size("training-state-mixed-adam").bytes_per_param.mid == 16
     assert ck.size().bytes_per_param.mid == 14
     assert ck.size("weights-only-bf16").bytes_per_param.mid == 2

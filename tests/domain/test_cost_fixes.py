@@ -8,16 +8,10 @@ import pytest
 from pydantic import ValidationError
 from test_cost import job, option  # the cost tests' job factory and option lookup
 
-from app.domain.cost import (
-    CostInputError,
-    CostOption,
-    CostOverrides,
-    SelfBuildOverrides,
-    self_build_inputs,
-    self_build_node_for,
-    training_cost,
-    usd_per_gpu_hour,
-)
+from app.domain.cost.gpu_hour import usd_per_gpu_hour
+from app.domain.cost.inputs import CostInputError, CostOption, CostOverrides, SelfBuildOverrides
+from app.domain.cost.selfbuild import self_build_inputs, self_build_node_for
+from app.domain.cost.training import training_cost
 
 # -- 1. A100-80GB self-build ----------------------------------------------------------------------------------
 
@@ -50,7 +44,7 @@ def test_max_kw_per_node_override_is_read_before_raising(catalog) -> None:
 
 
 def test_no_rule_of_thumb_line_when_the_interval_is_already_30_minutes(catalog) -> None:
-    from app.domain.reliability import ReliabilityOverrides
+    from app.domain.reliability.formulas import ReliabilityOverrides
 
     fixed = CostOverrides(reliability=ReliabilityOverrides(checkpoint_interval_s=1800))
     result = training_cost(
@@ -110,7 +104,7 @@ def test_nan_tokens_must_be_a_number() -> None:
 
 
 def test_region_picks_the_regional_on_demand_price(catalog) -> None:
-    from app.domain.cost import cloud_prices
+    from app.domain.cost.cloud import cloud_prices
 
     west1 = cloud_prices(catalog.cost, "p5.48xlarge", CostOverrides(region="us-west-1"))
     assert west1.region == "us-west-1" and west1.on_demand == pytest.approx(68.8)
@@ -139,7 +133,8 @@ def test_unknown_region_is_a_clear_error(catalog) -> None:
 
 
 def _rel(catalog, gpus: int, **overrides):
-    from app.domain.reliability import ReliabilityOverrides, reliability_report
+    from app.domain.reliability.formulas import ReliabilityOverrides
+    from app.domain.reliability.report import reliability_report
 
     return reliability_report(catalog.cost, gpus=gpus, nodes=gpus // 8, parameters=70_000_000_000,
                               plan_bytes_per_param=14, overrides=ReliabilityOverrides(**overrides))  # fmt: skip
@@ -179,7 +174,7 @@ def test_storage_bandwidth_scales_with_the_cluster_and_keeps_write_and_read_apar
 
 
 def test_unknown_storage_tier_is_a_clear_error(catalog) -> None:
-    from app.domain.reliability import ReliabilityOverrides
+    from app.domain.reliability.formulas import ReliabilityOverrides
 
     o = CostOverrides(reliability=ReliabilityOverrides(storage_tier="floppy"))
     with pytest.raises(CostInputError, match="unknown storage tier 'floppy'") as err:
@@ -236,7 +231,7 @@ def test_use_after_the_run_sets_self_builds_share(catalog) -> None:
 
 def test_ties_have_no_single_winner(catalog) -> None:
     # spot at the on-demand price and without interruptions costs exactly what on-demand does
-    from app.domain.reliability import ReliabilityOverrides
+    from app.domain.reliability.formulas import ReliabilityOverrides
 
     o = CostOverrides(spot_usd_per_hour=55.04, other_clouds=False,
                       reliability=ReliabilityOverrides(spot_interruptions_per_instance_month=0))  # fmt: skip

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from app.domain.catalog import load_catalog
-from app.domain.estimate import InvalidPlan, build_cluster, estimate
-from app.domain.plan import Framework, Plan, Recompute, Sharding
-from app.domain.validation import validate
+from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
+from app.domain.estimator.plan import Framework, Plan, Recompute, Sharding
+from app.domain.estimator.validation import validate
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 

@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from app.domain.catalog import load_catalog
-from app.domain.estimate import build_cluster, estimate
+from app.domain.estimator.estimate import build_cluster, estimate
+from app.domain.estimator.plan import Plan, Recompute
 from app.domain.export import (
     EXPORT_FORMATS,
     PLAN_SCHEMA,
@@ -44,7 +45,6 @@ from app.domain.export.launch import checkpoint_interval_steps, plan_hash, uniqu
 from app.domain.export.megatron import megatron_arg_pairs, moe_layer_pattern, pipeline_layout
 from app.domain.export.text import shell_word, toml_value
 from app.domain.export.torchtitan import batches, stage_modules
-from app.domain.plan import Plan, Recompute
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 BASH = shutil.which("bash")
@@ -623,7 +623,7 @@ def test_framework_refusals_name_the_limit_and_the_nearest_plan() -> None:
     # the plan the search used to find for DeepSpeed: ZeRO-2 + PP 8 x vpp 4 + CP 8
     plan = Plan(tp=2, pp=8, vpp=4, cp=8, dp=8, global_batch=256, seq_len=8192, sharding="zero2",
                 framework="deepspeed", recompute="full")  # fmt: skip
-    from app.domain.capabilities import capability_violations, nearest_runnable
+    from app.domain.estimator.capabilities import capability_violations, nearest_runnable
 
     codes = {v.code for v in capability_violations(plan)}
     assert codes == {"deepspeed-pp-zero", "deepspeed-interleaving", "deepspeed-context-parallel"}
@@ -643,7 +643,7 @@ def test_framework_refusals_name_the_limit_and_the_nearest_plan() -> None:
 
 
 def test_plan_validation_uses_the_capability_table() -> None:
-    from app.domain.plan import plan_violations
+    from app.domain.estimator.plan import plan_violations
 
     plan = Plan(tp=1, pp=2, dp=8, global_batch=64, sharding="fsdp-full", framework="megatron", seq_len=4096)
     arch = CATALOG.architecture("llama3.1-8b")
@@ -865,10 +865,10 @@ def test_shell_words() -> None:
 
 @pytest.mark.parametrize("framework", ["deepspeed", "megatron", "fsdp2"])
 def test_search_never_returns_a_plan_its_framework_refuses(framework: str) -> None:
-    from app.domain.architecture import parameter_counts
-    from app.domain.capabilities import capability_violations
-    from app.domain.compute import model_flops_per_token
-    from app.domain.search import SearchSpec, search
+    from app.domain.estimator.capabilities import capability_violations
+    from app.domain.estimator.compute import model_flops_per_token
+    from app.domain.model.counts import parameter_counts
+    from app.domain.search.engine import SearchSpec, search
 
     arch = CATALOG.architecture("llama3.1-8b")
     cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=32)

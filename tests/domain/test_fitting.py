@@ -9,14 +9,15 @@ from dataclasses import replace
 import pytest
 
 from app.domain.catalog import load_catalog
-from app.domain.compute import GemmRates, wave_efficiency
-from app.domain.estimate import build_cluster
-from app.domain.evaluate import straggler_factor
-from app.domain.fitted import PARAMETERS, apply_values, fit_record_toml, load_fit_record
-from app.domain.fitting import cross_validate, fit, scorable_runs
-from app.domain.plan import Precision
-from app.domain.validation import validate_run
-from app.domain.xp import SCALAR
+from app.domain.catalog.load import load_fit_record
+from app.domain.estimator.compute import GemmRates, wave_efficiency
+from app.domain.estimator.estimate import build_cluster
+from app.domain.estimator.evaluate import straggler_factor
+from app.domain.estimator.fitted import PARAMETERS, apply_values, fit_record_toml
+from app.domain.estimator.fitting import cross_validate, fit, scorable_runs
+from app.domain.estimator.plan import Precision
+from app.domain.estimator.validation import validate_run
+from app.domain.estimator.xp import SCALAR
 from app.settings import REPO_ROOT
 
 CATALOG = load_catalog(REPO_ROOT / "data")

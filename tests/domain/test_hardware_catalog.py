@@ -8,15 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.catalog_io import CatalogError, load_sources
-from app.domain.hardware import (
+from app.domain.catalog.hardware_files import load_hardware
+from app.domain.catalog.toml_io import CatalogError, load_sources
+from app.domain.estimator.hardware import (
     GIB,
     Accelerator,
     HardwareCatalog,
     dragonfly_plus_max_endpoints,
     fat_tree_max_endpoints,
     fat_tree_switch_counts,
-    load_hardware,
 )
 
 DATA = Path(__file__).resolve().parents[2] / "data"

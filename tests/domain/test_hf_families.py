@@ -14,14 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import (
-    IMPORT_AS_KEY,
-    SUPPORTED_HF_MODEL_TYPES,
-    ArchitectureImportError,
-    architecture_from_hf_config,
-    llama_shaped,
-    parameter_counts,
-)
+from app.domain.model.counts import parameter_counts
+from app.domain.model.hf_config import SUPPORTED_HF_MODEL_TYPES, ArchitectureImportError
+from app.domain.model.hf_import import IMPORT_AS_KEY, architecture_from_hf_config, llama_shaped
 
 CONFIGS = Path(__file__).parent / "hf_configs"
 

@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import parameter_counts
 from app.domain.catalog import load_catalog
-from app.domain.compute import hardware_flops_per_token, model_flops_per_token
-from app.domain.estimate import build_cluster
-from app.domain.network import Collective, collective_time, place_group
-from app.domain.plan import Plan, Recompute
+from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
+from app.domain.estimator.estimate import build_cluster
+from app.domain.estimator.network import Collective, collective_time, place_group
+from app.domain.estimator.plan import Plan, Recompute
+from app.domain.model.counts import parameter_counts
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 
@@ -87,7 +87,7 @@ def test_ring_collectives_across_nodes_use_every_nic_of_the_node() -> None:
     """nccl-tests across DGX H100 nodes (8 × 400 Gb/s NDR, source NCCL-MULTINODE): all-reduce bus bandwidth
     400–450 GB/s, i.e. ≈ 8 × one GPU's 50 GB/s NIC share, bounded by NVLink — a ring leaves each node once per
     channel and the channels use all 8 rails. A group with one GPU per node gets one rail; a send one share."""
-    from app.domain.network import place_group
+    from app.domain.estimator.network import place_group
 
     c = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=16, node="dgx-h100")
     dp = place_group("dp", 16, 1, c)  # 8 GPUs on each of 2 nodes
@@ -104,9 +104,9 @@ def test_moe_all_to_all_moves_the_ranks_sequence_parallel_shard() -> None:
     TP > 1): 1 × 4,096 / 2 tokens × top-2 × 4,096 hidden × 2 B = 16.8 MB. 4 of the 8 ranks are on the other node,
     so 4/8 of that goes over the rank's NIC share (50 GB/s × 0.85 = 42.5 GB/s) and 3/8 over NVLink (360 GB/s):
     the NIC part sets the time, 8.39 MB / 42.5 GB/s = 197 µs, plus one scale-out hop (8 µs)."""
-    from app.domain.assemble import consts, model_q, plan_q
-    from app.domain.evaluate import plan_comm
-    from app.domain.xp import SCALAR
+    from app.domain.estimator.assemble import consts, model_q, plan_q
+    from app.domain.estimator.evaluate import plan_comm
+    from app.domain.estimator.xp import SCALAR
 
     arch = CATALOG.architecture("mixtral-8x7b")
     plan = Plan(tp=2, dp=8, ep=8, global_batch=8, seq_len=4096, sequence_parallel=True, framework="megatron",

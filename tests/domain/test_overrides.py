@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from app.domain.catalog import load_catalog
-from app.domain.estimate import build_cluster, estimate
-from app.domain.overrides import OverrideError, apply_overrides
-from app.domain.plan import Plan
+from app.domain.estimator.estimate import build_cluster, estimate
+from app.domain.estimator.overrides import OverrideError, apply_overrides
+from app.domain.estimator.plan import Plan
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 ARCH = CATALOG.architecture("llama3.1-8b")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.pipeline import chunk_layer_counts, inflight_microbatches
-from app.domain.plan import Framework, Plan, Sharding, plan_violations
+from app.domain.estimator.pipeline import chunk_layer_counts, inflight_microbatches
+from app.domain.estimator.plan import Framework, Plan, Sharding, plan_violations
 
 LLAMA70 = dict(n_layers=80, n_heads=64, n_kv_heads=8, n_experts=0)
 H100_NODE = dict(gpus_per_node=8, nvlink_domain_size=8)

@@ -9,19 +9,22 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import load_architectures, parameter_counts
-from app.domain.catalog_io import CatalogError, load_sources, parse_entries
-from app.domain.provenance import Confidence
-from app.domain.published import (
+from app.domain.catalog.load import load_architectures
+from app.domain.catalog.published_files import (
+    check_run_architectures,
+    load_published_reliability,
+    load_published_runs,
+)
+from app.domain.catalog.toml_io import CatalogError, load_sources, parse_entries
+from app.domain.estimator.published import (
     FlopsAccounting,
     PublishedRun,
     Sharding,
     accounting_flops_per_iteration,
     architecture_for_run,
-    check_run_architectures,
-    load_published_reliability,
-    load_published_runs,
 )
+from app.domain.model.counts import parameter_counts
+from app.domain.provenance import Confidence
 
 ROOT = Path(__file__).resolve().parents[2]
 DATA = ROOT / "data"
@@ -83,11 +86,6 @@ KNOWN_ACCELERATOR_SLUGS = {
     "b200",
     "gb200",
 }
-
-
-@pytest.fixture(scope="module")
-def sources():
-    return load_sources(DATA)
 
 
 @pytest.fixture(scope="module")

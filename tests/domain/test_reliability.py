@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import doctest
+import importlib
 import math
+import pkgutil
 
 import pytest
 from hypothesis import given, settings
@@ -11,17 +13,17 @@ from hypothesis import strategies as st
 
 import app.domain.reliability as reliability
 from app.domain.catalog import load_catalog
-from app.domain.plan import Framework, Plan
-from app.domain.reliability import (
+from app.domain.estimator.plan import Framework, Plan
+from app.domain.reliability.formulas import (
     ReliabilityOverrides,
     daly_interval_s,
     first_order_waste,
     goodput,
     job_mtbf_hours,
     plan_checkpoint_bytes_per_param,
-    reliability_report,
     young_interval_s,
 )
+from app.domain.reliability.report import reliability_report
 from app.settings import REPO_ROOT
 
 PARAMS_405B = 405_000_000_000
@@ -44,8 +46,12 @@ def report(cc, gpus: int = 16_384, parameters: int = PARAMS_405B, **overrides):
 
 
 def test_docstring_examples() -> None:
-    result = doctest.testmod(reliability)
-    assert result.attempted >= 10 and result.failed == 0
+    modules = [
+        importlib.import_module(f"{reliability.__name__}.{m.name}")
+        for m in pkgutil.iter_modules(reliability.__path__)
+    ]
+    results = [doctest.testmod(module) for module in modules]
+    assert sum(r.attempted for r in results) >= 10 and sum(r.failed for r in results) == 0
 
 
 def test_young_and_daly_by_hand() -> None:

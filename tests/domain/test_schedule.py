@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.domain.schedule import (
+from app.domain.estimator.schedule import (
     ScheduleError,
     StageTimes,
     displayed_micro_batches,

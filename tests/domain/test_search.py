@@ -6,12 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from app.domain.architecture import parameter_counts
 from app.domain.catalog import load_catalog
-from app.domain.compute import model_flops_per_token
-from app.domain.estimate import build_cluster, estimate
-from app.domain.plan import Framework, Offload, Recompute, Sharding
-from app.domain.search import Objective, SearchSpec, SearchTooLarge, evaluate_all, explain, search
+from app.domain.estimator.compute import model_flops_per_token
+from app.domain.estimator.estimate import build_cluster, estimate
+from app.domain.estimator.plan import Framework, Offload, Recompute, Sharding
+from app.domain.model.counts import parameter_counts
+from app.domain.search.engine import Objective, SearchSpec, SearchTooLarge, evaluate_all, explain, search
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 SMALL = CATALOG.architecture("llama3.1-8b").model_copy(
@@ -143,8 +143,8 @@ def test_explain_names_the_changes() -> None:
 def test_per_op_selective_recompute_is_torchtitans_alone() -> None:
     """selective-op (torchtitan's per-op SAC) is searched for FSDP2 only; Megatron and DeepSpeed plans that ask
     for it are refused by the capability table with the nearest plan they run (attention-core selective)."""
-    from app.domain.estimate import InvalidPlan
-    from app.domain.plan import Plan
+    from app.domain.estimator.estimate import InvalidPlan
+    from app.domain.estimator.plan import Plan
 
     arch = CATALOG.architecture("llama3.1-8b")
     seq = 8192

@@ -8,12 +8,10 @@ from collections import Counter
 
 import pytest
 
-from app.domain.catalog import load_catalog
-from app.domain.plan import Plan
-from app.domain.search import Candidate
-from app.domain.sizing import REASON_DEADLINE, Offer, SizedPlan, choose, pareto_front, price_plan
+from app.domain.estimator.plan import Plan
+from app.domain.search.engine import Candidate
+from app.domain.search.sizing import REASON_DEADLINE, Offer, SizedPlan, choose, pareto_front, price_plan
 from app.services_size import SizeRequest, run_size
-from app.settings import Settings
 
 PLAN = Plan(tp=8, pp=1, dp=8, global_batch=64, seq_len=8192)
 
@@ -67,11 +65,6 @@ def test_choose_winner_is_cheapest_within_deadline_and_on_the_front() -> None:
 def test_a_deadline_nothing_meets_names_the_deadline() -> None:
     out = choose([_point(40, 10), _point(30, 40)], Counter(), deadline_days=5, budget_usd=None, top_k=10)
     assert not out.ranked and "deadline of 5 days" in (out.message or "") and "30.0 days" in out.message
-
-
-@pytest.fixture(scope="module")
-def catalog():
-    return load_catalog(Settings().data_dir)
 
 
 def test_sizing_searches_each_size_as_the_planner_and_the_winner_is_non_dominated(catalog) -> None:

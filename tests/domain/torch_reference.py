@@ -1,7 +1,7 @@
 """Test-only reference: build an Architecture as a real torch module tree on the meta device and count numel.
 
 This is deliberately written from the model code's point of view (module by module, the way the Hugging Face
-implementations lay them out), not from the closed-form formulas in ``app.domain.architecture``, so that
+implementations lay them out), not from the closed-form formulas in ``app.domain.model.counts``, so that
 agreement between the two is evidence and not a tautology. ``device='meta'`` allocates no memory, so even
 DeepSeek-V3 (671B) builds in seconds.
 
@@ -22,7 +22,7 @@ from collections import Counter
 import torch
 from torch import nn
 
-from app.domain.architecture import Architecture
+from app.domain.model.architecture import Architecture
 
 
 def _norm(arch: Architecture, width: int) -> nn.Module:

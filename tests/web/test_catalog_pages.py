@@ -111,7 +111,7 @@ def test_accuracy_table_carries_the_recorded_cv_error_of_each_run() -> None:
     from pathlib import Path
 
     from app.domain.catalog import load_catalog
-    from app.domain.validation import accuracy_table
+    from app.domain.estimator.validation import accuracy_table
     from app.web.charts import accuracy_option
 
     catalog = load_catalog(Path(__file__).resolve().parents[2] / "data")

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from app.domain.catalog import load_catalog
-from app.domain.schedule import StageTimes, pipeline_schedule
+from app.domain.estimator.schedule import StageTimes, pipeline_schedule
 from app.schemas import EstimateRequest, MonthlyCostRequest
 from app.services import run_estimate, run_monthly_cost
 from app.settings import REPO_ROOT

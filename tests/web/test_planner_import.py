@@ -11,7 +11,8 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 from fastapi.testclient import TestClient
 
-from app.domain.architecture import architecture_from_hf_config, parameter_counts
+from app.domain.model.counts import parameter_counts
+from app.domain.model.hf_import import architecture_from_hf_config
 from app.web.forms import DEFAULTS, to_query
 
 CONFIGS = Path(__file__).parents[1] / "domain" / "hf_configs"

@@ -6,7 +6,7 @@ import re
 
 from fastapi.testclient import TestClient
 
-from app.domain.cost import cloud_prices
+from app.domain.cost.cloud import cloud_prices
 
 
 def test_the_prices_list_shows_each_option_in_dollars_per_hour(client: TestClient) -> None:

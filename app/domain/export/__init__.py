@@ -9,7 +9,7 @@ Formats: ``json`` (the plan document itself), ``torchtitan`` (a torchtitan 0.3 c
 ``torchrun`` (launch command), ``megatron`` (Megatron-LM arguments), ``deepspeed`` (DeepSpeed config JSON),
 ``slurm`` (batch script), ``k8s`` (Kubeflow Trainer v2 TrainJob with a checkpoint claim), ``k8s-v1`` (the older
 PyTorchJob), ``prometheus`` (alert rules for the training job, thresholds from the estimate) and ``grafana`` (a dashboard for the job with the predictions as reference lines). A format whose
-framework cannot run the plan (``app.domain.capabilities``) raises :class:`FrameworkRefusal` naming the limit
+framework cannot run the plan (``app.domain.estimator.capabilities``) raises :class:`FrameworkRefusal` naming the limit
 and the nearest runnable plan; where a framework cannot express a detail of the plan the file says so in a
 comment and :attr:`ExportedFile.notes` lists it.
 """
@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import StrEnum
 
-from app.domain.capabilities import capability_violations
+from app.domain.estimator.capabilities import capability_violations
+from app.domain.estimator.plan import Framework
 from app.domain.export.deepspeed import deepspeed_json
 from app.domain.export.document import (
     PLAN_SCHEMA,
@@ -41,7 +42,6 @@ from app.domain.export.megatron import megatron_args, megatron_script
 from app.domain.export.monitoring import grafana_dashboard, prometheus_rules
 from app.domain.export.scripts import slurm_script, torchrun_script
 from app.domain.export.torchtitan import TORCHTITAN_MODELS, TORCHTITAN_VERSION, torchtitan_config_module
-from app.domain.plan import Framework
 from app.domain.provenance import Frozen
 
 
@@ -93,7 +93,7 @@ FORMAT_FRAMEWORK: dict[ExportFormat, Framework] = {
 
 
 class FrameworkRefusal(PlanDocumentError):
-    """The format's framework cannot run the plan (``app.domain.capabilities``)."""
+    """The format's framework cannot run the plan (``app.domain.estimator.capabilities``)."""
 
 
 def framework_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[str, str]]:

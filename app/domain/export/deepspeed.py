@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from app.domain.estimator.plan import Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.export.document import PlanDocument
-from app.domain.plan import Offload, Optimizer, Precision, Recompute, Sharding
 
 NVME_PATH = "/local_nvme"
 

@@ -19,11 +19,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
-from app.domain.architecture import Architecture
-from app.domain.estimate import Estimate
-from app.domain.hardware import Fabric, Node
-from app.domain.overrides import OVERRIDE_KEYS
-from app.domain.plan import Plan, plan_violations
+from app.domain.estimator.estimate import Estimate
+from app.domain.estimator.hardware import Fabric, Node
+from app.domain.estimator.overrides import OVERRIDE_KEYS
+from app.domain.estimator.plan import Plan, plan_violations
+from app.domain.model.architecture import Architecture
 from app.domain.provenance import SLUG_PATTERN, Frozen
 
 PLAN_SCHEMA = "capplan.plan/v1"

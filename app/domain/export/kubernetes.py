@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import re
 
+from app.domain.estimator.plan import Framework
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import (
     CHECKPOINT_DIR,
@@ -34,8 +35,7 @@ from app.domain.export.launch import (
 )
 from app.domain.export.scripts import nccl_env
 from app.domain.export.text import comment_block, shell_word, yaml_scalar
-from app.domain.plan import Framework
-from app.domain.reliability import plan_checkpoint_bytes_per_param
+from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
 
 IMAGE_PLACEHOLDER = "your-registry/llm-trainer:latest"
 STORAGE_CLASS_PLACEHOLDER = "your-rwx-storage-class"

@@ -7,8 +7,8 @@ import hashlib
 import json
 from dataclasses import dataclass
 
+from app.domain.estimator.plan import Framework
 from app.domain.export.document import PlanDocument
-from app.domain.plan import Framework
 
 RDZV_PORT = 29500
 MAX_RESTARTS = 3

@@ -7,6 +7,8 @@ size is not an argument — Megatron derives it as world size / (tp · pp · cp)
 
 from __future__ import annotations
 
+from app.domain.estimator.pipeline import chunk_layer_counts
+from app.domain.estimator.plan import Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import (
     CHECKPOINT_DIR,
@@ -16,8 +18,6 @@ from app.domain.export.launch import (
     steps_or_default,
 )
 from app.domain.export.text import comment_block, shell_word
-from app.domain.pipeline import chunk_layer_counts
-from app.domain.plan import Offload, Optimizer, Precision, Recompute, Sharding
 
 Arg = tuple[str, str | None]  # (flag, value); value None for a switch
 

@@ -27,9 +27,9 @@ from __future__ import annotations
 import json
 import re
 
+from app.domain.estimator.plan import Sharding
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import plan_hash, unique_name
-from app.domain.plan import Sharding
 
 THROUGHPUT_FRACTION = 0.8
 MEMORY_MARGIN = 0.10

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+from app.domain.estimator.plan import Framework
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import (
     CHECKPOINT_DIR,
@@ -19,7 +20,6 @@ from app.domain.export.launch import (
     unique_name,
 )
 from app.domain.export.text import comment_block, shell_command
-from app.domain.plan import Framework
 
 SOCKET_IFNAME_PLACEHOLDER = "eth0"
 

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from app.domain.estimator.pipeline import chunk_layer_counts
+from app.domain.estimator.plan import Offload, Precision, Recompute, Sharding
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import (
     CHECKPOINT_DIR,
@@ -33,8 +35,6 @@ from app.domain.export.launch import (
     steps_or_default,
 )
 from app.domain.export.text import comment_block
-from app.domain.pipeline import chunk_layer_counts
-from app.domain.plan import Offload, Precision, Recompute, Sharding
 
 TORCHTITAN_VERSION = "0.3.0"
 

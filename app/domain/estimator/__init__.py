@@ -1,0 +1,16 @@
+"""The estimator: one plan on one cluster → memory per rank, step time, throughput, with every assumption.
+
+What lives where (import from the module; this package exports nothing itself):
+
+- Plan and its rules: ``plan`` (the plan record, its validity), ``capabilities`` (what each framework can
+  run), ``sharding``, ``schedule`` (pipeline schedules), ``pipeline`` (stage layout).
+- The hardware the plan runs on: ``hardware`` (accelerators, nodes, fabrics, topologies), ``efficiency``
+  (efficiency priors), ``cluster`` (a built cluster), ``overrides`` (per-plan figure overrides).
+- The per-rank model: ``activations``, ``memory``, ``compute``, ``network``, ``step``; ``evaluate`` (the
+  formulas shared by scalar estimates and the array search), ``xp`` (scalar/array helpers), ``assemble``
+  (their inputs from catalog objects) and ``estimate`` (the result with its assumptions).
+- Accuracy: ``published`` (reference runs), ``validation`` (estimates against them), ``fitting`` and
+  ``fitted`` (the fit of the efficiency constants and its record), ``calibration`` (from benchmark runs).
+
+It imports neither the cost model, the search nor the exports (import-linter checks it).
+"""

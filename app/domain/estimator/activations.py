@@ -1,0 +1,607 @@
+"""Activation memory: the bytes one transformer layer keeps between forward and backward, per rank.
+
+Structure after Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models"
+(Table 2 and §4), generalised to GQA/MQA and MLA, SwiGLU, RMSNorm, no-dropout Llama-style blocks, MoE with
+top-k routed tokens, FlashAttention, tensor (``t``), sequence (SP) and context (``c``) parallelism, and
+selective / full recompute. Every term is ``tokens × width × bytes`` for one saved tensor, so the result is
+exact bytes, not a fitted constant.
+
+Two accounting conventions (``framework_style``):
+
+``"megatron"`` — Korthikanti's accounting, used when comparing with published Megatron runs: 16-bit
+    activations, 1-byte dropout masks (when ``dropout``; default on for GELU/GPT-style models, off for
+    SwiGLU/Llama-style), norm statistics ignored, fc1 output stored gate‖up for SwiGLU (``6·s·b·f``). For a
+    GPT-3 layer it reproduces the paper's closed forms exactly (see ``tests/domain/test_activations.py``).
+
+``"torch"`` — what eager PyTorch autograd saves for ``app/bench/model.py``'s blocks, checked within 5 % (in
+    practice exactly, up to LayerNorm statistics) against ``torch.autograd.graph.saved_tensors_hooks`` on CPU:
+    norm input + fp32 ``rstd`` (RMSNorm; LayerNorm keeps mean and rstd, fp32 on CUDA — the CPU kernel keeps
+    them in the input dtype), the linear inputs, the post-rotary Q and K, V, and for fused attention the
+    output plus an fp32 log-sum-exp per head and token, SwiGLU's four ``f``-wide tensors (w1 out, silu out,
+    w3 out, product), GELU's two, no dropout. On CPU (torch 2.13) ``scaled_dot_product_attention`` runs
+    ``_scaled_dot_product_flash_attention_for_cpu`` for bf16 and fp32 causal attention without a mask; it saves
+    q, k, v, out and an fp32 logsumexp (b, heads, s), handles GQA natively (K/V stay ``g·d`` wide) and writes
+    its output in (b, s, heads, d) layout, so the ``wo`` input is the same storage as the saved output.
+    ``flash_attention=False`` models the math kernel (``SDPBackend.MATH``): Q and K scaled, K and V expanded
+    to all ``a`` heads, the ``a·s²`` softmax probabilities, and a separate contiguous ``wo`` input.
+
+Notation in ``formula`` strings: ``T`` tokens of the micro-batch on this rank (``b·s/c``), ``T/t`` with SP,
+``h`` hidden, ``a``/``g`` query/KV heads, ``d`` head dim, ``f`` FFN width, ``B`` bytes per activation
+element, ``t`` TP degree (``a/t``, ``f/t`` rounded up per rank).
+
+Recompute: ``selective`` drops what the attention core alone keeps (flash: the logsumexp — the output stays,
+it is the ``wo`` input; math kernel: the ``s²`` probabilities and the scaled/expanded copies, while the core's
+inputs Q, K, V stay as checkpoint inputs); ``full`` keeps only each layer's input (``T·h·B``, ÷t with SP) and
+re-materialises one whole layer during its backward (``peak_extra_bytes``).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+from pydantic import Field
+
+from app.domain.estimator.plan import Recompute
+from app.domain.model.architecture import Architecture, LayerKind
+from app.domain.provenance import Frozen
+
+FrameworkStyle = Literal["megatron", "torch"]
+
+INDEX_BYTES = 8  # int64 token ids, routing indices
+FP32_BYTES = 4
+MASK_BYTES = 1  # Megatron dropout masks are uint8 / bool
+
+
+class ActivationTerms(Frozen):
+    """One layer's activation memory for one micro-batch on one rank."""
+
+    saved_bytes: int = Field(description="kept from this layer's forward until its backward")
+    peak_extra_bytes: int = Field(
+        description="transient working set during this layer's backward (recomputed tensors + gradients)"
+    )
+    by_component: dict[str, int] = Field(description="saved_bytes split by component; adds up to saved_bytes")
+    formula: str
+
+
+class _Terms:
+    """Accumulates (component, label, symbolic expression, bytes) rows and renders the formula."""
+
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, str, str, int]] = []
+
+    def add(self, component: str, label: str, expr: str, nbytes: int | float) -> None:
+        value = math.ceil(nbytes)
+        if value:
+            self.rows.append((component, label, expr, value))
+
+    def total(self) -> int:
+        return sum(r[3] for r in self.rows)
+
+    def by_component(self) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for component, _, _, value in self.rows:
+            out[component] = out.get(component, 0) + value
+        return out
+
+    def render(self) -> str:
+        return " + ".join(f"{label}[{expr}={value}]" for _, label, expr, value in self.rows) or "0"
+
+
+def _ceil_div(n: int, d: int) -> int:
+    return -(-n // d)
+
+
+def _default_dropout(arch: Architecture, style: FrameworkStyle) -> bool:
+    return style == "megatron" and arch.activation == "gelu"
+
+
+def _check(micro_batch: int, seq_len: int, tp: int, cp: int, act_bytes: int) -> None:
+    for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("tp", tp), ("cp", cp)):
+        if value < 1:
+            raise ValueError(f"{name} must be ≥ 1, got {value}")
+    if act_bytes not in (1, 2, 4):
+        raise ValueError(f"act_bytes must be 1, 2 or 4, got {act_bytes}")
+
+
+class _Shape:
+    """Per-rank sizes shared by the layer terms."""
+
+    def __init__(
+        self, arch: Architecture, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, act_bytes: int
+    ) -> None:
+        self.arch = arch
+        self.b, self.t, self.c, self.sp = micro_batch, tp, cp, sp
+        self.s_local = _ceil_div(seq_len, cp)  # sequence on this CP rank
+        self.s_full = seq_len
+        self.tokens = micro_batch * self.s_local  # T
+        # replicated-across-TP tensors (norm inputs, linear inputs) are split over the sequence with SP
+        self.tokens_rep = micro_batch * _ceil_div(self.s_local, tp) if sp and tp > 1 else self.tokens
+        self.tr = "T/t" if sp and tp > 1 else "T"
+        self.B = act_bytes
+        self.heads = _ceil_div(arch.n_heads, tp)
+        self.kv_heads = _ceil_div(arch.n_kv_heads, tp)
+
+    def sharded(self, width: int) -> int:
+        return _ceil_div(width, self.t)
+
+
+def _norm_terms(
+    terms: _Terms, sh: _Shape, style: FrameworkStyle, n_inputs: int, n_norms: int, width_label: str = "h"
+) -> None:
+    """Pre-norm inputs (the residual stream) and, for torch, the per-row statistics."""
+    arch = sh.arch
+    terms.add(
+        "norms",
+        "norm inputs",
+        f"{n_inputs}·{sh.tr}·{width_label}·B",
+        n_inputs * sh.tokens_rep * arch.hidden_size * sh.B,
+    )
+    if style == "torch":
+        stat = 2 * FP32_BYTES if arch.norm == "layernorm" else FP32_BYTES
+        terms.add("norms", "norm stats", f"{n_norms}·{sh.tr}·{stat}", n_norms * sh.tokens_rep * stat)
+
+
+def _attention_terms(
+    terms: _Terms, sh: _Shape, style: FrameworkStyle, recompute: Recompute, flash: bool, dropout: bool
+) -> None:
+    arch = sh.arch
+    T, B = sh.tokens, sh.B
+    terms.add("attention", "qkv input", f"{sh.tr}·h·B", sh.tokens_rep * arch.hidden_size * B)
+    if arch.attention == "mla":
+        _mla_terms(terms, sh, style, recompute, flash)
+        return
+    d = arch.head_dim
+    a_l, g_l = sh.heads, sh.kv_heads
+    selective = recompute is Recompute.selective
+    if style == "torch" and arch.qk_norm:
+        terms.add("attention", "q/k norm inputs", "T·(a/t + g/t)·d·B", T * (a_l + g_l) * d * B)
+        terms.add("attention", "q/k norm stats", "T·(a/t + g/t)·4", T * (a_l + g_l) * FP32_BYTES)
+    s_kv = sh.s_full  # keys seen by the local queries (all of them for causal CP)
+    if flash or selective or style == "megatron":
+        # Q (post-rotary), K, V as the fused kernel's (or the checkpointed core's) inputs
+        terms.add("attention", "q", "T·(a/t)·d·B", T * a_l * d * B)
+        terms.add("attention", "k, v", "2·T·(g/t)·d·B", 2 * T * g_l * d * B)
+    if flash:
+        terms.add("attention", "attention output = wo input", "T·(a/t)·d·B", T * a_l * d * B)
+        if not selective:
+            terms.add("attention", "logsumexp", "T·(a/t)·4", T * a_l * FP32_BYTES)
+    else:
+        if style == "torch" and not selective:
+            # math kernel: q·√scale and k·√scale (k expanded to all heads) for QKᵀ, v expanded for P·V
+            terms.add("attention", "scaled q, expanded k, v", "3·T·(a/t)·d·B", 3 * T * a_l * d * B)
+        if not selective:
+            terms.add("attention", "softmax output", "(a/t)·b·(s/c)·s·B", sh.b * a_l * sh.s_local * s_kv * B)
+            if style == "megatron" and dropout:
+                terms.add(
+                    "attention", "attention dropout mask + output", "(a/t)·b·(s/c)·s·(1+B)",
+                    sh.b * a_l * sh.s_local * s_kv * (MASK_BYTES + B),
+                )  # fmt: skip
+        terms.add("attention", "wo input", "T·(a/t)·d·B", T * a_l * d * B)
+    if style == "megatron" and dropout:
+        terms.add(
+            "dropout_masks",
+            "attention-out dropout mask",
+            f"{sh.tr}·h·1",
+            sh.tokens_rep * arch.hidden_size * MASK_BYTES,
+        )
+
+
+def _mla_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle, recompute: Recompute, flash: bool) -> None:
+    """Multi-head latent attention: latent projections replicated over TP, heads sharded."""
+    arch = sh.arch
+    T, B, a_l = sh.tokens, sh.B, sh.heads
+    qk = arch.head_dim
+    v = arch.value_head_dim
+    kvl, rope = arch.kv_lora_rank, arch.qk_rope_head_dim
+    stats = style == "torch"
+    stat = (2 * FP32_BYTES if arch.norm == "layernorm" else FP32_BYTES) if stats else 0
+    if arch.q_lora_rank:
+        ql = arch.q_lora_rank
+        terms.add(
+            "attention",
+            "q latent (norm input, wq_b input)",
+            f"2·{sh.tr}·q_lora·B",
+            2 * sh.tokens_rep * ql * B,
+        )
+        terms.add("attention", "q latent norm stats", f"{sh.tr}·{stat}", sh.tokens_rep * stat)
+    terms.add(
+        "attention",
+        "kv latent + rope key (norm input)",
+        f"{sh.tr}·(kv_lora+rope)·B",
+        sh.tokens_rep * (kvl + rope) * B,
+    )  # type: ignore[operator]
+    terms.add("attention", "kv latent norm out (wkv_b input)", f"{sh.tr}·kv_lora·B", sh.tokens_rep * kvl * B)  # type: ignore[operator]
+    terms.add("attention", "kv latent norm stats", f"{sh.tr}·{stat}", sh.tokens_rep * stat)
+    selective = recompute is Recompute.selective
+    # torch pads V to the q/k head width for the fused kernel; Megatron's fused attention takes V as is
+    v_core = qk if style == "torch" and flash else v
+    terms.add("attention", "q, k (qk_head wide)", "2·T·(a/t)·d_qk·B", 2 * T * a_l * qk * B)
+    if style == "torch" and v_core == v:
+        # V is a view of the whole kv up-projection output (k_nope ‖ v), which it keeps alive
+        terms.add(
+            "attention",
+            "v (whole wkv_b output)",
+            "T·(a/t)·(d_nope+d_v)·B",
+            T * a_l * (arch.qk_nope_head_dim + v) * B,
+        )  # type: ignore[operator]
+    else:
+        terms.add("attention", "v", "T·(a/t)·d_v·B", T * a_l * v_core * B)
+    shared_out = v_core == v
+    if flash:
+        if not selective:
+            if not shared_out:
+                terms.add("attention", "attention output (padded)", "T·(a/t)·d_qk·B", T * a_l * v_core * B)
+            terms.add("attention", "logsumexp", "T·(a/t)·4", T * a_l * FP32_BYTES)
+    else:
+        if not selective:
+            terms.add(
+                "attention", "softmax output", "(a/t)·b·(s/c)·s·B", sh.b * a_l * sh.s_local * sh.s_full * B
+            )
+    terms.add("attention", "wo input", "T·(a/t)·d_v·B", T * a_l * v * B)
+
+
+def _mlp_terms(
+    terms: _Terms, sh: _Shape, style: FrameworkStyle, width: int, component: str, *, with_input: bool
+) -> None:
+    """One dense MLP over all T tokens: SwiGLU saves 4 f-wide tensors in torch (3 in Megatron: fc1 out
+    gate‖up + product), GELU saves 2 (GELU input, fc2 input)."""
+    arch = sh.arch
+    f_l = sh.sharded(width)
+    if with_input:
+        terms.add(component, "mlp input", f"{sh.tr}·h·B", sh.tokens_rep * arch.hidden_size * sh.B)
+    if arch.activation == "swiglu":
+        n = 4 if style == "torch" else 3
+        what = "w1 out, silu out, w3 out, product" if style == "torch" else "fc1 out (gate‖up), product"
+    else:
+        n, what = 2, "gelu input, fc2 input"
+    terms.add(component, what, f"{n}·T·(f/t)·B", n * sh.tokens * f_l * sh.B)
+
+
+def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle) -> None:
+    """Router + top-k routed tokens through the experts + shared experts.
+
+    Averaged over expert-parallel ranks, each rank's experts process ``T·k`` token slots (the sum of the
+    per-expert counts is exactly ``T·k`` without EP). Expert FFNs are split ``f/t`` (expert TP = TP).
+    torch (app/bench/model.py): fp32 router probabilities (T·E·4), top-k indices, dispatch/combine indices
+    (int64), the fp32 renormalised weights (k > 1) and their bf16 copy, the gathered tokens (T·k·h·B), the
+    expert MLP tensors and the expert outputs before the weighted sum (T·k·h·B).
+    """
+    arch = sh.arch
+    T, B, k, E, h = sh.tokens, sh.B, arch.experts_top_k, arch.n_experts, arch.hidden_size
+    terms.add("router", "router input", f"{sh.tr}·h·B", sh.tokens_rep * h * B)
+    terms.add("router", "router probabilities (fp32)", "T·E·4", T * E * FP32_BYTES)
+    if style == "torch":
+        per_slot = 3 * INDEX_BYTES + B + (FP32_BYTES if k > 1 else 0)
+        terms.add(
+            "router", "top-k/dispatch/combine indices + weights", f"T·k·{per_slot}" + (" + T·4" if k > 1 else ""),
+            T * k * per_slot + (T * FP32_BYTES if k > 1 else 0),
+        )  # fmt: skip
+        terms.add("experts", "dispatched tokens + expert outputs", "2·T·k·h·B", 2 * T * k * h * B)
+    else:
+        terms.add("router", "routing map + weights", "T·k·(8 + 4)", T * k * (INDEX_BYTES + FP32_BYTES))
+        terms.add("experts", "permuted tokens (fc1 input) + unpermute input", "2·T·k·h·B", 2 * T * k * h * B)
+    f_e = sh.sharded(arch.expert_ffn_hidden_size)  # type: ignore[arg-type]
+    n = (4 if style == "torch" else 3) if arch.activation == "swiglu" else 2
+    terms.add("experts", "expert mlp tensors", f"{n}·T·k·(f_e/t)·B", n * T * k * f_e * B)
+    if arch.n_shared_experts:
+        f_s = sh.sharded(arch.shared_expert_ffn_hidden_size)  # type: ignore[arg-type]
+        terms.add(
+            "shared_experts", "shared expert mlp tensors", f"{arch.n_shared_experts}·{n}·T·(f_s/t)·B",
+            arch.n_shared_experts * n * T * f_s * B,
+        )  # fmt: skip
+        if arch.shared_expert_gate:
+            terms.add(
+                "shared_experts",
+                "gated shared output + sigmoid",
+                f"{sh.tr}·(h+1)·B",
+                sh.tokens_rep * (h + 1) * B,
+            )
+
+
+def _layer_terms(
+    sh: _Shape, style: FrameworkStyle, kind: LayerKind, recompute: Recompute, flash: bool, dropout: bool
+) -> _Terms:
+    """What one layer saves with no recompute or selective recompute (``recompute`` only changes the
+    attention core): norms, attention, the MLP or MoE block, Megatron's MLP-out dropout mask."""
+    arch = sh.arch
+    terms = _Terms()
+    _norm_terms(terms, sh, style, 1 if arch.parallel_residual else 2, 2)
+    _attention_terms(terms, sh, style, recompute, flash, dropout)
+    if kind == "moe":
+        _moe_terms(terms, sh, style)
+    else:
+        _mlp_terms(terms, sh, style, arch.ffn_hidden_size, "mlp", with_input=True)
+    if style == "megatron" and dropout:
+        terms.add(
+            "dropout_masks",
+            "mlp-out dropout mask",
+            f"{sh.tr}·h·1",
+            sh.tokens_rep * arch.hidden_size * MASK_BYTES,
+        )
+    return terms
+
+
+def _selective_op_terms(sh: _Shape, kind: LayerKind) -> _Terms:
+    """torchtitan's per-op selective activation checkpointing (``selective_ac_option = "op"``).
+
+    Its policy saves the outputs of every *odd* matmul of a block (the 1st, 3rd, 5th… ``aten.mm`` in forward
+    order), of the attention kernel (output and logsumexp) and of TP's reduce-scatters, and recomputes every other
+    op; the block's input is kept as the checkpoint's input. Llama block, forward order wq, wk, wv, wo, w1, w3, w2:
+    saved wq out (T·a/t·d), wv out (T·g/t·d), attention out (T·a/t·d) + logsumexp (T·a/t·4), w1 out (T·f/t),
+    w2 out (T·h), input (T·h); with TP the two reduce-scatter outputs (2·T/t·h) too. MLA blocks (wq_a, wq_b,
+    wkv_a, wkv_b, wo): wq_a out, wkv_a out, wo out. MoE blocks: the router GEMM is the first matmul, then each
+    expert's w1/w3/w2 (grouped): router logits, w3 out and the dispatched tokens' w1… pattern averaged as
+    half the expert MLP tensors.
+    """
+    arch = sh.arch
+    T, B, h = sh.tokens, sh.B, arch.hidden_size
+    kept = _Terms()
+    kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * h * B)
+    if arch.attention == "mla":
+        ql = arch.q_lora_rank or 0
+        kept.add(
+            "attention",
+            "wq_a out, wkv_a out",
+            "T·(q_lora + kv_lora + rope)·B",
+            T * (ql + arch.kv_lora_rank + arch.qk_rope_head_dim) * B,
+        )  # type: ignore[operator]
+        mm_after_attention = 5 if ql else 4  # wo's position among the block's matmuls
+    else:
+        a_l, g_l, d = sh.heads, sh.kv_heads, arch.head_dim
+        kept.add("attention", "wq out (mm 1), wv out (mm 3)", "T·(a/t + g/t)·d·B", T * (a_l + g_l) * d * B)
+        mm_after_attention = 4
+    a_l = sh.heads
+    kept.add(
+        "attention",
+        "attention output + logsumexp",
+        "T·(a/t)·(d_v·B + 4)",
+        T * a_l * (arch.value_head_dim * B + FP32_BYTES),
+    )
+    if mm_after_attention % 2 == 1:
+        kept.add("attention", "wo out", f"{sh.tr}·h·B", sh.tokens_rep * h * B)
+    if sh.t > 1:
+        kept.add("attention", "TP reduce-scatter outputs", "2·(T/t)·h·B", 2 * sh.tokens_rep * h * B)
+    # the MLP's matmuls continue the count: first MLP matmul is mm (mm_after_attention + 1)
+    first_saved = (mm_after_attention + 1) % 2 == 1
+    if kind == "moe":
+        f_e = sh.sharded(arch.expert_ffn_hidden_size)  # type: ignore[arg-type]
+        k = arch.experts_top_k
+        kept.add(
+            "router",
+            "router logits (fp32) + routing",
+            "T·E·4 + T·k·12",
+            T * arch.n_experts * FP32_BYTES + T * k * (INDEX_BYTES + FP32_BYTES),
+        )
+        n = 3 if arch.activation == "swiglu" else 2
+        kept.add(
+            "experts",
+            "dispatched tokens + every other expert matmul output",
+            "T·k·h·B + T·k·(n/2)·(f_e/t)·B",
+            T * k * h * B + int(T * k * f_e * B * n / 2),
+        )
+    else:
+        f_l = sh.sharded(arch.ffn_hidden_size)
+        widths = (f_l, f_l, h) if arch.activation == "swiglu" else (f_l, h)  # w1, w3, w2 / up, down
+        saved = [w for i, w in enumerate(widths) if (i % 2 == 0) == first_saved]
+        kept.add(
+            "mlp",
+            "every other MLP matmul output",
+            "T·(" + " + ".join("f/t" if w == f_l else "h" for w in saved) + ")·B",
+            T * sum(saved) * B,
+        )
+    return kept
+
+
+def _grad_working_set(arch: Architecture, kind: LayerKind, sh: _Shape) -> int:
+    """Gradient tensors alive at once inside one layer's backward (estimate).
+
+    The larger of the MLP's (SwiGLU: 3 f-wide grads; GELU: 2) and attention's (dq, dk, dv, d_out + fp32 dq
+    accumulator) working set, plus the incoming and outgoing residual-stream gradients (2·T·h·B).
+    """
+    T, B, h = sh.tokens, sh.B, arch.hidden_size
+    if kind == "moe":
+        f = sh.sharded(arch.expert_ffn_hidden_size) * arch.experts_top_k  # type: ignore[operator]
+    else:
+        f = sh.sharded(arch.ffn_hidden_size)
+    n_f = 3 if arch.activation == "swiglu" else 2
+    mlp = n_f * T * f * B
+    qd = sh.heads * arch.head_dim
+    kvd = sh.kv_heads * arch.head_dim if arch.attention == "gqa" else qd
+    attn = T * (2 * qd + 2 * kvd) * B + T * qd * FP32_BYTES
+    return max(mlp, attn) + 2 * T * h * B
+
+
+def _core_recompute_bytes(sh: _Shape, style: FrameworkStyle, flash: bool, dropout: bool) -> int:
+    """What re-running the attention core materialises during a selective-recompute backward."""
+    arch = sh.arch
+    T, B, a_l = sh.tokens, sh.B, sh.heads
+    d_v = arch.head_dim if arch.attention == "mla" and style == "torch" else arch.value_head_dim
+    if flash:
+        return T * a_l * d_v * B + T * a_l * FP32_BYTES
+    scores = sh.b * a_l * sh.s_local * sh.s_full
+    per_score = B + (MASK_BYTES + B if style == "megatron" and dropout else 0)
+    copies = 3 * T * a_l * arch.head_dim * B if style == "torch" else 0
+    return scores * per_score + copies + T * a_l * d_v * B
+
+
+def layer_activation_bytes(
+    arch: Architecture,
+    kind: LayerKind,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    recompute: Recompute = Recompute.none,
+    flash_attention: bool = True,
+    act_bytes: int = 2,
+    framework_style: FrameworkStyle = "torch",
+    dropout: bool | None = None,
+) -> ActivationTerms:
+    """Bytes one ``kind`` layer keeps between forward and backward for one micro-batch, on one rank.
+
+    ``tp`` divides the head- and FFN-sharded tensors; norms, residual stream and linear inputs are replicated
+    over TP unless ``sequence_parallel`` (then everything is ÷t). ``cp`` divides every sequence dimension
+    (the ``s²`` scores keep all keys: ``(s/c)·s``). ``dropout`` (Megatron style only) adds 1-byte masks;
+    ``None`` = on for GELU models, off for SwiGLU ones.
+
+    Examples (GPT-3 layer, h=12288, a=96, s=2048, b=1, Megatron style, no flash) — see
+    ``tests/domain/test_activations.py`` for the hand-worked numbers.
+    """
+    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    if kind == "moe" and not arch.is_moe:
+        raise ValueError(f"{arch.slug} has no MoE layers")
+    style: FrameworkStyle = framework_style
+    if dropout is None:
+        dropout = _default_dropout(arch, style)
+    elif dropout and style == "torch":
+        raise ValueError("the torch reference model has no dropout; use framework_style='megatron'")
+    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+
+    full = _layer_terms(sh, style, kind, Recompute.none, flash_attention, dropout)
+
+    grads = _grad_working_set(arch, kind, sh)
+    legend = (
+        f"[{style}; T={sh.tokens} (b={micro_batch}·s={seq_len}/c={cp}), t={tp}, SP={sequence_parallel}, "
+        f"h={arch.hidden_size}, a={arch.n_heads}, g={arch.n_kv_heads}, d={arch.head_dim}, "
+        f"f={arch.ffn_hidden_size}, B={act_bytes}, flash={flash_attention}, dropout={dropout}]"
+    )
+    if recompute is Recompute.full:
+        kept = _Terms()
+        kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * arch.hidden_size * act_bytes)
+        return ActivationTerms(
+            saved_bytes=kept.total(),
+            peak_extra_bytes=full.total() + grads,
+            by_component=kept.by_component(),
+            formula=f"full recompute: {kept.render()}; peak re-materialises {full.total()} + grads {grads} {legend}",
+        )
+    if recompute is Recompute.selective_op:
+        kept = _selective_op_terms(sh, kind)
+        return ActivationTerms(
+            saved_bytes=kept.total(),
+            peak_extra_bytes=full.total() + grads,
+            by_component=kept.by_component(),
+            formula=f"per-op selective recompute: {kept.render()}; peak re-materialises {full.total()} + grads "
+            f"{grads} {legend}",
+        )
+    if recompute is Recompute.selective:
+        terms = _layer_terms(sh, style, kind, Recompute.selective, flash_attention, dropout)
+        core = _core_recompute_bytes(sh, style, flash_attention, dropout)
+        return ActivationTerms(
+            saved_bytes=terms.total(),
+            peak_extra_bytes=core + grads,
+            by_component=terms.by_component(),
+            formula=f"selective recompute: {terms.render()}; core recomputed {core} + grads {grads} {legend}",
+        )
+    return ActivationTerms(
+        saved_bytes=full.total(),
+        peak_extra_bytes=grads,
+        by_component=full.by_component(),
+        formula=f"no recompute: {full.render()}; grads {grads} {legend}",
+    )
+
+
+def embedding_activation_bytes(
+    arch: Architecture,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    act_bytes: int = 2,
+    framework_style: FrameworkStyle = "torch",
+    dropout: bool | None = None,
+) -> int:
+    """Saved by the first stage before its first layer: token ids (int64, for the embedding backward),
+    position ids for learned positions (torch), the embedding-norm input + stats when ``embedding_norm``,
+    and Megatron's embedding dropout mask (``s·b·h`` bytes, ÷t with SP) when ``dropout``."""
+    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    style: FrameworkStyle = framework_style
+    if dropout is None:
+        dropout = _default_dropout(arch, style)
+    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+    total = sh.tokens * INDEX_BYTES
+    if arch.position == "learned" and style == "torch":
+        total += sh.s_local * INDEX_BYTES
+    if arch.embedding_norm:
+        stat = (2 * FP32_BYTES if arch.norm == "layernorm" else FP32_BYTES) if style == "torch" else 0
+        total += sh.tokens_rep * (arch.hidden_size * act_bytes + stat)
+    if style == "megatron" and dropout:
+        total += sh.tokens_rep * arch.hidden_size * MASK_BYTES
+    return total
+
+
+def head_activation_bytes(
+    arch: Architecture,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    act_bytes: int = 2,
+    framework_style: FrameworkStyle = "torch",
+) -> int:
+    """Saved by the last stage after its last layer, *excluding* the ``b·s·V`` tensors (see
+    :func:`logits_bytes`): the final-norm input (+ stats in torch), the output-GEMM input and the int64
+    targets. The output-GEMM input is replicated over TP unless SP."""
+    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+    stat = (2 * FP32_BYTES if arch.norm == "layernorm" else FP32_BYTES) if framework_style == "torch" else 0
+    return sh.tokens_rep * (2 * arch.hidden_size * act_bytes + stat) + sh.tokens * INDEX_BYTES
+
+
+def logits_bytes(
+    arch: Architecture,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    logits_dtype_bytes: int = 4,
+    act_bytes: int = 2,
+    fused_linear: bool = False,
+) -> int:
+    """The ``b·s·V`` logits and the loss's copy of them on the last stage, per rank (vocab-parallel ÷t, ÷c).
+
+    ``b·(s/c)·(V/t)·(act_bytes + logits_dtype_bytes)``: the output GEMM writes logits in the activation dtype
+    (bf16, 2 B); the loss upcasts them to fp32 (``logits_dtype_bytes=4``, the default — every mainstream recipe
+    computes cross-entropy in fp32) and autograd keeps the fp32 log-softmax output until backward. With a
+    bf16 cross-entropy pass ``logits_dtype_bytes=2``. Eager PyTorch briefly holds one more fp32 copy while
+    ``log_softmax`` runs or its gradient is formed (about ``b·s·V·4`` more at that instant); fused / chunked
+    cross-entropy kernels hold much less. Example: Llama 3 (V=128,256), b=1, s=8192, t=1 →
+    8192·128256·6 = 6,304,038,912 B ≈ 5.87 GiB.
+
+    ``fused_linear`` (Liger-Kernel's FusedLinearCrossEntropy): the output GEMM and the loss run over chunks of
+    ``ceil(b·s / ceil(V/h))`` tokens (rounded up to a power of two), each chunk's logits (activation dtype + the
+    fp32 loss copy) freed before the next, and the gradient of the GEMM's input (b·s·h in the activation dtype)
+    computed in the forward and kept for the backward. Llama 3 8B, b=1, s=262,144: chunk 8,192 tokens →
+    8192·128256·6 + 262144·4096·2 = 6.30 GB + 2.15 GB.
+    """
+    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    if logits_dtype_bytes not in (2, 4):
+        raise ValueError(f"logits_dtype_bytes must be 2 or 4, got {logits_dtype_bytes}")
+    if fused_linear:
+        tokens = micro_batch * _ceil_div(seq_len, cp)
+        chunk = min(
+            tokens,
+            1 << max(0, (_ceil_div(tokens, _ceil_div(arch.vocab_size, arch.hidden_size)) - 1).bit_length()),
+        )
+        return (
+            chunk * _ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
+            + tokens * arch.hidden_size * act_bytes
+        )
+    return (
+        micro_batch
+        * _ceil_div(seq_len, cp)
+        * _ceil_div(arch.vocab_size, tp)
+        * (act_bytes + logits_dtype_bytes)
+    )
+
+
+def framework_style_for(framework: str) -> FrameworkStyle:
+    """Megatron-LM runs follow the Megatron convention; FSDP2 and DeepSpeed run eager PyTorch blocks."""
+    return "megatron" if framework == "megatron" else "torch"

@@ -1,0 +1,243 @@
+"""Build the inputs of the shared per-rank formulas (:mod:`app.domain.evaluate`) from catalog objects, and run
+them for one plan with Python numbers: memory per pipeline stage and the step time.
+
+The plan search builds the same bundles as numpy arrays (:mod:`app.domain.search`).
+"""
+
+from __future__ import annotations
+
+import math
+
+from app.domain.estimator.activations import (
+    embedding_activation_bytes,
+    framework_style_for,
+    head_activation_bytes,
+    logits_bytes,
+)
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.compute import head_times, layer_times
+from app.domain.estimator.evaluate import (
+    Consts,
+    KeyQ,
+    ModelQ,
+    PlanQ,
+    RankQ,
+    combine_step,
+    plan_comm,
+    rank_memory,
+    rank_time,
+)
+from app.domain.estimator.memory import StageMemory, exact_fsdp2, layer_terms, state_bytes_per_param
+from app.domain.estimator.network import link_speeds, plan_groups
+from app.domain.estimator.pipeline import RankLayers, rank_layers
+from app.domain.estimator.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
+from app.domain.estimator.sharding import sharded_state_bytes_counted
+from app.domain.estimator.step import RankTime, StepTime
+from app.domain.estimator.xp import SCALAR
+from app.domain.model.architecture import Architecture
+from app.domain.model.counts import ParameterCounts, kv_dim, parameter_counts
+
+OPTIMIZER_TRAFFIC_B = {"adamw": 30.0, "adamw-8bit": 18.0, "sgd": 20.0}  # bytes moved per local parameter
+
+
+def model_q(arch: Architecture, counts: ParameterCounts) -> ModelQ:
+    dense = counts.dense_layer
+    moe = counts.moe_layer
+    return ModelQ(
+        dense_sharded=(dense.attention + dense.mlp + dense.shared_experts) if dense else 0.0,
+        dense_replicated=(dense.norms + dense.router) if dense else 0.0,
+        moe_sharded=(moe.attention + moe.mlp + moe.shared_experts) if moe else 0.0,
+        moe_replicated=(moe.norms + moe.router) if moe else 0.0,
+        moe_experts=moe.experts if moe else 0.0,
+        embedding=counts.embedding,
+        pre_rest=counts.pre_layers - counts.embedding,
+        output_head=counts.output_head,
+        post_rest=counts.post_layers - counts.output_head,
+        hidden=arch.hidden_size,
+        kv_dim=kv_dim(arch),
+        top_k=arch.experts_top_k,
+    )
+
+
+def exact_state(arch: Architecture, plan: Plan) -> tuple[float, float, float]:
+    """FSDP2's exact rank-0 (params, grads, optimizer) bytes: dim-0 shards padded to ceil(dim0/ws) rows."""
+    per = state_bytes_per_param(plan)
+    exact = sharded_state_bytes_counted(
+        arch.shape_counts, plan.dp_shard_size * plan.cp, 0, param_bytes=int(per.weights),
+        grad_bytes=int(per.grads), optimizer_bytes_per_param=int(per.optimizer),
+        step_bytes_per_tensor=4 if per.optimizer else 0,
+    )  # fmt: skip
+    return exact["param_padded_bytes"], exact["grad_padded_bytes"], exact["optimizer_bytes"]
+
+
+def plan_q(arch: Architecture, plan: Plan) -> PlanQ:
+    sh = plan.sharding
+    exact = exact_fsdp2(plan)
+    e_params, e_grads, e_opt = exact_state(arch, plan) if exact else (0.0, 0.0, 0.0)
+    return PlanQ(
+        gpus=plan.gpus, tp=plan.tp, pp=plan.pp, vpp=plan.vpp, dp=plan.dp, cp=plan.cp, ep=plan.ep,
+        micro_batch=plan.micro_batch, micro_batches=plan.micro_batches, seq_len=plan.seq_len,
+        shard=plan.dp_shard_size * plan.cp, expert_shard=max(1, plan.dp * plan.cp // plan.ep),
+        replicas=max(1, plan.dp // plan.dp_shard_size) if sh is Sharding.fsdp_hybrid else 1,
+        shards_params=sh.shards_params, shards_grads=sh.shards_grads, shards_optimizer=sh.shards_optimizer,
+        grad_op=sh is Sharding.fsdp_grad_op, hybrid=sh is Sharding.fsdp_hybrid, ddp=sh is Sharding.ddp,
+        fsdp2=plan.framework is Framework.fsdp2, deepspeed=plan.framework is Framework.deepspeed,
+        offload_optimizer=plan.offload is Offload.optimizer_cpu, offload_params=plan.offload is Offload.params_cpu,
+        offload_nvme=plan.offload is Offload.nvme, recompute_full=plan.recompute is Recompute.full,
+        sequence_parallel=plan.sequence_parallel, exact=exact, exact_params=e_params, exact_grads=e_grads,
+        exact_optimizer=e_opt,
+    )  # fmt: skip
+
+
+def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
+    """Per-layer activation bytes and compute seconds for the plan's (tp, cp, sp, recompute, micro-batch, ep)."""
+    act_bytes = 4 if plan.precision is Precision.fp32 else 2
+    style = framework_style_for(plan.framework.value)
+    terms = layer_terms(arch, plan)
+    shape = dict(micro_batch=plan.micro_batch, seq_len=plan.seq_len, tp=plan.tp, cp=plan.cp)
+    dense = layer_times(arch, "dense", plan, cluster) if arch.n_dense_layers else None
+    moe = layer_times(arch, "moe", plan, cluster) if arch.n_moe_layers else None
+    head_fwd, head_bwd = head_times(arch, plan, cluster)
+    zero = 0.0
+    return KeyQ(
+        saved_dense=terms["dense"].saved_bytes if "dense" in terms else zero,
+        saved_moe=terms["moe"].saved_bytes if "moe" in terms else zero,
+        peak_extra=max(t.peak_extra_bytes for t in terms.values()),
+        embedding_act=embedding_activation_bytes(
+            arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
+        ),
+        head_act=head_activation_bytes(
+            arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
+        ),
+        logits=logits_bytes(arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy),
+        fwd_dense=dense.fwd_s if dense else zero, bwd_dense=dense.bwd_s if dense else zero,
+        rec_dense=dense.recompute_s if dense else zero, attn_dense=dense.attention_fwd_s if dense else zero,
+        fwd_moe=moe.fwd_s if moe else zero, bwd_moe=moe.bwd_s if moe else zero,
+        rec_moe=moe.recompute_s if moe else zero, attn_moe=moe.attention_fwd_s if moe else zero,
+        head_fwd=head_fwd, head_bwd=head_bwd,
+    )  # fmt: skip
+
+
+def consts(cluster: Cluster, plan: Plan) -> Consts:
+    per = state_bytes_per_param(plan)
+    rt = cluster.runtime
+    stack = cluster.stack(plan.framework.value)
+    up, out, hop_up, hop_out = link_speeds(cluster)
+    return Consts(
+        weights_b=per.weights, grads_b=per.grads, master_b=per.master, optimizer_b=per.optimizer,
+        grad_reduce_b=per.grad_reduce, work_b=4.0 if plan.precision is Precision.fp32 else 2.0,
+        act_b=4.0 if plan.precision is Precision.fp32 else 2.0, cuda_context=rt.cuda_context_bytes,
+        nccl_intra=rt.nccl_bytes_per_communicator, nccl_spanning=rt.nccl_bytes_per_communicator_scale_out,
+        workspace=rt.workspace_bytes, fragmentation=rt.fragmentation_fraction,
+        usable=cluster.accelerator.memory_usable_bytes, domain=cluster.nvlink_domain, scale_up=up, scale_out=out,
+        hop_up=hop_up, hop_out=hop_out, optimizer_traffic_b=OPTIMIZER_TRAFFIC_B[plan.optimizer.value],
+        hbm_bytes_per_s=cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency,
+        host_link_bytes_per_s=rt.host_link_gb_per_s(cluster.accelerator.pcie_generation) * 1e9,
+        cpu_optimizer_bytes_per_s=rt.cpu_optimizer_gb_per_s * 1e9, nvme_bytes_per_s=rt.nvme_gb_per_s * 1e9,
+        tp_overlap=stack.tp_overlap, ep_overlap=stack.ep_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
+        straggler_cv=cluster.scale.straggler_cv,
+    )  # fmt: skip
+
+
+def rank_q(rank: RankLayers) -> RankQ:
+    return RankQ(
+        rank=rank.rank, n_dense=rank.dense_layers, n_moe=rank.moe_layers, first=rank.first, last=rank.last
+    )
+
+
+def _stage(rank: RankLayers, m: dict, usable: float, workspace: float) -> StageMemory:
+    terms = {
+        "params": m["params"], "grads": m["grads"], "optimizer": m["optimizer"], "activations": m["activations"],
+        "logits": m["logits"], "gathered params": m["gathered"], "buffers": m["buffers"], "runtime": m["runtime"],
+    }  # fmt: skip
+    return StageMemory(
+        rank=rank.rank, layers=rank.n_layers, first=rank.first, last=rank.last,
+        params_bytes=math.ceil(m["params"]), grads_bytes=math.ceil(m["grads"]),
+        optimizer_bytes=math.ceil(m["optimizer"]), activations_bytes=math.ceil(m["activations"]),
+        logits_bytes=math.ceil(m["logits"]), gathered_params_bytes=math.ceil(m["gathered"]),
+        buffers_bytes=math.ceil(m["buffers"]), workspace_bytes=int(workspace),
+        allocated_peak_bytes=math.ceil(m["allocated"]), fragmentation_bytes=math.ceil(m["fragmentation"]),
+        runtime_bytes=math.ceil(m["runtime"]), total_bytes=math.ceil(m["total"]), usable_bytes=int(usable),
+        margin_bytes=math.floor(usable - m["total"]), fits=m["total"] <= usable,
+        dominant_term=max(terms, key=lambda k: terms[k]), host_bytes=math.ceil(m["host"]),
+        nvme_bytes=math.ceil(m["nvme"]), communicators=int(m["communicators"]),
+    )  # fmt: skip
+
+
+def evaluate_plan(
+    arch: Architecture, cluster: Cluster, plan: Plan, counts: ParameterCounts | None = None
+) -> tuple[tuple[StageMemory, ...], StepTime]:
+    """Memory of every pipeline rank and the step time of ``plan`` (Python numbers)."""
+    counts = counts or parameter_counts(arch)
+    mq, pq, kq, c = (
+        model_q(arch, counts),
+        plan_q(arch, plan),
+        key_q(arch, plan, cluster),
+        consts(cluster, plan),
+    )
+    comm = plan_comm(SCALAR, mq, pq, c)
+    stages: list[StageMemory] = []
+    ranks: list[RankTime] = []
+    times: dict[tuple, dict] = {}  # a rank's time depends only on its layers and first/last role
+    for rank in rank_layers(arch, plan.pp, plan.vpp):
+        rq = rank_q(rank)
+        stages.append(_stage(rank, rank_memory(SCALAR, mq, pq, rq, kq, c), c.usable, c.workspace))
+        signature = (rank.dense_layers, rank.moe_layers, rank.first, rank.last)
+        if signature not in times:
+            times[signature] = rank_time(SCALAR, mq, pq, rq, kq, c, comm)
+        t = times[signature]
+        ranks.append(
+            RankTime(
+                rank=rank.rank,
+                compute_s=t["compute"],
+                recompute_s=t["recompute"],
+                tp_s=t["tp"],
+                cp_s=t["cp"],
+                ep_s=t["ep"],
+                fsdp_s=t["fsdp"],
+                micro_batch_s=t["micro_batch"],
+                dp_s=t["dp"],
+                optimizer_s=t["optimizer"],
+            )  # fmt: skip
+        )
+    slow = max(ranks, key=lambda r: r.micro_batch_s)
+    dp_exposed = max(r.dp_s for r in ranks)
+    optimizer = max(r.optimizer_s for r in ranks)
+    step, bubble, sync = combine_step(
+        SCALAR, pq, c, slow.micro_batch_s, comm["pp_p2p"], dp_exposed, optimizer
+    )
+    m = plan.micro_batches
+    groups = plan_groups(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.dp_shard_size, cluster)
+    return tuple(stages), StepTime(
+        step_s=step, micro_batches=m, micro_batch_s=slow.micro_batch_s, compute_s=m * slow.compute_s,
+        recompute_s=m * slow.recompute_s, tp_exposed_s=m * slow.tp_s, cp_exposed_s=m * slow.cp_s,
+        ep_exposed_s=m * slow.ep_s, fsdp_exposed_s=m * slow.fsdp_s, pp_p2p_s=comm["pp_p2p"], bubble_s=bubble,
+        dp_exposed_s=dp_exposed, optimizer_s=optimizer, sync_s=sync, slowest_rank=slow.rank, ranks=tuple(ranks), groups=groups,
+    )  # fmt: skip
+
+
+def step_seconds(
+    arch: Architecture,
+    cluster: Cluster,
+    plan: Plan,
+    mq: ModelQ,
+    pq: PlanQ,
+    ranks: tuple[RankLayers, ...],
+) -> float:
+    """The step time alone, as :func:`evaluate_plan` computes it (same formulas, no memory): for fitting, where
+    the model, plan and ranks (``mq``, ``pq``, ``ranks``) are fixed and only the cluster's efficiencies change."""
+    kq, c = key_q(arch, plan, cluster), consts(cluster, plan)
+    comm = plan_comm(SCALAR, mq, pq, c)
+    times: dict[tuple, dict] = {}
+    for rank in ranks:
+        signature = (rank.dense_layers, rank.moe_layers, rank.first, rank.last)
+        if signature not in times:
+            times[signature] = rank_time(SCALAR, mq, pq, rank_q(rank), kq, c, comm)
+    slow = max(t["micro_batch"] for t in times.values())
+    dp = max(t["dp"] for t in times.values())
+    optimizer = max(t["optimizer"] for t in times.values())
+    return combine_step(SCALAR, pq, c, slow, comm["pp_p2p"], dp, optimizer)[0]
+
+
+def memory_by_stage(arch: Architecture, cluster: Cluster, plan: Plan) -> tuple[StageMemory, ...]:
+    return evaluate_plan(arch, cluster, plan)[0]

@@ -1,0 +1,353 @@
+"""FLOPs (model and hardware) and compute time per micro-batch on one rank.
+
+Model FLOPs per token (the MFU numerator), stated formula:
+    6·N_matmul  +  6·L·s·a·(d_qk + d_v) / 2          (causal attention: half of the s×s matrix)
+where N_matmul counts every GEMM weight a token passes through (output head included, embedding lookup
+excluded; for MoE only top-k and shared experts). Hardware FLOPs add recompute: full recompute repeats every
+layer's forward (+2·N_layers + the attention forward), selective repeats the attention core forward.
+
+Compute time, shape-aware: every GEMM (m×k by k×n) is timed from its own shape (:meth:`GemmRates.seconds`):
+
+    t = max(2·m·n·k / (peak · gemm_efficiency · wave(m, n)),  bytes(m, n, k) / (HBM · hbm_efficiency))
+        + gemm_overhead
+
+where wave(m, n) is the tile/wave quantisation of :func:`wave_efficiency` (a GEMM's output tiles run in waves
+of one tile per SM; the last wave and the padding of edge tiles do useful work only in part — after a TP or CP
+split the GEMMs shrink and lose more of it) and the second term is the roofline bound of a GEMM too thin to be
+compute-bound. The backward runs each GEMM twice with transposed shapes (data gradient m×n·n×k, weight
+gradient k×m·m×n). FP8 GEMMs (precision fp8) run against the FP8 peak at fp8_gemm_ratio × gemm_efficiency and
+add the casts of their inputs (read 2 B, write 1 B per element). Fused attention takes F/(peak·attention_efficiency(kernel)) (:func:`attention_efficiency`);
+memory-bound kernels (norms, residual adds, rotary, activation function, softmax/cross-entropy, optimizer) take
+bytes/(HBM bandwidth·hbm_efficiency). Backward = 2× forward attention FLOPs and 2× forward memory traffic.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pydantic import Field
+
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.plan import Plan, Precision, Recompute
+from app.domain.model.architecture import Architecture, LayerKind
+from app.domain.model.counts import attention_projection_weights, kv_dim, q_dim
+from app.domain.provenance import Frozen
+
+# HBM bytes moved per activation element in the forward, by op, with fused kernels vs eager PyTorch.
+# Eager RMSNorm upcasts to fp32 and runs ~7 kernels (x.float, pow, mean, rsqrt, mul, type_as, mul ≈ 38 B per
+# element); a fused norm reads and writes once (4 B). Eager rotary goes through fp32 complex numbers
+# (~20 B per q/k element) vs 4 B fused. SwiGLU: silu + mul eager ≈ 10 B per FFN element vs 6 B fused.
+# Residual adds read two and write one 16-bit tensor (6 B) either way. Cross-entropy over the vocabulary:
+# eager casts the logits to fp32 and runs log-softmax and its gradient (~14 B per logit) vs ~6 B fused.
+TRAFFIC_BYTES = {
+    True: {"norm": 4.0, "residual": 6.0, "rotary": 4.0, "glu": 6.0, "gelu": 4.0, "logit": 6.0},
+    False: {"norm": 38.0, "residual": 6.0, "rotary": 20.0, "glu": 10.0, "gelu": 8.0, "logit": 14.0},
+}
+
+
+class FlopsPerToken(Frozen):
+    matmul: float
+    attention: float
+    total: float
+    formula: str
+
+
+def attention_flops_per_token(arch: Architecture, seq_len: int, causal: bool = True) -> float:
+    """Forward+backward attention-core FLOPs per token: 6·L·s·a·(d_qk + d_v), halved if causal.
+
+    Forward: Q·Kᵀ is 2·s·a·d_qk and P·V is 2·s·a·d_v FLOPs per token; backward doubles it (×3 in all). For
+    MHA with d = h/a that is 12·L·s·h, Megatron's non-causal ``s/(6h)`` term of the 72-form."""
+    per_layer = 6 * seq_len * arch.n_heads * (arch.qk_head_dim + arch.value_head_dim)
+    return arch.n_layers * per_layer * (0.5 if causal else 1.0)
+
+
+def model_flops_per_token(
+    arch: Architecture, seq_len: int, matmul_weights_active: int, causal: bool = True
+) -> FlopsPerToken:
+    matmul = 6.0 * matmul_weights_active
+    attention = attention_flops_per_token(arch, seq_len, causal)
+    return FlopsPerToken(
+        matmul=matmul,
+        attention=attention,
+        total=matmul + attention,
+        formula="6·N_matmul_active + 6·L·s·a·(d_qk+d_v)"
+        + (" × 1/2 for the attention term (causal)" if causal else " (non-causal attention)"),
+    )
+
+
+def hardware_flops_per_token(
+    model: FlopsPerToken, arch: Architecture, plan: Plan, head_weights: int
+) -> float:
+    """Model FLOPs plus what recompute repeats (forward = 1/3 of forward+backward)."""
+    if plan.recompute is Recompute.full:
+        return model.total + (model.matmul - 6.0 * head_weights) / 3 + model.attention / 3
+    if plan.recompute is Recompute.selective:
+        return model.total + model.attention / 3
+    if plan.recompute is Recompute.selective_op:
+        return model.total + (model.matmul - 6.0 * head_weights) / 3 * selective_op_matmul_share(arch)
+    return model.total
+
+
+def selective_op_matmul_share(arch: Architecture) -> float:
+    """Share of a dense block's matmul FLOPs per-op selective AC recomputes: the even matmuls of the block in
+    forward order (Llama: wk, wo, w3 of wq, wk, wv, wo, w1, w3, w2; GELU: wk, wo, w2 of wq, wk, wv, wo, w1, w2)."""
+    h, q, kv = arch.hidden_size, q_dim(arch), kv_dim(arch)
+    f = arch.ffn_hidden_size if not arch.is_moe else (arch.expert_ffn_hidden_size or arch.ffn_hidden_size)
+    mlp = (h * f, h * f, f * h) if arch.activation == "swiglu" else (h * f, f * h)
+    weights = (h * q, h * kv, h * kv, q * h, *mlp)
+    return sum(w for i, w in enumerate(weights) if i % 2 == 1) / sum(weights)
+
+
+class LayerTimes(Frozen):
+    """Seconds for one layer of one kind, one micro-batch, on one rank."""
+
+    gemm_fwd_s: float
+    attention_fwd_s: float
+    memory_fwd_s: float
+    fwd_s: float
+    bwd_s: float
+    recompute_s: float
+    gemms: int = Field(description="GEMM launches in the forward")
+
+
+# Threadblock tiles (rows × columns of the output) a cuBLAS/CUTLASS GEMM picks from, with the rate of a full
+# tile relative to a 128×128 tile. A smaller tile reuses each operand it loads fewer times (arithmetic
+# intensity MN/(M+N): 64 for 128×128, 43 for 128×64, 32 for 64×64); its rate is assumed to scale with the
+# square root of that intensity. The library picks the tile that finishes soonest.
+GEMM_TILES: tuple[tuple[int, int, float], ...] = (
+    (128, 256, 1.0),
+    (128, 128, 1.0),
+    (128, 64, 0.82),
+    (64, 64, 0.71),
+)
+
+
+@lru_cache(maxsize=1 << 16)
+def wave_efficiency(m: float, n: float, sm_count: int | None, groups: int = 1) -> float:
+    """Fraction of the SMs' tile throughput a GEMM with an m×n output (``groups`` of them, grouped) uses.
+
+    tiles = groups·⌈m/tm⌉·⌈n/tn⌉ run in ⌈tiles/SMs⌉ waves; useful = m·n/(⌈m/tm⌉tm·⌈n/tn⌉tn) of each tile's work.
+    Efficiency = rate(tile) · useful · tiles / (waves · SMs), best tile chosen. 1.0 when the SM count is unknown.
+    Example (H100, 132 SMs): m = 8192, n = 2304 → 128×128 tiles: 64·18 = 1,152 tiles in 9 waves → 0.97;
+    m = 1024 (CP 8 at 8K tokens) → 144 tiles in 2 waves (0.55), 64×64: 576 tiles in 5 waves (0.87 × 0.71 = 0.62).
+    """
+    if not sm_count or m <= 0 or n <= 0:
+        return 1.0
+    best = 0.0
+    for tm, tn, rate in GEMM_TILES:
+        rows, cols = math.ceil(m / tm), math.ceil(n / tn)
+        tiles = groups * rows * cols
+        waves = math.ceil(tiles / sm_count)
+        useful = (m * n) / (rows * tm * cols * tn)
+        best = max(best, rate * useful * tiles / (waves * sm_count))
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class GemmRates:
+    """What every GEMM of one precision on one cluster shares: FLOP/s it reaches before wave quantisation, HBM
+    bytes/s, element size, SM count and launch overhead (computed once per layer, not once per GEMM)."""
+
+    flops_per_s: float
+    hbm_bytes_per_s: float
+    elem_bytes: int
+    sm_count: int | None
+    overhead_s: float
+
+    @classmethod
+    def of(cls, cluster: Cluster, precision: Precision) -> GemmRates:
+        eff = cluster.efficiency
+        rate = eff.gemm_efficiency * (cluster.scale.fp8_gemm_ratio if precision is Precision.fp8 else 1.0)
+        return cls(
+            flops_per_s=_linear_peak(cluster, precision) * rate,
+            hbm_bytes_per_s=cluster.hbm_bytes_per_s * eff.hbm_efficiency,
+            elem_bytes=1 if precision is Precision.fp8 else (4 if precision is Precision.fp32 else 2),
+            sm_count=cluster.accelerator.sm_count,
+            overhead_s=eff.gemm_overhead_us * 1e-6,
+        )
+
+    def seconds(self, m: float, n: float, k: float, groups: int = 1) -> float:
+        """``groups`` GEMMs (m×k)·(k×n): compute- or memory-bound, plus the launch overhead."""
+        compute = 2.0 * m * n * k * groups / (self.flops_per_s * wave_efficiency(m, n, self.sm_count, groups))
+        memory = self.elem_bytes * (m * k + k * n + m * n) * groups / self.hbm_bytes_per_s
+        return max(compute, memory) + self.overhead_s
+
+    def fwd_bwd(self, m: float, n: float, k: float, groups: int = 1) -> tuple[float, float]:
+        """(forward, backward) of a linear layer: forward m×k·k×n; backward data gradient m×n·n×k and weight
+        gradient k×m·m×n (the token dimension becomes the reduction)."""
+        fwd = self.seconds(m, n, k, groups)
+        return fwd, self.seconds(m, k, n, groups) + self.seconds(k, n, m, groups)
+
+
+def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
+    """Fraction of peak the fused attention kernel reaches. ``attention_efficiency`` is FlashAttention-2's (what
+    PyTorch SDPA's flash backend runs); a stack whose profile runs cuDNN fused attention (Transformer Engine) gets
+    ``scale.cudnn_attention_ratio`` × that on Hopper and Blackwell, where cuDNN's kernels use the asynchronous
+    tensor cores (wgmma/TMA) FlashAttention-2 does not — FA3 reports 1.5–2× FA2 on H100. On Ampere TE falls back
+    to the FA2-class kernel (ratio 1). FlashAttention-1-class kernels (what stacks ran before FA2, July 2023) run at
+    ``scale.fa1_attention_ratio`` × FA2 (FA2 reports ~2× FA1). FlashAttention-3 (Hopper) and FlashAttention-4 (its
+    Blackwell successor, also built for Hopper) run at ``scale.fa3_attention_ratio`` × FA2; FA3 does not run on
+    Blackwell nor FA3/FA4 on Ampere, where the FA2-class rate applies (ratio 1). ``attention_efficiency`` is the long-sequence rate; a block of L tokens
+    runs at L/(L + ``scale.attention_half_length``) of it."""
+    eff = cluster.efficiency.attention_efficiency
+    # Short blocks run further from peak (per-block softmax rescaling, tails, launch): the kernel's rate grows as
+    # L/(L + L½) with the block length L — the sequence, or its 1/cp chunk under context parallelism, where each
+    # ring step attends one chunk to another (FlashAttention-2's forward+backward sweep: ~0.6 of its long-sequence
+    # rate at 512 tokens, ~0.8 at 1K, ~0.9 at 2K).
+    block = plan.seq_len / plan.cp
+    half = cluster.scale.attention_half_length
+    eff = eff * block / (block + half)
+    kernel = plan.attention_kernel
+    if kernel == "auto":
+        kernel = cluster.stack(plan.framework.value).attention_kernel
+    arch = cluster.accelerator.arch
+    if kernel == "fa1":
+        eff = eff * cluster.scale.fa1_attention_ratio
+    elif kernel == "cudnn" and arch.startswith(("Hopper", "Blackwell")):
+        eff = min(0.95, eff * cluster.scale.cudnn_attention_ratio)
+    elif (kernel == "fa3" and arch.startswith("Hopper")) or (
+        kernel == "fa4" and arch.startswith(("Hopper", "Blackwell"))
+    ):
+        eff = min(0.95, eff * cluster.scale.fa3_attention_ratio)
+    return eff
+
+
+def _linear_peak(cluster: Cluster, precision: Precision) -> float:
+    return cluster.peak_flops_for(precision.value)
+
+
+def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster) -> LayerTimes:
+    tp, cp = plan.tp, plan.cp
+    tokens = plan.micro_batch * plan.seq_len / cp
+    h = arch.hidden_size
+    fused = plan.uses_fused_kernels
+    traffic_b = TRAFFIC_BYTES[fused]
+    peak_attn = cluster.peak_flops_for("fp32" if plan.precision is Precision.fp32 else "bf16")
+    hbm = cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency
+    act = 4 if plan.precision is Precision.fp32 else 2
+
+    # GEMMs, each from its shape: (m, n, k, groups) per forward GEMM on this rank
+    shapes: list[tuple[float, float, float, int]] = []
+    if arch.attention == "mla":
+        # MLA's down/up projections: one GEMM per projection would need the LoRA ranks; keep the FLOPs in one
+        # GEMM of the same reduction width (h) and output width.
+        shapes.append((tokens, attention_projection_weights(arch) / (h * tp), h, 1))
+        gemms = 6
+    else:
+        qkv = (q_dim(arch) + 2 * kv_dim(arch)) / tp
+        if fused:
+            shapes.append((tokens, qkv, h, 1))
+        else:
+            shapes += [
+                (tokens, q_dim(arch) / tp, h, 1),
+                (tokens, kv_dim(arch) / tp, h, 1),
+                (tokens, kv_dim(arch) / tp, h, 1),
+            ]
+        shapes.append((tokens, h, q_dim(arch) / tp, 1))
+        gemms = 2 if fused else 4
+    glu = arch.activation == "swiglu"
+    act_width = 0.0  # activation-function (+ MoE permute) HBM bytes per token, 16-bit activations
+
+    def mlp(width: float, m: float, groups: int) -> None:
+        shapes.append((m, (2 if glu else 1) * width, h, groups))
+        shapes.append((m, h, width, groups))
+
+    if kind == "dense":
+        mlp(arch.ffn_hidden_size / tp, tokens, 1)
+        gemms += 2 if (fused or arch.activation == "gelu") else 3
+        act_width += traffic_b["glu" if glu else "gelu"] * arch.ffn_hidden_size / tp
+    else:
+        k, e, ep = arch.experts_top_k, arch.n_experts, plan.ep
+        fe = arch.expert_ffn_hidden_size or 0
+        local_experts = max(1, e // ep)
+        # balanced routing: the EP group's tokens·ep·k expert slots spread over e experts; this rank holds e/ep
+        mlp(fe / tp, tokens * ep * k / e, local_experts)
+        per_expert = 2 if arch.activation == "gelu" else 3
+        gemms += per_expert * (1 if fused else local_experts) + 1  # grouped GEMM when fused; + router
+        shapes.append((tokens, e, h, 1))  # router
+        g = traffic_b["glu" if glu else "gelu"]
+        act_width += g * fe * k / tp + 8 * h * k  # + permute/unpermute of the routed tokens
+        if arch.n_shared_experts:
+            fs = arch.shared_expert_ffn_hidden_size or fe
+            mlp(arch.n_shared_experts * fs / tp, tokens, 1)
+            gemms += per_expert
+            act_width += g * fs * arch.n_shared_experts / tp
+    gemm_fwd = gemm_bwd = 0.0
+    cast_elements = 0.0
+    rates = GemmRates.of(cluster, plan.precision)
+    for m, n, kk, groups in shapes:
+        f, b = rates.fwd_bwd(m, n, kk, groups)
+        gemm_fwd += f
+        gemm_bwd += b
+        cast_elements += m * kk * groups
+    # the per-launch overhead is counted per GEMM shape above; eager kernels add their extra launches
+    gemm_fwd += max(0, gemms - len(shapes)) * cluster.efficiency.gemm_overhead_us * 1e-6
+
+    # attention core: causal, per rank 1/(tp·cp) of the heads × sequence work
+    attn_flops = (
+        2
+        * plan.micro_batch
+        * plan.seq_len
+        * plan.seq_len
+        * (arch.n_heads / tp)
+        * (arch.qk_head_dim + arch.value_head_dim)
+        / 2
+        / cp
+    )
+    if plan.flash_attention:
+        attention_fwd = attn_flops / (peak_attn * attention_efficiency(cluster, plan))
+        score_traffic = 0.0
+    else:
+        attention_fwd = attn_flops / (peak_attn * cluster.efficiency.gemm_efficiency) + 2 * (
+            cluster.efficiency.gemm_overhead_us * 1e-6
+        )
+        score_traffic = 4 * plan.micro_batch * (arch.n_heads / tp) * plan.seq_len * (plan.seq_len / cp) * act
+
+    # memory-bound elementwise work: norms (read+write), residual adds (2 reads + write), rotary, activation
+    # 2 norms + 2 residual adds over h; without SP every TP rank repeats them on the full sequence.
+    per_token = (
+        (2 * traffic_b["norm"] + 2 * traffic_b["residual"]) * h / (tp if plan.sequence_parallel else 1)
+    )
+    if arch.position == "rotary":
+        per_token += traffic_b["rotary"] * (q_dim(arch) + kv_dim(arch)) / tp
+    per_token += act_width
+    traffic = tokens * per_token * act / 2 + score_traffic  # byte counts above are for 16-bit activations
+    if plan.precision is Precision.fp8:
+        traffic += 3 * cast_elements  # cast each GEMM input to FP8: read 2 B, write 1 B (+ amax, negligible)
+    memory_fwd = traffic / hbm
+
+    fwd = gemm_fwd + attention_fwd + memory_fwd
+    bwd = gemm_bwd + 2 * attention_fwd + 2 * memory_fwd
+    if plan.recompute is Recompute.full:
+        recompute = fwd
+    elif plan.recompute is Recompute.selective:
+        recompute = attention_fwd + (score_traffic / hbm)
+    elif plan.recompute is Recompute.selective_op:
+        # the even matmuls and every elementwise op (norms, rotary, activation function) run again
+        recompute = gemm_fwd * selective_op_matmul_share(arch) + memory_fwd
+    else:
+        recompute = 0.0
+    return LayerTimes(
+        gemm_fwd_s=gemm_fwd, attention_fwd_s=attention_fwd, memory_fwd_s=memory_fwd, fwd_s=fwd, bwd_s=bwd,
+        recompute_s=recompute, gemms=gemms,
+    )  # fmt: skip
+
+
+def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float, float]:
+    """(forward, backward) seconds of the output layer and cross-entropy for one micro-batch on one rank."""
+    tokens = plan.micro_batch * plan.seq_len / plan.cp
+    # the output layer runs in BF16 even in FP8 recipes (Transformer Engine and torchao keep it in high precision)
+    precision = Precision.bf16 if plan.precision is Precision.fp8 else plan.precision
+    fwd, bwd = GemmRates.of(cluster, precision).fwd_bwd(tokens, arch.vocab_size / plan.tp, arch.hidden_size)
+    # logit traffic (forward and backward together) split evenly between the passes
+    ce_traffic = TRAFFIC_BYTES[plan.uses_fused_kernels]["logit"] * tokens * arch.vocab_size / plan.tp
+    ce = ce_traffic / (cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency)
+    return fwd + ce / 2, bwd + ce / 2
+
+
+def optimizer_time(sharded_params: float, plan: Plan, cluster: Cluster) -> float:
+    """Adam step: memory-bound, ~28–30 bytes of traffic per local (sharded) parameter."""
+    traffic = {"adamw": 30.0, "adamw-8bit": 18.0, "sgd": 20.0}[plan.optimizer.value]
+    return sharded_params * traffic / (cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency)

@@ -1,0 +1,309 @@
+"""The estimate: memory per stage, step time and its breakdown, throughput, MFU/HFU — and why.
+
+:func:`estimate` is the one entry point every surface (API, pages, CLI, search, runner) calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import Field
+
+from app.domain.estimator.assemble import evaluate_plan
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
+from app.domain.estimator.efficiency import EfficiencyCatalog
+from app.domain.estimator.hardware import HardwareCatalog
+from app.domain.estimator.memory import (
+    StageMemory,
+    host_bytes_per_node,
+    host_capacity_bytes,
+    layer_terms,
+    state_bytes_per_param,
+)
+from app.domain.estimator.pipeline import inflight_microbatches
+from app.domain.estimator.plan import Plan, Violation, plan_violations
+from app.domain.estimator.step import StepTime
+from app.domain.model.architecture import Architecture
+from app.domain.model.counts import parameter_counts
+from app.domain.provenance import Frozen
+
+SECONDS_PER_DAY = 86_400
+
+
+class InvalidPlan(ValueError):
+    """The plan cannot run on this model and cluster; ``violations`` say why and how to fix it."""
+
+    def __init__(self, violations: list[Violation]) -> None:
+        self.violations = violations
+        super().__init__("; ".join(f"{v.field}: {v.message} (fix: {v.fix})" for v in violations))
+
+
+class HardwareError(ValueError):
+    """A hardware selection that does not make sense (unknown slug, node without that accelerator…)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Assumption:
+    """A figure or rule the estimate used. ``source``: a catalog source key, 'formula', 'default' or
+    'override'; ``as_of`` and ``confidence`` come from the catalog entry."""
+
+    name: str
+    value: Any
+    unit: str = ""
+    source: str = "formula"
+    as_of: str | None = None
+    confidence: str | None = None
+    note: str | None = None
+    key: str | None = None  # "part.field" of a catalog figure (what an override names)
+
+
+def _figure(cluster: Cluster, part: str, field: str, name: str, unit: str) -> Assumption:
+    entry = getattr(cluster, part)
+    prov = entry.figure_provenance(field)
+    return Assumption(
+        name=name, value=getattr(entry, field), unit=unit, source=prov.source, as_of=prov.as_of,
+        confidence=prov.confidence.value, note=prov.note, key=f"{part}.{field}",
+    )  # fmt: skip
+
+
+def build_cluster(
+    hardware: HardwareCatalog,
+    efficiency: EfficiencyCatalog,
+    *,
+    accelerator: str,
+    gpus: int,
+    node: str | None = None,
+    fabric: str | None = None,
+    oversubscription: float = 1.0,
+    power_limit_w: float | None = None,
+) -> Cluster:
+    """Resolve catalog slugs into a :class:`Cluster`; the node defaults to a reference server of that GPU."""
+    try:
+        acc = hardware.accelerator(accelerator)
+    except KeyError as exc:
+        raise HardwareError("gpu", str(exc.args[0] if exc.args else exc)) from None
+    if node is None:
+        candidates = [n for n in hardware.nodes if n.accelerator == acc.slug]
+        if not candidates:
+            raise HardwareError(
+                "node", f"no node in the catalog carries {acc.slug}; add one to data/nodes.toml (see README)"
+            )
+        candidates.sort(key=lambda n: (n.kind != "server", n.slug))
+        chosen = candidates[0]
+    else:
+        try:
+            chosen = hardware.node(node)
+        except KeyError as exc:
+            raise HardwareError("node", str(exc.args[0] if exc.args else exc)) from None
+        if chosen.accelerator != acc.slug:
+            raise HardwareError("node", f"node {chosen.slug} carries {chosen.accelerator}, not {acc.slug}")
+    try:
+        out_fabric = hardware.fabric(fabric or chosen.scale_out_fabric)
+    except KeyError as exc:
+        raise HardwareError("fabric", str(exc.args[0] if exc.args else exc)) from None
+    if out_fabric.is_scale_up:
+        raise HardwareError("fabric", f"{out_fabric.slug} is a scale-up fabric; choose a scale-out one")
+    intra = hardware.fabric(chosen.intra_node_fabric)
+    return Cluster(
+        accelerator=acc,
+        node=chosen,
+        intra_fabric=intra,
+        scale_out_fabric=out_fabric,
+        gpus=gpus,
+        efficiency=efficiency.for_accelerator(acc.slug),
+        scale_up_network=efficiency.for_network(intra.kind),
+        scale_out_network=efficiency.for_network(out_fabric.kind),
+        runtime=efficiency.runtime,
+        stacks=efficiency.stacks,
+        scale=efficiency.scale,
+        oversubscription=oversubscription,
+        power_limit_w=power_limit_w,
+    )
+
+
+class Estimate(Frozen):
+    model: str
+    accelerator: str
+    node: str
+    scale_out_fabric: str
+    gpus: int
+    nodes: int
+    plan: Plan
+    parameters_total: int
+    parameters_active: int
+    fits: bool
+    peak_memory_bytes: int
+    usable_memory_bytes: int
+    margin_bytes: int
+    dominant_term: str
+    peak_stage: int
+    memory_by_stage: tuple[StageMemory, ...]
+    host_fits: bool = Field(description="offloaded state fits the node's host RAM and local NVMe")
+    host_bytes_per_node: int
+    nvme_bytes_per_node: int
+    step_time_s: float
+    step: StepTime
+    tokens_per_step: int
+    tokens_per_s: float
+    tokens_per_s_per_gpu: float
+    model_flops_per_token: float
+    hardware_flops_per_token: float
+    flops_formula: str
+    mfu: float
+    hfu: float
+    achieved_tflops_per_gpu: float = Field(description="model FLOPs per second per GPU")
+    tokens_to_train: float | None
+    time_to_train_s: float | None
+    time_to_train_days: float | None
+    memory_formulas: dict[str, str]
+    assumptions: tuple[Assumption, ...]
+
+
+def _memory_formulas(arch: Architecture, cluster: Cluster, plan: Plan) -> dict[str, str]:
+    per = state_bytes_per_param(plan)
+    sh = plan.sharding
+    shard = f"dp·cp = {plan.dp_shard_size * plan.cp}" + (" (HSDP group)" if plan.shard_group_size else "")
+    divided = [n for n, on in (("params", sh.shards_params), ("grads", sh.shards_grads),
+                               ("optimizer", sh.shards_optimizer)) if on]  # fmt: skip
+    terms = layer_terms(arch, plan)
+    rt = cluster.runtime
+    return {
+        "model states": f"{per.formula}; {sh.value} divides {', '.join(divided) or 'nothing'} by {shard}; "
+        "layer parameters ÷ tp (norms and routers replicated), experts ÷ ep·tp; the first stage adds the "
+        "embedding ÷ tp, the last the output layer ÷ tp (a tied embedding is copied there when pp > 1)",
+        "activations": "per layer × layers on the rank × in-flight micro-batches (+ one layer's backward working "
+        "set): " + " | ".join(f"{k}: {t.formula}" for k, t in terms.items()),
+        "logits": "last stage: b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy)",
+        "gathered params": "FSDP/ZeRO-3: 2 units (current + prefetch) in 16-bit + one unit's unsharded gradient; "
+        "FSDP2 keeps the root unit (embedding, output) gathered; SHARD_GRAD_OP keeps all units gathered",
+        "runtime": f"CUDA context {rt.cuda_context_bytes / 2**30:.2f} GiB + NCCL {rt.nccl_bytes_per_communicator / 2**30:.2f} "
+        f"GiB per intra-node / {rt.nccl_bytes_per_communicator_scale_out / 2**30:.2f} GiB per multi-node communicator "
+        "(world + each parallel group), outside the caching allocator",
+        "fragmentation": f"{rt.fragmentation_fraction:.0%} of the allocated peak",
+        "fit": f"total ≤ usable memory {cluster.accelerator.memory_usable_bytes / 2**30:.2f} GiB "
+        "(what torch.cuda.mem_get_info reports as total)",
+    }
+
+
+def estimate(
+    arch: Architecture,
+    cluster: Cluster,
+    plan: Plan,
+    *,
+    tokens_to_train: float | None = None,
+    allow_tp_across_nodes: bool = False,
+) -> Estimate:
+    """Memory, time and throughput of ``plan`` for ``arch`` on ``cluster``. Raises :class:`InvalidPlan`."""
+    violations = plan_violations(
+        plan, n_layers=arch.n_layers, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads, n_experts=arch.n_experts,
+        gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, nvlink_domain_size=cluster.nvlink_domain,
+        allow_tp_across_nodes=allow_tp_across_nodes,
+    )  # fmt: skip
+    if violations:
+        raise InvalidPlan(violations)
+    counts = parameter_counts(arch)
+    stages, step = evaluate_plan(arch, cluster, plan, counts)
+    peak = max(stages, key=lambda st: st.total_bytes)
+    host, nvme = host_bytes_per_node(stages, plan, cluster.gpus_per_node)
+    host_cap, nvme_cap = host_capacity_bytes(cluster.node.host_memory_gib, cluster.node.local_nvme_tb)
+    host_fits = host <= host_cap and nvme <= nvme_cap
+    tokens_per_step = plan.global_batch * plan.seq_len
+    tps = tokens_per_step / step.step_s
+    flops = model_flops_per_token(arch, plan.seq_len, counts.matmul_weights_active)
+    head = arch.vocab_size * arch.hidden_size
+    hw_flops = hardware_flops_per_token(flops, arch, plan, head)
+    peak_flops = cluster.peak_flops
+    mfu = flops.total * tps / (cluster.gpus * peak_flops)
+    hfu = hw_flops * tps / (cluster.gpus * peak_flops)
+    ttt = tokens_to_train / tps if tokens_to_train else None
+    return Estimate(
+        model=arch.slug,
+        accelerator=cluster.accelerator.slug,
+        node=cluster.node.slug,
+        scale_out_fabric=cluster.scale_out_fabric.slug,
+        gpus=cluster.gpus,
+        nodes=cluster.nodes,
+        plan=plan,
+        parameters_total=counts.total,
+        parameters_active=counts.active,
+        fits=all(st.fits for st in stages) and host_fits,
+        host_fits=host_fits,
+        peak_memory_bytes=peak.total_bytes,
+        usable_memory_bytes=peak.usable_bytes,
+        margin_bytes=min(st.margin_bytes for st in stages),
+        dominant_term=peak.dominant_term,
+        peak_stage=peak.rank,
+        memory_by_stage=stages,
+        host_bytes_per_node=host,
+        nvme_bytes_per_node=nvme,
+        step_time_s=step.step_s,
+        step=step,
+        tokens_per_step=tokens_per_step,
+        tokens_per_s=tps,
+        tokens_per_s_per_gpu=tps / cluster.gpus,
+        model_flops_per_token=flops.total,
+        hardware_flops_per_token=hw_flops,
+        flops_formula=flops.formula,
+        mfu=mfu,
+        hfu=hfu,
+        achieved_tflops_per_gpu=flops.total * tps / cluster.gpus / 1e12,
+        tokens_to_train=tokens_to_train,
+        time_to_train_s=ttt,
+        time_to_train_days=ttt / SECONDS_PER_DAY if ttt else None,
+        memory_formulas=_memory_formulas(arch, cluster, plan),
+        assumptions=_assumptions(arch, cluster, plan, flops.formula),
+    )
+
+
+def _assumptions(
+    arch: Architecture, cluster: Cluster, plan: Plan, flops_formula: str
+) -> tuple[Assumption, ...]:
+    acc = cluster.accelerator
+    per = state_bytes_per_param(plan)
+    out = [
+        _figure(cluster, "accelerator", "bf16_dense_tflops", "peak dense BF16", "TFLOP/s"),
+        _figure(cluster, "accelerator", "memory_usable_bytes", "usable memory per GPU", "bytes"),
+        _figure(cluster, "accelerator", "memory_bandwidth_gb_per_s", "HBM bandwidth", "GB/s"),
+        Assumption(name="scale-up bandwidth per GPU, one direction", value=cluster.scale_up_gb_per_s, unit="GB/s",
+                   source=acc.figure_provenance("nvlink_bandwidth_gb_per_s").source, note="half the bidirectional NVLink figure"),
+        Assumption(name="scale-out bandwidth per GPU, one direction", value=cluster.scale_out_gb_per_s, unit="GB/s",
+                   source=cluster.node.figure_provenance("scale_out_gbit_per_s_per_nic").source,
+                   note=f"{cluster.node.scale_out_nics} × {cluster.node.scale_out_gbit_per_s_per_nic:g} Gb/s shared by {cluster.gpus_per_node} GPUs"),
+        _figure(cluster, "efficiency", "gemm_efficiency", "GEMM efficiency (large GEMMs)", "fraction of peak"),
+        _figure(cluster, "efficiency", "gemm_overhead_us", "overhead per GEMM", "µs"),
+        _figure(cluster, "efficiency", "attention_efficiency", "fused attention efficiency", "fraction of peak"),
+        _figure(cluster, "efficiency", "hbm_efficiency", "HBM efficiency of memory-bound kernels", "fraction"),
+        _figure(cluster, "efficiency", "scale_up_efficiency", "NVLink collective efficiency (busbw/peak)", "fraction"),
+        _figure(cluster, "scale_out_network", "efficiency", f"{cluster.scale_out_fabric.kind} collective efficiency", "fraction"),
+        _figure(cluster, "runtime", "cuda_context_bytes", "CUDA context per process", "bytes"),
+        _figure(cluster, "runtime", "nccl_bytes_per_communicator", "NCCL buffers per intra-node communicator", "bytes"),
+        _figure(cluster, "runtime", "nccl_bytes_per_communicator_scale_out", "NCCL buffers per multi-node communicator", "bytes"),
+        _figure(cluster, "runtime", "fragmentation_fraction", "allocator fragmentation reserve", "fraction of allocated"),
+        Assumption(name="model-state bytes per parameter", value=per.weights + per.grads + per.master + per.optimizer,
+                   unit="B/param", source="formula", note=per.formula),
+        Assumption(name="model FLOPs per token", value=flops_formula, source="formula"),
+        Assumption(name="in-flight micro-batches on the first stage",
+                   value=inflight_microbatches(0, plan.pp, plan.vpp, plan.micro_batches), source="formula",
+                   note="1F1B: min(m, pp); interleaved: Megatron warm-up count"),
+        Assumption(name="pipeline bubble", value="(pp−1)/vpp × t_micro-batch", source="formula"),
+        Assumption(name="TP/EP collectives", value="not overlapped", source="default",
+                   note="Megatron without tp-comm-overlap; async TP would hide part of it"),
+        Assumption(name="gradient reduction", value="once per step (no_sync), overlapped with the last backward",
+                   source="default", note="FSDP/ZeRO-3 re-gather and reduce-scatter every micro-batch"),
+        Assumption(name="fat-tree oversubscription", value=cluster.oversubscription, source="default"),
+    ]  # fmt: skip
+    listed = {a.key for a in out if a.key}  # overridden figures not already listed under their own name
+    for part in ("accelerator", "node", "efficiency", "scale_up_network", "scale_out_network", "runtime"):
+        entry = getattr(cluster, part)
+        for name, prov in entry.provenance.items():
+            if prov.source == "override" and f"{part}.{name}" not in listed:
+                out.append(Assumption(name=f"{part}.{name}", value=getattr(entry, name), source="override",
+                                      as_of=prov.as_of, confidence=prov.confidence.value, note=prov.note,
+                                      key=f"{part}.{name}"))  # fmt: skip
+    return tuple(out)

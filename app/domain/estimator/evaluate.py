@@ -1,0 +1,421 @@
+"""The estimator's per-rank arithmetic, written once for numbers and for numpy arrays.
+
+:func:`app.domain.estimate.estimate` evaluates one plan with Python numbers (``SCALAR``); the plan search
+(:mod:`app.domain.search`) evaluates hundreds of thousands with numpy arrays (``VECTOR``) through the very
+same functions, so the two can never disagree. Inputs come in four bundles:
+
+* :class:`ModelQ` — per-architecture constants (parameters per layer kind split into TP-sharded, replicated
+  and expert parts; embedding and head);
+* :class:`PlanQ` — the plan's degrees and switches (numbers, or one array entry per candidate plan);
+* :class:`RankQ` — one pipeline rank: its index, dense and MoE layer counts, first/last flags;
+* :class:`KeyQ` — per-layer activation bytes and compute times for the plan's (tp, cp, sp, recompute,
+  micro-batch, ep), computed by the scalar functions in activations.py and compute.py.
+
+Formulas and their sources are documented in memory.py (memory), step.py (time) and network.py (collectives).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from app.domain.estimator.network import (
+    Collective,
+    all_to_all_seconds,
+    collective_seconds,
+    group_link,
+    group_shape,
+)
+
+Num = Any  # a Python number or a numpy array
+
+
+@dataclass(frozen=True, slots=True)
+class ModelQ:
+    dense_sharded: float  # attention + dense MLP (+ biases) per dense layer: ÷ tp
+    dense_replicated: float  # norms per dense layer
+    moe_sharded: float  # attention + shared experts per MoE layer: ÷ tp
+    moe_replicated: float  # norms + router per MoE layer
+    moe_experts: float  # routed experts per MoE layer: ÷ ep·tp
+    embedding: float
+    pre_rest: float  # positions and embedding norm on the first stage (replicated)
+    output_head: float  # untied output layer (0 when tied)
+    post_rest: float  # final norm on the last stage
+    hidden: int
+    kv_dim: int
+    top_k: int
+
+
+@dataclass(frozen=True, slots=True)
+class PlanQ:
+    gpus: Num
+    tp: Num
+    pp: Num
+    vpp: Num
+    dp: Num
+    cp: Num
+    ep: Num
+    micro_batch: Num
+    micro_batches: Num
+    seq_len: Num
+    shard: Num  # dp_shard_size · cp
+    expert_shard: Num  # dp · cp / ep
+    replicas: Num  # HSDP replica groups
+    shards_params: Num
+    shards_grads: Num
+    shards_optimizer: Num
+    grad_op: Num  # FSDP SHARD_GRAD_OP
+    hybrid: Num  # HSDP
+    ddp: Num
+    fsdp2: Num
+    deepspeed: Num
+    offload_optimizer: Num
+    offload_params: Num
+    offload_nvme: Num
+    recompute_full: Num
+    sequence_parallel: Num
+    exact: Num  # whole-model FSDP2: exact per-tensor shard sizes below
+    exact_params: Num
+    exact_grads: Num
+    exact_optimizer: Num
+
+
+@dataclass(frozen=True, slots=True)
+class RankQ:
+    rank: Num
+    n_dense: Num
+    n_moe: Num
+    first: Num
+    last: Num
+
+
+@dataclass(frozen=True, slots=True)
+class KeyQ:
+    saved_dense: Num
+    saved_moe: Num
+    peak_extra: Num
+    embedding_act: Num
+    head_act: Num
+    logits: Num
+    fwd_dense: Num
+    bwd_dense: Num
+    rec_dense: Num
+    attn_dense: Num
+    fwd_moe: Num
+    bwd_moe: Num
+    rec_moe: Num
+    attn_moe: Num
+    head_fwd: Num
+    head_bwd: Num
+
+
+@dataclass(frozen=True, slots=True)
+class Consts:
+    """Per (cluster, framework, precision, optimizer) constants."""
+
+    weights_b: float
+    grads_b: float
+    master_b: float
+    optimizer_b: float
+    grad_reduce_b: float
+    work_b: float  # bytes per gathered (unsharded) parameter
+    act_b: float
+    cuda_context: float
+    nccl_intra: float
+    nccl_spanning: float
+    workspace: float
+    fragmentation: float
+    usable: float
+    domain: int
+    scale_up: float
+    scale_out: float
+    hop_up: float
+    hop_out: float
+    optimizer_traffic_b: float
+    hbm_bytes_per_s: float
+    host_link_bytes_per_s: float  # PCIe (or C2C) per GPU, one direction
+    cpu_optimizer_bytes_per_s: float
+    nvme_bytes_per_s: float
+    tp_overlap: float = 0.0  # the stack's fraction of TP collectives hidden behind GEMMs
+    ep_overlap: float = 0.0  # the stack's fraction of MoE token all-to-alls hidden behind compute
+    dp_overlap: float = 1.0  # the stack's fraction of overlappable DP/FSDP traffic actually hidden
+    comm_slowdown: float = 0.0  # compute stretched by this fraction of the communication it hides
+    straggler_cv: float = 0.0  # per-rank step jitter: a synchronous step waits ≈ cv·√(2 ln N) longer
+
+
+def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, Num]:
+    """(dense incl. root, expert, largest unit, root) parameters on one rank before dp sharding."""
+    dense_layer = mq.dense_sharded / pq.tp + mq.dense_replicated
+    moe_layer = mq.moe_sharded / pq.tp + mq.moe_replicated
+    expert_layer = mq.moe_experts / (pq.ep * pq.tp)
+    head = xp.where(mq.output_head > 0, mq.output_head, xp.where(pq.pp > 1, mq.embedding, 0))
+    root = xp.where(rq.first, mq.embedding / pq.tp + mq.pre_rest, 0) + xp.where(
+        rq.last, head / pq.tp + mq.post_rest, 0
+    )
+    dense = rq.n_dense * dense_layer + rq.n_moe * moe_layer + root
+    expert = rq.n_moe * expert_layer
+    largest = xp.maximum(
+        xp.where(rq.n_dense > 0, dense_layer, 0), xp.where(rq.n_moe > 0, moe_layer + expert_layer, 0)
+    )
+    return dense, expert, largest, root
+
+
+def inflight(xp, rank: Num, pq: PlanQ) -> Num:
+    from app.domain.estimator.pipeline import inflight_microbatches
+
+    return inflight_microbatches(rank, pq.pp, pq.vpp, pq.micro_batches, xp)
+
+
+def communicators(xp, pq: PlanQ, rq: RankQ, domain: int) -> tuple[Num, Num]:
+    """(intra-node, spanning-nodes) NCCL communicators: world + tp, cp, dp, ep groups + pp neighbours."""
+    intra = 0
+    spanning = 0
+    for size, stride in (
+        (pq.gpus, 1),
+        (pq.tp, 1),
+        (pq.cp, pq.tp),
+        (pq.dp, pq.tp * pq.cp),
+        (pq.ep, pq.tp),
+    ):
+        present = size > 1
+        inside = size * stride <= domain
+        intra = intra + xp.where(xp.logical_and(present, inside), 1, 0)
+        spanning = spanning + xp.where(xp.logical_and(present, xp.logical_not(inside)), 1, 0)
+    peers = xp.where(pq.pp > 1, xp.where(xp.logical_or(rq.first, rq.last), 1, 2), 0)
+    pp_inside = 2 * pq.tp * pq.cp * pq.dp <= domain
+    intra = intra + xp.where(pp_inside, peers, 0)
+    spanning = spanning + xp.where(pp_inside, 0, peers)
+    return intra, spanning
+
+
+def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> dict[str, Num]:
+    """Every memory term of one rank, in bytes (see memory.py for the conventions)."""
+    dense, expert, largest, root = local_params(xp, mq, pq, rq)
+    total_local = dense + expert
+
+    def sharded(bytes_per: float, on: Num) -> Num:
+        return xp.where(
+            on, (dense / pq.shard + expert / pq.expert_shard) * bytes_per, total_local * bytes_per
+        )
+
+    params = xp.where(pq.exact, pq.exact_params, sharded(c.weights_b, pq.shards_params))
+    grads = xp.where(pq.exact, pq.exact_grads, sharded(c.grads_b, pq.shards_grads))
+    optimizer = xp.where(
+        pq.exact, pq.exact_optimizer, sharded(c.master_b + c.optimizer_b, pq.shards_optimizer)
+    )
+
+    host = xp.where(pq.offload_optimizer, optimizer, 0) + xp.where(
+        pq.offload_params, params + grads + optimizer, 0
+    )
+    host = host + xp.where(pq.offload_nvme, grads, 0)
+    nvme = xp.where(pq.offload_nvme, params + optimizer, 0)
+    moved_states = xp.logical_or(pq.offload_params, pq.offload_nvme)
+    optimizer = xp.where(xp.logical_or(pq.offload_optimizer, moved_states), 0, optimizer)
+    params = xp.where(moved_states, 0, params)
+    grads = xp.where(moved_states, 0, grads)
+
+    gathered_units = (
+        2 * largest * c.work_b
+        + largest * (c.work_b + c.grad_reduce_b)
+        + xp.where(pq.fsdp2, root * c.work_b, 0)
+    )
+    # SHARD_GRAD_OP, and FSDP under pipeline parallelism (gathered once per step), keep the stage unsharded
+    whole_stage = xp.logical_or(pq.grad_op, pq.pp > 1)
+    gathered = xp.where(pq.shards_params, xp.where(whole_stage, total_local * c.work_b, gathered_units), 0)
+    buffers = xp.where(xp.logical_and(pq.fsdp2, pq.ddp), total_local * c.grads_b, 0) + xp.where(
+        xp.logical_and(pq.deepspeed, xp.logical_not(pq.shards_params)),
+        2 * xp.minimum(5e8, total_local) * c.grad_reduce_b,
+        0,
+    )
+    # FSDP2 under pipeline parallelism reduce-scatters once per step (gradient sync is off for all but the last
+    # micro-batch), so the stage's unsharded gradients accumulate in the reduce dtype until then
+    deferred_sync = xp.logical_and(xp.logical_and(pq.fsdp2, pq.shards_grads), pq.pp > 1)
+    buffers = buffers + xp.where(deferred_sync, total_local * c.grad_reduce_b, 0)
+
+    flight = inflight(xp, rq.rank, pq)
+    activations = flight * (rq.n_dense * kq.saved_dense + rq.n_moe * kq.saved_moe) + kq.peak_extra
+    activations = activations + xp.where(rq.first, flight * kq.embedding_act, 0)
+    activations = activations + xp.where(rq.last, flight * kq.head_act, 0)
+    logits = xp.where(rq.last, kq.logits, 0)
+
+    allocated = params + grads + optimizer + activations + logits + gathered + buffers + c.workspace
+    fragmentation = allocated * c.fragmentation
+    n_intra, n_spanning = communicators(xp, pq, rq, c.domain)
+    runtime = c.cuda_context + n_intra * c.nccl_intra + n_spanning * c.nccl_spanning
+    total = allocated + fragmentation + runtime
+    return {
+        "params": params, "grads": grads, "optimizer": optimizer, "activations": activations, "logits": logits,
+        "gathered": gathered, "buffers": buffers, "allocated": allocated, "fragmentation": fragmentation,
+        "runtime": runtime, "total": total, "host": host, "nvme": nvme, "communicators": n_intra + n_spanning,
+    }  # fmt: skip
+
+
+def _group(xp, size: Num, stride: Num, c: Consts, ring: bool = True) -> tuple[Num, Num, Num, Num, Num]:
+    per_domain, nodes = group_shape(xp, size, stride, c.domain)
+    bw, hop = group_link(xp, nodes, per_domain, c.scale_up, c.scale_out, c.hop_up, c.hop_out, ring)
+    return size, per_domain, nodes, bw, hop
+
+
+def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
+    """Plan-level communication: per-layer TP/CP/EP times, the groups FSDP/DP use, the PP transfer."""
+    tokens = pq.micro_batch * pq.seq_len / pq.cp
+    tp_group = _group(xp, pq.tp, 1, c)
+    n_ar = 4 + 2 * pq.recompute_full
+    tp_layer = n_ar * collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
+    kv_bytes = 2 * tokens * mq.kv_dim / pq.tp * c.act_b
+    cp_hop = collective_seconds(xp, Collective.p2p, kv_bytes, *_group(xp, pq.cp, pq.tp, c, ring=False))
+    ep_n, ep_per_domain, ep_nodes, _, ep_hop = _group(xp, pq.ep, pq.tp, c)
+    # Each rank dispatches the tokens it holds: under sequence parallelism (which Megatron-Core requires for MoE
+    # with TP > 1) that is its 1/tp shard of the micro-batch; the expert outputs are gathered back over TP (NVLink).
+    routed_tokens = tokens / xp.where(pq.sequence_parallel, pq.tp, 1)
+    ep_a2a = all_to_all_seconds(
+        xp,
+        routed_tokens * mq.top_k * mq.hidden * c.act_b,
+        ep_n,
+        ep_per_domain,
+        ep_nodes,
+        c.scale_up,
+        c.scale_out,
+        ep_hop,
+    )
+    p2p_bytes = tokens * mq.hidden * c.act_b / xp.where(pq.sequence_parallel, pq.tp, 1)
+    pp_hop = collective_seconds(
+        xp, Collective.p2p, p2p_bytes, *_group(xp, 2, pq.tp * pq.cp * pq.dp, c, ring=False)
+    )
+    return {
+        "tp_layer": tp_layer,
+        "cp_hop": cp_hop,
+        "ep_a2a": ep_a2a,
+        "pp_p2p": xp.where(pq.pp > 1, 2 * (pq.micro_batches * pq.vpp + pq.pp - 1) * pp_hop, 0),
+        "dp": _group(xp, pq.dp * pq.cp, pq.tp, c),
+        "dp_shard": _group(xp, pq.shard, pq.tp, c),
+        "dp_replicate": _group(xp, pq.replicas, pq.tp * pq.shard, c),
+    }
+
+
+def exposed_dp(xp, comm_s: Num, window_s: Num, units: Num, c: Consts) -> Num:
+    """Seconds of data-parallel communication ``comm_s`` left on the critical path when it can overlap
+    ``window_s`` of compute, issued in ``units`` buckets or FSDP units:
+
+        max(0, comm − window) + (1 − ρ)·min(comm, window) + κ·ρ·min(comm, window) + comm / units
+
+    — the part longer than the window; the share the stack does not overlap (ρ = its ``dp_overlap``); the
+    slowdown of the compute that hides the rest (κ = ``comm_slowdown``); and the last bucket, which has nothing
+    left to hide behind."""
+    hidden = xp.minimum(comm_s, window_s)
+    return (
+        xp.maximum(0.0, comm_s - window_s)
+        + (1 - c.dp_overlap) * hidden
+        + c.comm_slowdown * c.dp_overlap * hidden
+        + comm_s / xp.maximum(1, units)
+    )
+
+
+def rank_time(
+    xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts, comm: dict[str, Num]
+) -> dict[str, Num]:
+    """Seconds on one rank: a micro-batch's compute and exposed communication, the per-step DP and optimizer."""
+    compute = rq.n_dense * (kq.fwd_dense + kq.bwd_dense) + rq.n_moe * (kq.fwd_moe + kq.bwd_moe)
+    compute = compute + xp.where(rq.last, kq.head_fwd + kq.head_bwd, 0)
+    recompute = rq.n_dense * kq.rec_dense + rq.n_moe * kq.rec_moe
+    n_layers = rq.n_dense + rq.n_moe
+    tp_total = n_layers * comm["tp_layer"]
+    # Hidden communication still costs: compute that shares the GPU with NCCL kernels runs slower (they take
+    # SMs and HBM bandwidth), by comm_slowdown × the hidden time; counted with the exposed part.
+    tp_s = tp_total * (1 - c.tp_overlap) + c.comm_slowdown * c.tp_overlap * tp_total
+    ring = (pq.cp - 1) * comm["cp_hop"]
+
+    def cp_exposed(attn: Num) -> Num:
+        return xp.maximum(0.0, ring - attn) + xp.maximum(0.0, 2 * ring - 2 * attn)
+
+    cp_s = xp.where(pq.cp > 1, rq.n_dense * cp_exposed(kq.attn_dense) + rq.n_moe * cp_exposed(kq.attn_moe), 0)
+    ep_total = rq.n_moe * comm["ep_a2a"] * (4 + 2 * pq.recompute_full)
+    # The stack's share of the token all-to-alls hidden behind another micro-batch's compute (Megatron-Core's
+    # 1F1B all-to-all overlap); the rest is on the critical path, and the hidden part slows the compute.
+    ep_s = ep_total * (1 - c.ep_overlap) + c.comm_slowdown * c.ep_overlap * ep_total
+
+    dense, expert, _, _ = local_params(xp, mq, pq, rq)
+    total_local = dense + expert
+    mb_compute = compute + recompute
+    multi_dp = pq.dp * pq.cp > 1
+    gather = collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp_shard"])
+    scatter = collective_seconds(
+        xp, Collective.reduce_scatter, total_local * c.grad_reduce_b, *comm["dp_shard"]
+    )
+    # With pipeline parallelism FSDP gathers a stage's parameters once per step and reduce-scatters its gradients
+    # once (torch.distributed.pipelining turns resharding and gradient sync off for all but the last micro-batch;
+    # Llama 3's FSDP does the same); without it every micro-batch gathers (twice unless SHARD_GRAD_OP).
+    once_per_step = pq.pp > 1
+    gathers = xp.where(pq.grad_op, 1, 2)
+    fsdp = xp.where(
+        once_per_step, 0.0, exposed_dp(xp, gathers * gather + scatter, mb_compute, n_layers + 1, c)
+    )
+    fsdp_step = xp.where(once_per_step, exposed_dp(xp, gather + scatter, mb_compute, n_layers + 1, c), 0.0)
+    hsdp_dp = xp.where(
+        pq.hybrid,
+        collective_seconds(
+            xp, Collective.all_reduce, total_local / pq.shard * c.grad_reduce_b, *comm["dp_replicate"]
+        ),
+        0,
+    )
+    grads_bytes = total_local * c.grad_reduce_b
+    # DDP all-reduces the gradients during the last micro-batch's backward; a sharded optimizer (ZeRO-1/2,
+    # Megatron's distributed optimizer) reduce-scatters them there and all-gathers the updated parameters during
+    # the next step's first forward.
+    ddp_dp = xp.where(
+        pq.ddp,
+        exposed_dp(
+            xp, collective_seconds(xp, Collective.all_reduce, grads_bytes, *comm["dp"]), compute * 2 / 3,
+            n_layers, c,
+        ),
+        exposed_dp(
+            xp, collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"]), compute * 2 / 3,
+            n_layers, c,
+        )
+        + exposed_dp(
+            xp, collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"]), compute / 3,
+            n_layers, c,
+        ),
+    )  # fmt: skip
+    uses_fsdp = xp.logical_and(pq.shards_params, multi_dp)
+    fsdp_s = xp.where(uses_fsdp, fsdp, 0)
+    dp_s = xp.where(
+        multi_dp, xp.where(pq.shards_params, hsdp_dp + xp.where(uses_fsdp, fsdp_step, 0), ddp_dp), 0
+    )
+    sharded_params = xp.where(pq.shards_optimizer, total_local / pq.shard, total_local)
+    offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
+    # Offloaded optimizer: gradients down and 16-bit params back over the host link, Adam on the CPU
+    # (host-memory bound), optimizer state to and from NVMe for ZeRO-Infinity; not overlapped.
+    host_step = sharded_params * (c.grads_b + c.work_b) / c.host_link_bytes_per_s
+    host_step = host_step + sharded_params * c.optimizer_traffic_b / c.cpu_optimizer_bytes_per_s
+    host_step = host_step + xp.where(
+        pq.offload_nvme, sharded_params * 2 * (c.master_b + c.optimizer_b) / c.nvme_bytes_per_s, 0.0
+    )
+    optimizer = xp.where(offloaded, host_step, sharded_params * c.optimizer_traffic_b / c.hbm_bytes_per_s)
+    # Parameters kept on the host are copied in for every forward and backward of every micro-batch.
+    param_fetch = xp.where(
+        xp.logical_or(pq.offload_params, pq.offload_nvme),
+        (total_local / pq.shard) * c.work_b * 2 / c.host_link_bytes_per_s,
+        0.0,
+    )
+    fsdp_s = fsdp_s + param_fetch
+    return {
+        "compute": compute, "recompute": recompute, "tp": tp_s, "cp": cp_s, "ep": ep_s, "fsdp": fsdp_s,
+        "micro_batch": compute + recompute + tp_s + cp_s + ep_s + fsdp_s, "dp": dp_s, "optimizer": optimizer,
+    }  # fmt: skip
+
+
+def straggler_factor(xp, gpus: Num, cv: float) -> Num:
+    """Expected slowest-of-N stretch of a synchronous step: cv·√(2 ln N) (maximum of N Gaussians, N ≥ 2)."""
+    return cv * xp.sqrt(2 * xp.log(xp.maximum(gpus, 1)))
+
+
+def combine_step(
+    xp, pq: PlanQ, c: Consts, micro_batch_s: Num, pp_p2p_s: Num, dp_s: Num, optimizer_s: Num
+) -> tuple[Num, Num, Num]:
+    """(step, bubble, synchronisation seconds): base = m·t_mb + (pp − 1)/vpp·t_mb + p2p + exposed DP + optimizer;
+    step = base · (1 + cv·√(2 ln N)) — every rank waits for the slowest at each synchronous collective."""
+    bubble = (pq.pp - 1) / pq.vpp * micro_batch_s
+    base = pq.micro_batches * micro_batch_s + bubble + pp_p2p_s + dp_s + optimizer_s
+    sync = base * straggler_factor(xp, pq.gpus, c.straggler_cv)
+    return base + sync, bubble, sync

@@ -1,0 +1,169 @@
+"""Per-rank memory, for every pipeline stage: model states, activations, buffers, runtime; fit verdict.
+
+Conventions by framework profile (bytes per parameter held on a rank, before sharding):
+
+=============  =========  ========  ==============  ==========================================
+profile        weights    grads     fp32 master     notes
+=============  =========  ========  ==============  ==========================================
+fsdp2          4 (fp32)   4 (fp32)  — (the param)   MixedPrecisionPolicy(bf16 params, fp32 reduce);
+                                                    bf16 copies of the gathered units are transient
+megatron       2 (bf16)   4 (fp32)  4               fp32 main grads; distributed optimizer shards
+                                                    master + Adam over dp (6 + 12/dp B/param)
+deepspeed      2 (fp16)   2         4               ZeRO stage k shards optimizer / grads / params
+=============  =========  ========  ==============  ==========================================
+
+Adam keeps 8 B (m, v in fp32), 8-bit Adam 2 B, SGD with momentum 4 B. fp32 training has 4 B weights and
+grads and no separate master. FP8 training does not shrink model states (weights stay bf16/fp32).
+Sharding divides by the data-parallel shard size (dp·cp; the HSDP group for fsdp-hybrid).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+from pydantic import Field
+
+from app.domain.estimator.activations import ActivationTerms, framework_style_for, layer_activation_bytes
+from app.domain.estimator.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding
+from app.domain.model.architecture import Architecture
+from app.domain.provenance import Frozen
+
+GIB = 1024**3
+
+
+class StateBytesPerParam(Frozen):
+    weights: float
+    grads: float
+    master: float
+    optimizer: float
+    grad_reduce: float = Field(description="bytes per gradient element on the wire")
+    formula: str
+
+
+def state_bytes_per_param(plan: Plan) -> StateBytesPerParam:
+    return _state_bytes(plan.framework, plan.precision, plan.optimizer)
+
+
+@lru_cache(maxsize=64)
+def _state_bytes(framework: Framework, precision: Precision, optimizer_kind: Optimizer) -> StateBytesPerParam:
+    plan = Plan(framework=framework, precision=precision, optimizer=optimizer_kind)
+    optimizer = {Optimizer.adamw: 8.0, Optimizer.adamw_8bit: 2.0, Optimizer.sgd: 4.0}[plan.optimizer]
+    if plan.precision is Precision.fp32:
+        return StateBytesPerParam(
+            weights=4,
+            grads=4,
+            master=0,
+            optimizer=optimizer,
+            grad_reduce=4,
+            formula="fp32: 4 + 4 + optimizer",
+        )
+    if plan.framework is Framework.fsdp2:
+        return StateBytesPerParam(
+            weights=4,
+            grads=4,
+            master=0,
+            optimizer=optimizer,
+            grad_reduce=4,
+            formula="FSDP2 mixed precision: fp32 sharded params 4 + fp32 grads 4 + optimizer (bf16 copies transient)",
+        )
+    if plan.framework is Framework.megatron:
+        return StateBytesPerParam(
+            weights=2,
+            grads=4,
+            master=4,
+            optimizer=optimizer,
+            grad_reduce=4,
+            formula="Megatron: bf16 params 2 + fp32 main grads 4 + fp32 master 4 + optimizer",
+        )
+    return StateBytesPerParam(
+        weights=2,
+        grads=2,
+        master=4,
+        optimizer=optimizer,
+        grad_reduce=2,
+        formula="DeepSpeed: 16-bit params 2 + 16-bit grads 2 + fp32 master 4 + optimizer",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StageMemory:
+    """Memory of one pipeline rank (every tp/dp/cp rank of that stage holds the same), in bytes.
+
+    ``gathered_params_bytes``: unsharded working copies (FSDP/ZeRO-3 gathers); ``buffers_bytes``:
+    communication buckets inside the allocator; ``allocated_peak_bytes``: comparable to
+    ``torch.cuda.max_memory_allocated()``; ``runtime_bytes``: CUDA context + NCCL buffers, outside PyTorch's
+    allocator; ``host_bytes``/``nvme_bytes``: offloaded state this rank needs on the host.
+    """
+
+    rank: int
+    layers: int
+    first: bool
+    last: bool
+    params_bytes: int
+    grads_bytes: int
+    optimizer_bytes: int
+    activations_bytes: int
+    logits_bytes: int
+    gathered_params_bytes: int
+    buffers_bytes: int
+    workspace_bytes: int
+    allocated_peak_bytes: int
+    fragmentation_bytes: int
+    runtime_bytes: int
+    total_bytes: int
+    usable_bytes: int
+    margin_bytes: int
+    fits: bool
+    dominant_term: str
+    host_bytes: int
+    nvme_bytes: int
+    communicators: int
+
+
+def exact_fsdp2(plan: Plan) -> bool:
+    """Whole-model FSDP2 (no tp/pp/ep, no offload): per-parameter shard sizes are known exactly."""
+    return (
+        plan.framework is Framework.fsdp2
+        and plan.sharding in (Sharding.fsdp_full, Sharding.fsdp_grad_op, Sharding.fsdp_hybrid)
+        and plan.tp == plan.pp == plan.ep == 1
+        and plan.offload is Offload.none
+    )
+
+
+def layer_terms(arch: Architecture, plan: Plan) -> dict[str, ActivationTerms]:
+    """Per-layer activation terms of one micro-batch, for each layer kind the model has."""
+    act_bytes = 4 if plan.precision is Precision.fp32 else 2
+    style = framework_style_for(plan.framework.value)
+    kinds = [k for k, n in (("dense", arch.n_dense_layers), ("moe", arch.n_moe_layers)) if n]
+    return {
+        kind: layer_activation_bytes(
+            arch,
+            kind,
+            micro_batch=plan.micro_batch,
+            seq_len=plan.seq_len,
+            tp=plan.tp,
+            cp=plan.cp,
+            sequence_parallel=plan.sequence_parallel,
+            recompute=plan.recompute,
+            flash_attention=plan.flash_attention,
+            act_bytes=act_bytes,
+            framework_style=style,
+        )  # fmt: skip
+        for kind in kinds
+    }
+
+
+def host_bytes_per_node(stages: tuple[StageMemory, ...], plan: Plan, gpus_per_node: int) -> tuple[int, int]:
+    """(host RAM, NVMe) per node for offloaded state: the worst stage's per-rank need × ranks per node."""
+    worst_host = max(s.host_bytes for s in stages)
+    worst_nvme = max(s.nvme_bytes for s in stages)
+    ranks = min(gpus_per_node, plan.gpus)
+    return worst_host * ranks, worst_nvme * ranks
+
+
+def host_capacity_bytes(host_memory_gib: float | None, local_nvme_tb: float | None) -> tuple[float, float]:
+    """(host RAM, local NVMe) a node offers for offloaded state; unknown capacity is not a limit."""
+    host = host_memory_gib * GIB if host_memory_gib else float("inf")
+    nvme = local_nvme_tb * 1e12 if local_nvme_tb else float("inf")
+    return host, nvme

@@ -1,0 +1,149 @@
+"""Collectives on the topology: where each parallel group's ranks sit and how long its collectives take.
+
+Rank order (Megatron's default ``tp-cp-ep-dp-pp``): tensor parallel innermost (NVLink), then context, data,
+and pipeline parallel outermost. A group whose ranks all sit in one NVLink domain runs at the scale-up
+bandwidth; one that spans nodes is limited by each GPU's share of the node's NICs (rail-optimised, one NIC
+per GPU), divided by the fat-tree oversubscription; a ring collective across nodes gets that share times the
+group's GPUs per node (see :func:`group_link`), a point-to-point send one share.
+
+Times follow the nccl-tests definitions, for a buffer of S bytes over n ranks at bus bandwidth B:
+all-reduce 2(n−1)/n·S/B, reduce-scatter and all-gather (n−1)/n·S/B (S = the full, unsharded buffer),
+all-to-all (n−1)/n·S/B (S = what one rank sends), point-to-point S/B; plus a latency term per ring step
+inside the node and per tree level across nodes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.xp import SCALAR
+
+
+class Collective(StrEnum):
+    all_reduce = "all-reduce"
+    reduce_scatter = "reduce-scatter"
+    all_gather = "all-gather"
+    all_to_all = "all-to-all"
+    p2p = "p2p"
+
+
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A communicator: its size, how many of its ranks share one NVLink domain, and its bus bandwidth."""
+
+    name: str
+    size: int
+    ranks_per_domain: int
+    nodes: int
+    bus_gb_per_s: float
+    hop_latency_s: float
+    scale_out: bool
+
+
+def group_shape(xp, size, stride, domain):
+    """(ranks per NVLink domain, nodes spanned) of a group of ``size`` ranks spaced ``stride`` apart."""
+    per_domain = xp.where(stride <= domain, xp.maximum(1, xp.minimum(size, domain // stride)), 1)
+    return per_domain, xp.ceil(size / per_domain)
+
+
+def group_link(xp, nodes, per_domain, scale_up_gb_per_s, scale_out_gb_per_s, hop_up_s, hop_out_s, ring=True):
+    """(bus GB/s, hop latency s) of a group: NVLink inside one domain; across nodes, for ring collectives
+    (all-reduce, reduce-scatter, all-gather) the slower of NVLink and per_domain × the per-GPU NIC share, for
+    point-to-point the slower of NVLink and one GPU's NIC share.
+
+    Why per_domain ×: NCCL runs one ring per channel and spreads the channels over the node's NICs (one rail
+    per GPU). A ring that enters a node visits its per_domain GPUs over NVLink and leaves once, so each NIC
+    carries 1/per_domain of the ring's traffic: bus bandwidth ≈ per_domain × NIC share (nccl-tests across DGX
+    H100 nodes: ~8 × 50 GB/s, bounded by NVLink). A group with one GPU per node (stride ≥ the node) gets one
+    NIC's share; a send to one peer always does.
+    """
+    multi = nodes > 1
+    out = scale_out_gb_per_s * xp.where(ring, xp.maximum(per_domain, 1), 1)
+    bw = xp.where(multi, xp.minimum(scale_up_gb_per_s, out), scale_up_gb_per_s)
+    return bw, xp.where(multi, hop_out_s, hop_up_s)
+
+
+def collective_seconds(xp, kind: Collective, size_bytes, n, per_domain, nodes, bus_gb_per_s, hop_s):
+    """nccl-tests time of one collective; 0 for a group of one or an empty buffer."""
+    steps_in = xp.maximum(0, per_domain - 1)
+    levels = xp.where(nodes > 1, xp.ceil(xp.log2(xp.maximum(nodes, 1))), 0)
+    nn = xp.maximum(n, 1)
+    frac = (nn - 1) / nn
+    bw = bus_gb_per_s * 1e9
+    if kind is Collective.all_reduce:
+        t = 2 * frac * size_bytes / bw + 2 * (steps_in + levels) * hop_s
+    elif kind is Collective.p2p:
+        t = size_bytes / bw + hop_s
+    else:  # reduce-scatter, all-gather, all-to-all
+        t = frac * size_bytes / bw + (steps_in + levels) * hop_s
+    return xp.where((n <= 1) | (size_bytes <= 0), 0.0, t)
+
+
+def all_to_all_seconds(xp, size_bytes, n, per_domain, nodes, scale_up_gb_per_s, scale_out_gb_per_s, hop_s):
+    """All-to-all of ``size_bytes`` sent by each of ``n`` ranks, ``per_domain`` of them per NVLink domain.
+
+    Each rank sends (n−1)/n of its buffer: (per_domain−1)/n to peers in its own domain over NVLink and
+    (n−per_domain)/n to other nodes over its NIC share, both at once; the slower part sets the time (NCCL's
+    all-to-all is point-to-point sends on every link concurrently). One domain: (n−1)/n·S / scale-up bandwidth.
+    """
+    nn = xp.maximum(n, 1)
+    local = (xp.maximum(per_domain, 1) - 1) / nn * size_bytes / (scale_up_gb_per_s * 1e9)
+    remote = (nn - per_domain) / nn * size_bytes / (scale_out_gb_per_s * 1e9)
+    t = xp.maximum(local, xp.where(nodes > 1, remote, 0.0)) + hop_s
+    return xp.where((n <= 1) | (size_bytes <= 0), 0.0, t)
+
+
+def link_speeds(cluster: Cluster) -> tuple[float, float, float, float]:
+    """(scale-up bus GB/s, scale-out bus GB/s per GPU, scale-up hop s, scale-out hop s) of a cluster."""
+    return (
+        cluster.scale_up_gb_per_s * cluster.efficiency.scale_up_efficiency,
+        cluster.scale_out_gb_per_s * cluster.scale_out_network.efficiency / cluster.oversubscription,
+        cluster.scale_up_network.hop_latency_us * 1e-6,
+        cluster.scale_out_network.hop_latency_us * 1e-6,
+    )
+
+
+def place_group(name: str, size: int, stride: int, cluster: Cluster) -> Group:
+    """Group of ``size`` ranks spaced ``stride`` apart in the global rank order."""
+    up, out, hop_up, hop_out = link_speeds(cluster)
+    per_domain, nodes = group_shape(SCALAR, size, stride, cluster.nvlink_domain)
+    bw, hop = group_link(SCALAR, nodes, per_domain, up, out, hop_up, hop_out, ring=name != "pp")
+    return Group(
+        name=name, size=size, ranks_per_domain=per_domain, nodes=nodes, bus_gb_per_s=bw, hop_latency_s=hop,
+        scale_out=nodes > 1,
+    )  # fmt: skip
+
+
+def collective_time(kind: Collective, size_bytes: float, group: Group) -> float:
+    """Seconds for one collective of ``size_bytes`` on ``group`` (0 for a group of one)."""
+    return collective_seconds(
+        SCALAR, kind, size_bytes, group.size, group.ranks_per_domain, group.nodes, group.bus_gb_per_s,
+        group.hop_latency_s,
+    )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Groups:
+    tp: Group
+    cp: Group
+    dp: Group
+    dp_shard: Group
+    dp_replicate: Group
+    ep: Group
+    pp: Group
+
+
+def plan_groups(tp: int, cp: int, dp: int, pp: int, ep: int, shard_group: int, cluster: Cluster) -> Groups:
+    """Communicators of a plan laid out in tp-cp-(ep)-dp-pp order. FSDP/ZeRO shard over dp·cp."""
+    replicas = max(1, dp // shard_group)
+    return Groups(
+        tp=place_group("tp", tp, 1, cluster),
+        cp=place_group("cp", cp, tp, cluster),
+        dp=place_group("dp", dp * cp, tp, cluster),
+        dp_shard=place_group("dp-shard", shard_group * cp, tp, cluster),
+        dp_replicate=place_group("dp-replicate", replicas, tp * cp * shard_group, cluster),
+        ep=place_group("ep", ep, tp, cluster),
+        pp=place_group("pp", 2, tp * cp * dp, cluster),
+    )

@@ -1,0 +1,323 @@
+"""Predicted vs published throughput for every run in data/published_runs.toml (`capplan validate`).
+
+Each source reports throughput in its own convention (Megatron's recompute-inclusive 96·B·s·l·h² "HFU",
+Korthikanti's 72-form MFU, MPT's (6N + 12·l·h·s) MFU, or plain tokens/s). The comparison converts the
+published figure into the iteration time it implies under that convention, and compares it with the
+estimator's step time: ``error = predicted throughput / published throughput − 1``.
+"""
+
+from __future__ import annotations
+
+import statistics
+
+from app.domain.catalog.store import Catalog
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.estimate import Estimate, InvalidPlan, build_cluster, estimate
+from app.domain.estimator.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
+from app.domain.estimator.published import (
+    FlopsAccounting,
+    PublishedRun,
+    accounting_flops_per_iteration,
+    architecture_for_run,
+)
+from app.domain.provenance import Frozen
+
+# The cluster each published run ran on, where the run does not say: the reference server of its GPU.
+DEFAULT_NODE = {
+    "a100-80gb": "dgx-a100-80gb",
+    "a100-40gb": "dgx-a100",
+    "h100-sxm": "dgx-h100",
+    "h200-sxm": "hgx-h200",
+}
+FRAMEWORK = {
+    "megatron-lm": Framework.megatron,
+    "nemo": Framework.megatron,
+    "megatron-deepspeed": Framework.deepspeed,
+    "deepspeed": Framework.deepspeed,
+    "torchtitan": Framework.fsdp2,
+    "pytorch-fsdp": Framework.fsdp2,
+    "composer": Framework.fsdp2,
+}
+
+
+class ValidationRow(Frozen):
+    run: str
+    model: str
+    accelerator: str | None
+    gpus: int
+    plan: str
+    accounting: str
+    metric: str
+    published: float | None
+    predicted: float | None
+    error: float | None
+    predicted_mfu: float | None
+    assumptions: tuple[str, ...] = ()
+    skipped: str | None = None
+    memory_published_gib: float | None = None
+    memory_predicted_gib: float | None = None
+    memory_error: float | None = None
+
+
+class ValidationReport(Frozen):
+    rows: tuple[ValidationRow, ...]
+    compared: int
+    median_abs_error: float | None
+    max_abs_error: float | None
+    worst_run: str | None
+    memory_compared: int = 0
+    memory_median_abs_error: float | None = None
+    memory_max_abs_error: float | None = None
+
+
+def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
+    """The capplan plan for a published run, with the choices made where the source is silent."""
+    notes: list[str] = []
+    framework = FRAMEWORK.get(str(run.framework), Framework.megatron)
+    tp, pp, cp, ep = run.tp or 1, run.pp or 1, run.cp or 1, run.ep or 1
+    dp = run.dp or run.n_gpus // (tp * pp * cp)
+    micro = run.micro_batch
+    if micro is None:
+        micro = 1 if pp > 1 else max(1, (run.global_batch or dp) // dp)
+        notes.append(f"micro-batch not published: assumed {micro}")
+    elif run.global_batch and (run.global_batch % (micro * dp)):
+        micro = max(1, run.global_batch // dp)
+        notes.append(f"published micro-batch is the local batch; used {micro}")
+    if pp > 1 and run.global_batch and micro * dp == run.global_batch:
+        micro = 1
+        notes.append(
+            "one micro-batch per step with pipeline parallelism is the local batch: used micro-batch 1"
+        )
+    sharding = Sharding(str(run.sharding))
+    if framework is Framework.megatron and sharding not in (Sharding.ddp, Sharding.megatron_distopt):
+        sharding = Sharding.ddp
+    if framework is Framework.deepspeed and sharding not in (
+        Sharding.ddp,
+        Sharding.zero1,
+        Sharding.zero2,
+        Sharding.zero3,
+    ):
+        sharding = Sharding.zero1
+    # Fused (flash) attention: what the run states; else FSDP stacks and NeMo (Transformer Engine) always, and any
+    # stack from 2023 on (FlashAttention appeared mid-2022; Megatron-LM, DeepSpeed and PyTorch SDPA adopted it by
+    # 2023). A run that says "no-flash-attention" keeps the unfused kernel.
+    flash = "no-flash-attention" not in run.optimizations and (
+        framework is Framework.fsdp2
+        or "flash-attention" in run.optimizations
+        or str(run.framework) == "nemo"
+        or run.source_year >= 2023
+    )
+    if flash and "flash-attention" not in run.optimizations and framework is not Framework.fsdp2:
+        notes.append("fused (flash) attention assumed: the stack uses it by default since 2023")
+    # FlashAttention-2 appeared in July 2023: flash attention in runs published before then ran FA1-class kernels
+    # (FlashAttention-1, xformers, Triton); "flash-attention-2" in the run's optimizations says otherwise.
+    kernel = "auto"
+    dated_before_fa2 = run.source_year < 2023 or (len(run.as_of) >= 7 and run.as_of < "2023-07")
+    if flash and dated_before_fa2 and "flash-attention-2" not in run.optimizations:
+        kernel = "fa1"
+        notes.append("FlashAttention-1-class kernel: published before FlashAttention-2 (2023-07)")
+    # A run that names a newer kernel (FlashAttention-3 on Hopper, -4 on Blackwell) ran it
+    for name, slug in (("flash-attention-3", "fa3"), ("flash-attention-4", "fa4")):
+        if flash and name in run.optimizations:
+            kernel = slug
+    # Composer (MPT) trains with FlashAttention, fused LayerNorm and fused cross-entropy kernels; torchtitan
+    # is eager unless the run used torch.compile; Megatron and DeepSpeed use their fused kernels.
+    fused = None
+    if str(run.framework) == "composer" or "torch.compile" in run.optimizations:
+        fused = True
+    precision = (
+        Precision(str(run.precision))
+        if str(run.precision) in Precision._value2member_map_
+        else Precision.bf16
+    )
+    recompute = Recompute(str(run.recompute))
+    if recompute is Recompute.selective and str(run.framework) == "torchtitan":
+        recompute = Recompute.selective_op  # torchtitan's selective AC is per-op (selective_ac_option = "op")
+        notes.append("torchtitan's selective activation checkpointing is per-op: estimated as selective-op")
+    plan = Plan(
+        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
+        global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
+        sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
+        fused_kernels=fused, attention_kernel=kernel,
+        fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
+    )  # fmt: skip
+    return plan, notes
+
+
+def published_iteration_s(run: PublishedRun, peak_tflops: float) -> tuple[str, float | None, float | None]:
+    """(metric name, published value, iteration seconds it implies under the run's own accounting)."""
+    acc = FlopsAccounting(run.flops_accounting)
+    if acc is FlopsAccounting.none_reported or (run.mfu is None and run.tflops_per_gpu_reported is None):
+        if run.tokens_per_sec_per_gpu and run.global_batch:
+            t = run.global_batch * run.seq_len / (run.tokens_per_sec_per_gpu * run.n_gpus)
+            return "tokens/s/GPU", run.tokens_per_sec_per_gpu, t
+        return "—", None, None
+    flops = accounting_flops_per_iteration(run)
+    if flops is None:
+        return "—", None, None
+    if acc is FlopsAccounting.megatron_96_hfu and run.tflops_per_gpu_reported:
+        return (
+            "TFLOP/s/GPU (96-form)",
+            run.tflops_per_gpu_reported,
+            flops / (run.tflops_per_gpu_reported * 1e12 * run.n_gpus),
+        )
+    peak = (run.gpu_peak_tflops_16bit or peak_tflops) * 1e12
+    if run.mfu:
+        return f"MFU ({acc.value})", run.mfu, flops / (run.mfu * peak * run.n_gpus)
+    return "—", None, None
+
+
+def run_cluster(run: PublishedRun, catalog: Catalog) -> Cluster:
+    """The cluster the run ran on: its node (or its GPU's reference server) with the catalog's efficiencies."""
+    return build_cluster(
+        catalog.hardware, catalog.efficiency, accelerator=run.accelerator, gpus=run.n_gpus,
+        node=run.node or DEFAULT_NODE.get(run.accelerator), power_limit_w=run.gpu_power_limit_w,
+    )  # fmt: skip
+
+
+def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
+    base = dict(run=run.slug, model=run.model, accelerator=run.accelerator, gpus=run.n_gpus,
+                accounting=str(run.flops_accounting))  # fmt: skip
+    if run.excluded_from_validation:
+        return ValidationRow(**base, plan="", metric="—", published=None, predicted=None, error=None,
+                             predicted_mfu=None, skipped=run.excluded_from_validation)  # fmt: skip
+    if run.accelerator is None:
+        return ValidationRow(**base, plan="", metric="—", published=None, predicted=None, error=None,
+                             predicted_mfu=None, skipped=f"GPU {run.gpu_name} is not in the catalog")  # fmt: skip
+    arch = architecture_for_run(run, catalog.architectures)
+    plan, notes = run_plan(run)
+    cluster = run_cluster(run, catalog)
+    summary = (f"tp{plan.tp} pp{plan.pp} vpp{plan.vpp} dp{plan.dp} cp{plan.cp} mb{plan.micro_batch} "
+               f"gb{plan.global_batch} s{plan.seq_len} {plan.recompute.value} {plan.sharding.value} {plan.framework.value}")  # fmt: skip
+    try:
+        est = estimate(arch, cluster, plan, allow_tp_across_nodes=True)
+    except InvalidPlan as exc:
+        return ValidationRow(**base, plan=summary, metric="—", published=None, predicted=None, error=None,
+                             predicted_mfu=None, skipped=f"plan invalid: {exc}")  # fmt: skip
+    metric, published, t_pub = published_iteration_s(run, cluster.accelerator.bf16_dense_tflops)
+    if t_pub is None or published is None:
+        return ValidationRow(**base, plan=summary, metric=metric, published=None, predicted=None, error=None,
+                             predicted_mfu=est.mfu, skipped="no comparable throughput published")  # fmt: skip
+    predicted = published * t_pub / est.step_time_s
+    return ValidationRow(
+        **base, plan=summary, metric=metric, published=published, predicted=predicted,
+        error=predicted / published - 1, predicted_mfu=est.mfu, assumptions=tuple(notes), **_memory(run, est),
+    )  # fmt: skip
+
+
+def _memory(run: PublishedRun, est: Estimate) -> dict[str, float | None]:
+    """Published peak memory per GPU against the estimate's caching-allocator peak (allocated + fragmentation
+    of the fullest stage): what torch.cuda.max_memory_reserved reports, which is what the sources print
+    (CUDA context and NCCL buffers sit outside it)."""
+    published = run.memory.peak_gib_max_over_ranks if run.memory else None
+    if not published:
+        return {}
+    stage = max(est.memory_by_stage, key=lambda st: st.allocated_peak_bytes + st.fragmentation_bytes)
+    predicted = (stage.allocated_peak_bytes + stage.fragmentation_bytes) / 2**30
+    return {
+        "memory_published_gib": published,
+        "memory_predicted_gib": predicted,
+        "memory_error": predicted / published - 1,
+    }
+
+
+def validate(catalog: Catalog) -> ValidationReport:
+    rows = tuple(validate_run(run, catalog) for run in catalog.published_runs)
+    errors = [(abs(r.error), r.run) for r in rows if r.error is not None]
+    if not errors:
+        return ValidationReport(
+            rows=rows, compared=0, median_abs_error=None, max_abs_error=None, worst_run=None
+        )
+    worst = max(errors)
+    memory = [abs(r.memory_error) for r in rows if r.memory_error is not None]
+    return ValidationReport(
+        rows=rows, compared=len(errors), median_abs_error=statistics.median(e for e, _ in errors),
+        max_abs_error=worst[0], worst_run=worst[1], memory_compared=len(memory),
+        memory_median_abs_error=statistics.median(memory) if memory else None,
+        memory_max_abs_error=max(memory) if memory else None,
+    )  # fmt: skip
+
+
+class AccuracyRow(Frozen):
+    run: str
+    family: str
+    stack: str
+    accelerator: str | None
+    gpus: int
+    plan: str
+    metric: str
+    published: float | None
+    predicted: float | None
+    fit_error: float | None
+    cv_error: float | None
+    notes: str
+
+
+class AccuracyGroup(Frozen):
+    group: str
+    runs: int
+    cv_median_abs_error: float | None
+    fit_median_abs_error: float | None
+
+
+class AccuracyTable(Frozen):
+    """What /accuracy shows: per run the fit error (now) and the out-of-sample error (recorded by the last fit)."""
+
+    rows: tuple[AccuracyRow, ...]
+    fit_date: str | None
+    families: int
+    cv_median_abs_error: float | None
+    cv_max_abs_error: float | None
+    fit_median_abs_error: float | None
+    by_stack: tuple[AccuracyGroup, ...]
+    by_accelerator: tuple[AccuracyGroup, ...]
+
+
+def _median_abs(values: list[float | None]) -> float | None:
+    present = [abs(v) for v in values if v is not None]
+    return statistics.median(present) if present else None
+
+
+def accuracy_table(catalog: Catalog) -> AccuracyTable:
+    """Every published run with its fit error (scored now with the fitted constants) and its cross-validated
+    error (from data/fitted.toml: the error when the run's source family was left out of the fit)."""
+    fit = catalog.fit
+    cv = fit.cv_errors if fit else {}
+    report = validate(catalog)
+    runs = {r.slug: r for r in catalog.published_runs}
+    rows = tuple(
+        AccuracyRow(
+            run=row.run,
+            family=runs[row.run].family,
+            stack=runs[row.run].stack,
+            accelerator=row.accelerator,
+            gpus=row.gpus,
+            plan=row.plan,
+            metric=row.metric,
+            published=row.published,
+            predicted=row.predicted,
+            fit_error=row.error,
+            cv_error=cv.get(row.run) if row.error is not None else None,
+            notes=row.skipped or "; ".join(row.assumptions),
+        )  # fmt: skip
+        for row in report.rows
+    )
+
+    def groups(key) -> tuple[AccuracyGroup, ...]:  # noqa: ANN001
+        names = sorted({key(r) or "—" for r in rows if r.fit_error is not None})
+        return tuple(
+            AccuracyGroup(
+                group=name,
+                runs=sum(1 for r in rows if r.fit_error is not None and (key(r) or "—") == name),
+                cv_median_abs_error=_median_abs([r.cv_error for r in rows if (key(r) or "—") == name]),
+                fit_median_abs_error=_median_abs([r.fit_error for r in rows if (key(r) or "—") == name]),
+            )
+            for name in names
+        )
+
+    return AccuracyTable(
+        rows=rows, fit_date=fit.date if fit else None, families=len(fit.families) if fit else 0,
+        cv_median_abs_error=fit.cv_median_abs_error if fit else None,
+        cv_max_abs_error=fit.cv_max_abs_error if fit else None, fit_median_abs_error=report.median_abs_error,
+        by_stack=groups(lambda r: r.stack), by_accelerator=groups(lambda r: r.accelerator),
+    )  # fmt: skip

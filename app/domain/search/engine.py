@@ -1,0 +1,746 @@
+"""Exhaustive, vectorised search for the best parallelism plan.
+
+The space (tp × cp × pp × vpp × ep × sharding × offload × micro-batch × recompute, dp derived, for every
+cluster size and global batch asked for) is laid out as numpy arrays and evaluated in one pass by the same
+per-rank formulas the estimator uses (:mod:`app.domain.evaluate`) — not one Python object per plan. Each plan's
+memory is the worst of a few representative pipeline ranks (for every distinct layer count and first/last
+role, the lowest rank: it holds the most micro-batches in flight), which is exactly the estimator's maximum
+over all ranks. The top plans are then re-evaluated by :func:`app.domain.estimate.estimate` for their full
+breakdown. Sequence parallelism is switched on whenever tp > 1: in the model it never costs memory or time.
+
+Rejected plans are counted by their first failing reason, so a user sees why nothing fits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from pydantic import Field
+
+from app.domain.estimator.assemble import consts, exact_state, key_q, model_q
+from app.domain.estimator.capabilities import Facts, capability_masks
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.estimate import Estimate, estimate
+from app.domain.estimator.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
+from app.domain.estimator.memory import host_capacity_bytes
+from app.domain.estimator.pipeline import rank_layers
+from app.domain.estimator.plan import (
+    AttentionKernel,
+    Framework,
+    Offload,
+    Optimizer,
+    Plan,
+    Precision,
+    Recompute,
+    Sharding,
+)
+from app.domain.estimator.xp import VECTOR
+from app.domain.model.architecture import Architecture
+from app.domain.model.counts import parameter_counts
+from app.domain.provenance import Frozen
+
+GIB = 1024**3
+SHARDINGS_BY_FRAMEWORK = {
+    Framework.fsdp2: (Sharding.ddp, Sharding.fsdp_full, Sharding.fsdp_grad_op, Sharding.fsdp_hybrid),
+    Framework.megatron: (Sharding.ddp, Sharding.megatron_distopt, Sharding.fsdp_full),
+    Framework.deepspeed: (Sharding.ddp, Sharding.zero1, Sharding.zero2, Sharding.zero3),
+}
+OFFLOADS_BY_FRAMEWORK = {
+    Framework.fsdp2: (Offload.none, Offload.params_cpu),
+    Framework.megatron: (Offload.none, Offload.optimizer_cpu),
+    Framework.deepspeed: (Offload.none, Offload.optimizer_cpu, Offload.params_cpu, Offload.nvme),
+}
+SHARDINGS = list(Sharding)
+OFFLOADS = list(Offload)
+RECOMPUTES = list(Recompute)
+# Per-op selective activation checkpointing is torchtitan's (FSDP2 stack); the others recompute layers or the
+# attention core (the capability table refuses selective-op for them).
+RECOMPUTES_BY_FRAMEWORK = {
+    Framework.fsdp2: tuple(Recompute),
+    Framework.megatron: (Recompute.none, Recompute.selective, Recompute.full),
+    Framework.deepspeed: (Recompute.none, Recompute.selective, Recompute.full),
+}
+
+
+class Objective(StrEnum):
+    max_tokens_per_s = "max-tokens-per-s"
+    min_time = "min-time"
+    min_cost = "min-cost"
+    max_headroom = "max-headroom"
+
+
+class SearchTooLarge(ValueError):
+    """The space would take too long; the message says how to narrow it."""
+
+
+class SearchCancelled(RuntimeError):
+    """The caller's ``should_stop`` hook said stop (a deadline passed); the search gave up between grids."""
+
+
+class SearchSpec(Frozen):
+    """What to search over and under which constraints (everything the user can set)."""
+
+    gpus: tuple[int, ...] = Field(min_length=1, description="cluster sizes to consider (GPUs)")
+    global_batches: tuple[int, ...] = Field(min_length=1, description="global batch sizes, in sequences")
+    seq_len: int = Field(ge=1)
+    framework: Framework = Framework.fsdp2
+    precision: Precision = Precision.bf16
+    optimizer: Optimizer = Optimizer.adamw
+    flash_attention: bool = True
+    fused_kernels: bool | None = None
+    fused_cross_entropy: bool = False
+    attention_kernel: AttentionKernel = "auto"
+    shardings: tuple[Sharding, ...] | None = None  # None: every strategy the framework offers
+    offloads: tuple[Offload, ...] | None = None  # None: every offload the framework offers
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
+    recomputes: tuple[Recompute, ...] = tuple(Recompute)
+    vpps: tuple[int, ...] = (1, 2, 4)
+    cps: tuple[int, ...] = (1, 2, 4, 8)
+    max_pp: int = Field(default=64, ge=1)
+    max_tp: int | None = None  # None: the NVLink domain (or any divisor of the GPUs when across nodes)
+    allow_tp_across_nodes: bool = False
+    hsdp_group: int | None = None  # HSDP shard group; None: one node
+    headroom_bytes: float = Field(default=0, ge=0)
+    headroom_fraction: float = Field(default=0, ge=0, lt=1)
+    tokens_to_train: float | None = Field(default=None, gt=0)
+    deadline_days: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0)
+    usd_per_gpu_hour: float | None = Field(default=None, gt=0, description="price used for cost objectives")
+    objective: Objective = Objective.max_tokens_per_s
+    top_k: int = Field(default=10, ge=1, le=100)
+    max_plans: int = Field(default=2_000_000, ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One plan of the search with the figures it was ranked on."""
+
+    plan: Plan
+    gpus: int
+    tokens_per_s: float
+    step_time_s: float
+    peak_memory_bytes: float
+    margin_bytes: float
+    mfu: float
+    usd_per_hour: float | None
+    usd_per_million_tokens: float | None
+    time_to_train_days: float | None
+    cost_to_train_usd: float | None
+
+
+class SearchResult(Frozen):
+    considered_plans: int = Field(description="points of the grid, including impossible degree combinations")
+    evaluated_plans: int = Field(description="valid plans evaluated by the model")
+    feasible_plans: int
+    elapsed_s: float
+    plans_per_s: float
+    plans: tuple[Candidate, ...]
+    best: Estimate | None = Field(default=None, description="the winner's full estimate")
+    pareto: tuple[Candidate, ...] = ()
+    best_by_gpus: tuple[Candidate, ...] = Field(
+        default=(), description="the fastest feasible plan of each cluster size (the sizing search's input)"
+    )
+    rejected: dict[str, int]
+    explanation: str
+    message: str | None = None
+    notes: tuple[str, ...] = ()
+
+
+# -- the space ---------------------------------------------------------------------------------------------
+
+
+@functools.lru_cache(maxsize=256)
+def _divisor_tuple(n: int) -> tuple[int, ...]:
+    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    return tuple(sorted({*small, *(n // d for d in small)}))
+
+
+def _divisors(n: int) -> list[int]:
+    """Divisors of ``n`` in increasing order (pairs d, n/d up to √n)."""
+    return list(_divisor_tuple(n))
+
+
+@dataclass
+class _Grid:
+    cols: dict[str, np.ndarray]
+    size: int
+
+
+def _axes(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int) -> dict[str, list[int]]:
+    domain = cluster.nvlink_domain
+    max_tp = spec.max_tp or (gpus if spec.allow_tp_across_nodes else min(domain, gpus))
+    tps = [t for t in _divisors(gpus) if t <= max_tp]
+    pps = [p for p in _divisors(gpus) if p <= min(spec.max_pp, arch.n_layers)]
+    cps = [c for c in spec.cps if gpus % c == 0]
+    eps = [e for e in _divisors(arch.n_experts) if e <= 64] if arch.is_moe else [1]
+    shardings = spec.shardings or SHARDINGS_BY_FRAMEWORK[spec.framework]
+    offloads = spec.offloads or OFFLOADS_BY_FRAMEWORK[spec.framework]
+    axes = {
+        "tp": tps, "cp": cps, "pp": pps, "vpp": list(spec.vpps), "ep": eps,
+        "sh": [SHARDINGS.index(s) for s in shardings], "off": [OFFLOADS.index(o) for o in offloads],
+        "mb": list(spec.micro_batches),
+        "rc": [RECOMPUTES.index(r) for r in spec.recomputes if r in RECOMPUTES_BY_FRAMEWORK[spec.framework]],
+    }  # fmt: skip
+    return axes
+
+
+def space_size(arch: Architecture, clusters: dict[int, Cluster], spec: SearchSpec) -> int:
+    """Grid points the search would visit over every cluster size and batch."""
+    per_batch = sum(math.prod(len(v) for v in _axes(arch, clusters[g], spec, g).values()) for g in spec.gpus)
+    return per_batch * len(spec.global_batches)
+
+
+def _grid(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int) -> _Grid:
+    axes = _axes(arch, cluster, spec, gpus)
+    size = math.prod(len(v) for v in axes.values())
+    # Only (tp, cp, pp) whose product divides the GPU count are laid out (the others are not plans and were
+    # never counted as rejected); the surviving points keep the full mesh's order, so ties rank the same.
+    triples = np.array(
+        [(t, c, p) for t in axes["tp"] for c in axes["cp"] for p in axes["pp"] if gpus % (t * c * p) == 0],
+        dtype=np.int64,
+    ).reshape(-1, 3)
+    rest = [k for k in axes if k not in ("tp", "cp", "pp")]
+    mesh = np.meshgrid(
+        np.arange(len(triples)), *[np.asarray(axes[k], dtype=np.int64) for k in rest], indexing="ij"
+    )
+    which = mesh[0].ravel()
+    cols = {"tp": triples[which, 0], "cp": triples[which, 1], "pp": triples[which, 2]}
+    cols.update({k: m.ravel() for k, m in zip(rest, mesh[1:], strict=True)})
+    return _Grid(cols={k: cols[k] for k in axes}, size=size)
+
+
+def _reject_masks(
+    arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int, g: dict
+) -> list:
+    """(reason, mask-of-failing) in priority order; every plan is charged to its first failing reason."""
+    tp, cp, pp, vpp, ep, mb = g["tp"], g["cp"], g["pp"], g["vpp"], g["ep"], g["mb"]
+    model_parallel = tp * cp * pp
+    dp = np.where(gpus % model_parallel == 0, gpus // np.maximum(model_parallel, 1), 0)
+    off = g["off"]  # offload codes (indices into OFFLOADS)
+    per_step = mb * np.maximum(dp, 1)
+    micro = batch // per_step
+    shards_params = np.array([s.shards_params for s in SHARDINGS])[g["sh"]]
+    hybrid = g["sh"] == SHARDINGS.index(Sharding.fsdp_hybrid)
+    group = spec.hsdp_group or cluster.gpus_per_node
+    return [
+        ("tp·cp·pp does not divide the GPU count", gpus % model_parallel != 0),
+        ("attention heads not divisible by tp", arch.n_heads % tp != 0),
+        ("KV heads neither divide nor are divisible by tp", (arch.n_kv_heads % tp != 0) & (tp % arch.n_kv_heads != 0)),
+        ("pp·vpp exceeds the layers", pp * vpp > arch.n_layers),
+        ("interleaving (vpp > 1) without pipeline parallelism", (vpp > 1) & (pp == 1)),
+        ("global batch not divisible by micro-batch·dp", batch % per_step != 0),
+        ("interleaving needs micro-batches to be a multiple of pp", (vpp > 1) & (micro % pp != 0)),
+        ("sequence not divisible by 2·cp", (cp > 1) & (spec.seq_len % (2 * cp) != 0)),
+        ("experts not divisible by ep, or ep not dividing dp·cp",
+         (ep > 1) & (((dp * cp) % ep != 0) | (arch.n_experts % np.maximum(ep, 1) != 0))),
+        ("HSDP shard group does not divide dp", hybrid & ((dp % group != 0) | (dp <= group))),
+        ("offload needs fully sharded parameters",
+         np.isin(off, [OFFLOADS.index(Offload.params_cpu), OFFLOADS.index(Offload.nvme)]) & ~shards_params),
+        *capability_masks(spec.framework, Facts(
+            tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batches=np.maximum(micro, 1), seq_len=spec.seq_len,
+            replicated=~np.array([s.shards_optimizer for s in SHARDINGS])[g["sh"]],
+            shards_grads=np.array([s.shards_grads for s in SHARDINGS])[g["sh"]], shards_params=shards_params,
+            offload_optimizer=off == OFFLOADS.index(Offload.optimizer_cpu), fp16=spec.precision is Precision.fp16,
+            sgd=spec.optimizer is Optimizer.sgd, tied_embeddings=arch.tied_embeddings,
+            selective_op=g["rc"] == RECOMPUTES.index(Recompute.selective_op),
+        )),
+    ]  # fmt: skip
+
+
+# -- evaluation --------------------------------------------------------------------------------------------
+
+
+def _plan_arrays(
+    arch: Architecture, spec: SearchSpec, cluster: Cluster, gpus: int, batch: int, g: dict
+) -> PlanQ:
+    tp, cp, pp, vpp, ep, mb = (g[k] for k in ("tp", "cp", "pp", "vpp", "ep", "mb"))
+    dp = gpus // (tp * cp * pp)
+    sh_codes = g["sh"]
+    flags = {
+        name: np.array([fn(s) for s in SHARDINGS])[sh_codes]
+        for name, fn in (
+            ("shards_params", lambda s: s.shards_params), ("shards_grads", lambda s: s.shards_grads),
+            ("shards_optimizer", lambda s: s.shards_optimizer), ("grad_op", lambda s: s is Sharding.fsdp_grad_op),
+            ("hybrid", lambda s: s is Sharding.fsdp_hybrid), ("ddp", lambda s: s is Sharding.ddp),
+        )
+    }  # fmt: skip
+    group = spec.hsdp_group or cluster.gpus_per_node
+    shard_size = np.where(flags["hybrid"], np.minimum(group, dp), dp)
+    off = g["off"]
+    fsdp_family = np.isin(
+        sh_codes,
+        [SHARDINGS.index(s) for s in (Sharding.fsdp_full, Sharding.fsdp_grad_op, Sharding.fsdp_hybrid)],
+    )
+    exact = (
+        (spec.framework is Framework.fsdp2) & fsdp_family & (tp == 1) & (pp == 1) & (ep == 1)
+        & (off == OFFLOADS.index(Offload.none))
+    )  # fmt: skip
+    e_params = np.zeros(len(tp))
+    e_grads = np.zeros(len(tp))
+    e_opt = np.zeros(len(tp))
+    if exact.any():
+        shard_total = shard_size * cp
+        for value in np.unique(shard_total[exact]):
+            plan = _scalar_plan(spec, tp=1, pp=1, vpp=1, dp=int(value), cp=1, ep=1, sharding=Sharding.fsdp_full,
+                                offload=Offload.none, micro_batch=1, batch=int(value), recompute=Recompute.none)  # fmt: skip
+            p, gr, o = exact_state(arch, plan)
+            sel = exact & (shard_total == value)
+            e_params[sel], e_grads[sel], e_opt[sel] = p, gr, o
+    col = lambda a: np.asarray(a)[:, None]  # noqa: E731  (plan-level columns broadcast over ranks)
+    return PlanQ(
+        gpus=gpus, tp=col(tp), pp=col(pp), vpp=col(vpp), dp=col(dp), cp=col(cp), ep=col(ep), micro_batch=col(mb),
+        micro_batches=col(np.maximum(1, batch // (mb * dp))), seq_len=spec.seq_len, shard=col(shard_size * cp),
+        expert_shard=col(np.maximum(1, dp * cp // ep)), replicas=col(np.where(flags["hybrid"], np.maximum(1, dp // shard_size), 1)),
+        shards_params=col(flags["shards_params"]), shards_grads=col(flags["shards_grads"]),
+        shards_optimizer=col(flags["shards_optimizer"]), grad_op=col(flags["grad_op"]), hybrid=col(flags["hybrid"]),
+        ddp=col(flags["ddp"]), fsdp2=spec.framework is Framework.fsdp2, deepspeed=spec.framework is Framework.deepspeed,
+        offload_optimizer=col(off == OFFLOADS.index(Offload.optimizer_cpu)),
+        offload_params=col(off == OFFLOADS.index(Offload.params_cpu)), offload_nvme=col(off == OFFLOADS.index(Offload.nvme)),
+        recompute_full=col(g["rc"] == RECOMPUTES.index(Recompute.full)), sequence_parallel=col(tp > 1),
+        exact=col(exact), exact_params=col(e_params), exact_grads=col(e_grads), exact_optimizer=col(e_opt),
+    )  # fmt: skip
+
+
+def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload, micro_batch, batch, recompute,
+                 shard_group_size=None) -> Plan:  # fmt: skip
+    return Plan(
+        tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, sharding=sharding, shard_group_size=shard_group_size,
+        offload=offload, micro_batch=micro_batch, global_batch=batch, seq_len=spec.seq_len, recompute=recompute,
+        sequence_parallel=tp > 1, flash_attention=spec.flash_attention, precision=spec.precision,
+        optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels,
+        fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
+    )  # fmt: skip
+
+
+# Per-rank terms (activation bytes, layer compute seconds) of a (tp, cp, recompute, micro-batch, ep) key depend on
+# the model, the plan settings and the cluster's accelerator and efficiency figures, never on its GPU count: they
+# are shared across cluster sizes and searches (the sizing search runs one node over many sizes). Keyed by the
+# JSON of everything they could read, so any difference (calibration, power cap, node) is a different entry.
+_KEY_Q_CACHE: dict[tuple[str, str, str], dict[tuple[int, ...], Any]] = {}
+_KEY_Q_CACHE_CONTEXTS = 64
+
+
+def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> dict[tuple[int, ...], Any]:
+    ctx = (
+        arch.model_dump_json(),
+        cluster.model_dump_json(exclude={"gpus"}),
+        spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
+                                      "fused_kernels", "fused_cross_entropy", "attention_kernel"}),
+    )  # fmt: skip
+    table = _KEY_Q_CACHE.get(ctx)
+    if table is None:
+        if len(_KEY_Q_CACHE) >= _KEY_Q_CACHE_CONTEXTS:
+            _KEY_Q_CACHE.clear()
+        table = _KEY_Q_CACHE.setdefault(ctx, {})
+    return table
+
+
+def _key_arrays(arch: Architecture, spec: SearchSpec, cluster: Cluster, g: dict) -> KeyQ:
+    unique, inverse = _unique_rows([g["tp"], g["cp"], g["rc"], g["mb"], g["ep"]])
+    values = []
+    shared = _key_q_context(arch, spec, cluster)
+    for tp, cp, rc, mb, ep in unique.tolist():
+        hit = shared.get((tp, cp, rc, mb, ep))
+        if hit is None:
+            plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp,
+                                offload=Offload.none, micro_batch=mb, batch=mb, recompute=RECOMPUTES[rc])  # fmt: skip
+            hit = shared[(tp, cp, rc, mb, ep)] = key_q(arch, plan, cluster)
+        values.append(hit)
+    fields = tuple(KeyQ.__dataclass_fields__)
+    table = np.array([[getattr(v, f) for f in fields] for v in values], dtype=float)[inverse.ravel()]
+    return KeyQ(**{f: table[:, i, None] for i, f in enumerate(fields)})
+
+
+def _unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)`` (same order), without the slow
+    row sort: each column is coded by its sorted distinct values and the codes combined into one integer."""
+    combined = np.zeros(len(cols[0]), dtype=np.int64)
+    for col in cols:
+        values, codes = np.unique(col, return_inverse=True)
+        combined = combined * len(values) + codes.ravel()
+    _, first, inverse = np.unique(combined, return_index=True, return_inverse=True)
+    return np.stack([c[first] for c in cols], axis=1), inverse.ravel()
+
+
+def _rank_arrays(arch: Architecture, g: dict) -> RankQ:
+    unique, inverse = _unique_rows([g["pp"], g["vpp"]])
+    reps: list[list[tuple[int, int, int, bool, bool]]] = []
+    for pp, vpp in unique.tolist():
+        seen: dict[tuple, tuple] = {}
+        for r in rank_layers(arch, pp, vpp):
+            sig = (r.dense_layers, r.moe_layers, r.first, r.last)
+            seen.setdefault(sig, (r.rank, *sig))
+        reps.append(list(seen.values()))
+    width = max(len(r) for r in reps)
+    table = np.array([r + [r[0]] * (width - len(r)) for r in reps], dtype=float)  # pad with a duplicate
+    rows = table[inverse.ravel()]
+    pick = lambda i, dt: rows[:, :, i].astype(dt)  # noqa: E731
+    return RankQ(
+        rank=pick(0, float),
+        n_dense=pick(1, float),
+        n_moe=pick(2, float),
+        first=pick(3, bool),
+        last=pick(4, bool),
+    )
+
+
+def _subset(g: dict, mask: np.ndarray) -> dict:
+    return {k: v[mask] for k, v in g.items()}
+
+
+@dataclass
+class _Scored:
+    g: dict
+    gpus: int
+    batch: int
+    step_s: np.ndarray
+    peak: np.ndarray
+    usable: float
+    host_ok: np.ndarray
+
+
+def _rows(q: Any, idx: np.ndarray, n: int) -> Any:
+    """``q`` (PlanQ, RankQ or KeyQ) restricted to the plans ``idx`` of ``n``: every per-plan array (first axis
+    of length ``n``) is indexed; scalars and broadcast constants are kept."""
+    return dataclasses.replace(q, **{
+        f: v[idx] for f in q.__dataclass_fields__
+        if isinstance(v := getattr(q, f), np.ndarray) and v.ndim >= 1 and v.shape[0] == n
+    })  # fmt: skip
+
+
+def _evaluate(
+    arch: Architecture,
+    cluster: Cluster,
+    spec: SearchSpec,
+    gpus: int,
+    batch: int,
+    g: dict,
+    time_only_fitting: bool = False,
+) -> _Scored:
+    """Memory and step time of every plan in ``g``. With ``time_only_fitting`` (the search), time is evaluated
+    only for plans that fit in GPU memory and host RAM/NVMe (the others cannot be chosen; their step is ∞)."""
+    counts = parameter_counts(arch)
+    mq = model_q(arch, counts)
+    pq = _plan_arrays(arch, spec, cluster, gpus, batch, g)
+    kq = _key_arrays(arch, spec, cluster, g)
+    rq = _rank_arrays(arch, g)
+    c = consts(cluster, _scalar_plan(spec, tp=1, pp=1, vpp=1, dp=1, cp=1, ep=1, sharding=Sharding.ddp,
+                                     offload=Offload.none, micro_batch=1, batch=1, recompute=Recompute.none))  # fmt: skip
+    mem = rank_memory(VECTOR, mq, pq, rq, kq, c)
+    shape = mem["total"].shape
+    worst = lambda a, sh=shape: np.max(np.broadcast_to(a, sh), axis=1, keepdims=True)  # noqa: E731
+    ranks_per_node = min(cluster.gpus_per_node, gpus)
+    host_cap, nvme_cap = host_capacity_bytes(cluster.node.host_memory_gib, cluster.node.local_nvme_tb)
+    host_ok = (worst(mem["host"]).ravel() * ranks_per_node <= host_cap) & (
+        worst(mem["nvme"]).ravel() * ranks_per_node <= nvme_cap
+    )
+    peak = worst(mem["total"]).ravel()
+    n = len(peak)
+    step_s = np.full(n, np.inf)
+    timed = np.flatnonzero(host_ok & (peak <= c.usable)) if time_only_fitting else np.arange(n)
+    if timed.size:
+        if timed.size < n:
+            pq, rq, kq = _rows(pq, timed, n), _rows(rq, timed, n), _rows(kq, timed, n)
+        comm = plan_comm(VECTOR, mq, pq, c)
+        t = rank_time(VECTOR, mq, pq, rq, kq, c, comm)
+        sub = (timed.size, shape[1])
+        step, _, _ = combine_step(VECTOR, pq, c, worst(t["micro_batch"], sub), comm["pp_p2p"],
+                                  worst(t["dp"], sub), worst(t["optimizer"], sub))  # fmt: skip
+        step_s[timed] = np.ravel(np.broadcast_to(step, (timed.size, 1)))
+    return _Scored(
+        g=g, gpus=gpus, batch=batch, step_s=step_s, peak=peak, usable=c.usable, host_ok=host_ok,
+    )  # fmt: skip
+
+
+# -- the search --------------------------------------------------------------------------------------------
+
+
+def _bucket(short_gib: float) -> str:
+    if short_gib < 10:
+        return "does not fit by < 10 GiB"
+    if short_gib < 40:
+        return "does not fit by 10–40 GiB"
+    return "does not fit by ≥ 40 GiB"
+
+
+def _candidate(
+    arch: Architecture, cluster: Cluster, spec: SearchSpec, s: _Scored, i: int, flops_per_token: float
+) -> Candidate:
+    g = {k: int(v[i]) for k, v in s.g.items()}
+    dp = s.gpus // (g["tp"] * g["cp"] * g["pp"])
+    sharding = SHARDINGS[g["sh"]]
+    group = (spec.hsdp_group or cluster.gpus_per_node) if sharding is Sharding.fsdp_hybrid else None
+    plan = _scalar_plan(
+        spec, tp=g["tp"], pp=g["pp"], vpp=g["vpp"], dp=dp, cp=g["cp"], ep=g["ep"], sharding=sharding,
+        offload=OFFLOADS[g["off"]], micro_batch=g["mb"], batch=s.batch, recompute=RECOMPUTES[g["rc"]],
+        shard_group_size=min(group, dp) if group else None,
+    )  # fmt: skip
+    tps = s.batch * spec.seq_len / float(s.step_s[i])
+    usd_h = spec.usd_per_gpu_hour * s.gpus if spec.usd_per_gpu_hour else None
+    days = spec.tokens_to_train / tps / 86_400 if spec.tokens_to_train else None
+    return Candidate(
+        plan=plan, gpus=s.gpus, tokens_per_s=tps, step_time_s=float(s.step_s[i]), peak_memory_bytes=float(s.peak[i]),
+        margin_bytes=s.usable - float(s.peak[i]), mfu=flops_per_token * tps / (s.gpus * cluster.peak_flops),
+        usd_per_hour=usd_h, usd_per_million_tokens=usd_h / (tps * 3600) * 1e6 if usd_h else None,
+        time_to_train_days=days, cost_to_train_usd=usd_h * days * 24 if usd_h and days else None,
+    )  # fmt: skip
+
+
+# Grid points that are not plans at all (degrees that do not multiply to the GPU count, interleaving without
+# a pipeline, more chunks than layers): skipped without being counted as rejected plans.
+STRUCTURAL = {
+    "tp·cp·pp does not divide the GPU count",
+    "interleaving (vpp > 1) without pipeline parallelism",
+    "pp·vpp exceeds the layers",
+}
+
+
+def _rank(score: np.ndarray, margin: np.ndarray, g: dict, idx: np.ndarray) -> np.ndarray:
+    """Order by score (desc), then headroom (desc), then the simpler plan (fewer pipeline chunks, smaller cp,
+    tp, no offload) — ties are common, e.g. dp and cp splits of equal speed."""
+    simplicity = g["pp"][idx] * g["vpp"][idx] + g["cp"][idx] + g["tp"][idx] + 4 * g["off"][idx]
+    return np.lexsort((simplicity, -np.round(margin / GIB, 3), -np.round(score, 9)))
+
+
+def _score(spec: SearchSpec, tps: np.ndarray, gpus: int, margin: np.ndarray) -> np.ndarray:
+    """Higher is better."""
+    if spec.objective is Objective.max_headroom:
+        return margin
+    if spec.objective is Objective.min_cost:
+        return tps / gpus  # cost per token ∝ gpus · price / tokens/s
+    return tps  # max tokens/s and min time to train rank the same way
+
+
+def search(
+    arch: Architecture,
+    clusters: dict[int, Cluster],
+    spec: SearchSpec,
+    flops_per_token: float,
+    should_stop: Callable[[], bool] | None = None,
+) -> SearchResult:
+    """Every plan of ``spec`` for each cluster size in ``clusters`` (GPUs → Cluster); best first.
+    ``should_stop`` (e.g. a deadline check) is asked before and after each grid's evaluation; when it answers
+    true the search raises :class:`SearchCancelled`."""
+
+    def checkpoint() -> None:
+        if should_stop is not None and should_stop():
+            raise SearchCancelled("the search was stopped before it finished")
+
+    start = time.perf_counter()
+    size = space_size(arch, clusters, spec)
+    if size > spec.max_plans:
+        raise SearchTooLarge(
+            f"the space has {size:,} grid points (limit {spec.max_plans:,}, about 10 s); narrow it: fewer "
+            "cluster sizes or batch sizes, fewer micro-batch, vpp or cp values, a lower max pp, a fixed "
+            "sharding or recompute"
+        )
+    rejected: Counter[str] = Counter()
+    evaluated = considered = 0
+    closest: float | None = None
+    pool: list[tuple[float, Candidate]] = []
+    feasible_total = 0
+    by_gpus_best: dict[int, Candidate] = {}
+    pareto_pool: list[Candidate] = []
+    for gpus in spec.gpus:
+        cluster = clusters[gpus]
+        for batch in spec.global_batches:
+            checkpoint()
+            grid = _grid(arch, cluster, spec, gpus, batch)
+            considered += grid.size
+            alive = np.ones(len(grid.cols["tp"]), dtype=bool)
+            for reason, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.cols):
+                hit = alive & np.broadcast_to(failing, alive.shape)
+                if hit.any():
+                    if reason not in STRUCTURAL:
+                        rejected[reason] += int(hit.sum())
+                    alive &= ~hit
+            evaluated += int(alive.sum())
+            if not alive.any():
+                continue
+            checkpoint()
+            scored = _evaluate(
+                arch, cluster, spec, gpus, batch, _subset(grid.cols, alive), time_only_fitting=True
+            )
+            checkpoint()
+            limit = scored.usable - max(spec.headroom_bytes, spec.headroom_fraction * scored.usable)
+            host_short = ~scored.host_ok
+            if host_short.any():
+                rejected["offloaded state exceeds host RAM or NVMe"] += int(host_short.sum())
+            gpu_fits = scored.peak <= scored.usable
+            over = ~gpu_fits & scored.host_ok
+            short = (scored.peak - scored.usable) / GIB
+            if over.any():
+                closest = (
+                    float(short[over].min()) if closest is None else min(closest, float(short[over].min()))
+                )
+            for low, high in ((0, 10), (10, 40), (40, np.inf)):
+                n = int(np.sum(over & (short >= low) & (short < high)))
+                if n:
+                    rejected[_bucket(low)] += n
+            within = scored.peak <= limit
+            below = gpu_fits & scored.host_ok & ~within
+            if below.any():
+                rejected["fits but below the requested headroom"] += int(below.sum())
+            ok = within & scored.host_ok
+            tps = batch * spec.seq_len / scored.step_s
+            if spec.tokens_to_train and spec.deadline_days:
+                late = ok & (spec.tokens_to_train / np.where(ok, tps, 1.0) / 86_400 > spec.deadline_days)
+                rejected["misses the deadline"] += int(late.sum())
+                ok &= ~late
+            if spec.tokens_to_train and spec.budget_usd and spec.usd_per_gpu_hour:
+                cost = spec.tokens_to_train / np.where(ok, tps, 1.0) / 3600 * spec.usd_per_gpu_hour * gpus
+                over = ok & (cost > spec.budget_usd)
+                rejected["over budget"] += int(over.sum())
+                ok &= ~over
+            idx = np.flatnonzero(ok)
+            feasible_total += idx.size
+            if not idx.size:
+                continue
+            margin = scored.usable - scored.peak
+            score = _score(spec, tps, gpus, margin)
+            order = idx[_rank(score[idx], margin[idx], scored.g, idx)][: spec.top_k]
+            for i in order:
+                cand = _candidate(arch, cluster, spec, scored, int(i), flops_per_token)
+                pool.append((float(score[i]), cand))
+            best_here = _candidate(arch, cluster, spec, scored, int(order[0]), flops_per_token)
+            prev = by_gpus_best.get(gpus)
+            if prev is None or best_here.tokens_per_s > prev.tokens_per_s:
+                by_gpus_best[gpus] = best_here
+            pareto_pool.extend(
+                _pareto_candidates(arch, cluster, spec, scored, idx, tps, margin, flops_per_token)
+            )
+    elapsed = time.perf_counter() - start
+    pool.sort(key=lambda x: -x[0])
+    plans = _pick_cluster(spec, pool, by_gpus_best)[: spec.top_k]
+    best_estimate = None
+    if plans:
+        best = plans[0]
+        best_estimate = estimate(arch, clusters[best.gpus], best.plan, tokens_to_train=spec.tokens_to_train,
+                                 allow_tp_across_nodes=spec.allow_tp_across_nodes)  # fmt: skip
+    return SearchResult(
+        considered_plans=considered, evaluated_plans=evaluated, feasible_plans=feasible_total, elapsed_s=elapsed,
+        plans_per_s=evaluated / elapsed if elapsed > 0 else float("inf"), plans=tuple(plans), best=best_estimate,
+        pareto=tuple(_pareto(pareto_pool)), rejected=dict(rejected.most_common()),
+        best_by_gpus=tuple(by_gpus_best[g] for g in sorted(by_gpus_best)),
+        explanation=explain(plans), message=None if plans else _nothing_message(rejected, spec, closest),
+    )  # fmt: skip
+
+
+def _pick_cluster(spec: SearchSpec, pool: list, by_gpus_best: dict[int, Candidate]) -> list[Candidate]:
+    """With a deadline or budget over several cluster sizes, the smallest (or cheapest) size that meets it
+    comes first; otherwise the ranking by objective."""
+    ranked = [c for _, c in pool]
+    if len(spec.gpus) > 1 and (spec.deadline_days or spec.budget_usd) and by_gpus_best:
+        smallest = min(by_gpus_best)
+        if spec.objective is Objective.min_cost and spec.usd_per_gpu_hour:
+            smallest = min(by_gpus_best, key=lambda g: by_gpus_best[g].usd_per_million_tokens or 0)
+        head = [c for c in ranked if c.gpus == smallest]
+        return head + [c for c in ranked if c.gpus != smallest]
+    return ranked
+
+
+def _pareto_candidates(
+    arch, cluster, spec, scored: _Scored, idx: np.ndarray, tps, margin, fpt
+) -> list[Candidate]:
+    """Non-dominated plans of one (cluster size, batch) in (tokens/s ↑, cost/token ↓, headroom ↑); for a fixed
+    cluster size cost per token follows tokens/s, so the front is the 2-D tokens/s–headroom front here."""
+    order = idx[np.lexsort((-margin[idx], -tps[idx]))]
+    front, best_margin = [], -np.inf
+    for i in order:
+        if margin[i] > best_margin:
+            front.append(int(i))
+            best_margin = margin[i]
+        if len(front) >= 50:
+            break
+    return [_candidate(arch, cluster, spec, scored, i, fpt) for i in front]
+
+
+def _pareto(cands: list[Candidate]) -> list[Candidate]:
+    """Plans no other plan beats on all of time, cost (per token) and headroom."""
+    out = []
+    for a in cands:
+        a_cost = a.gpus / a.tokens_per_s
+        dominated = any(
+            b.tokens_per_s >= a.tokens_per_s and b.gpus / b.tokens_per_s <= a_cost and b.margin_bytes >= a.margin_bytes
+            and (b.tokens_per_s > a.tokens_per_s or b.gpus / b.tokens_per_s < a_cost or b.margin_bytes > a.margin_bytes)
+            for b in cands
+        )  # fmt: skip
+        if not dominated:
+            out.append(a)
+    return sorted(out, key=lambda c: -c.tokens_per_s)
+
+
+def _describe(plan: Plan) -> dict[str, Any]:
+    return {
+        "tp": plan.tp, "pp": plan.pp, "vpp": plan.vpp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
+        "sharding": plan.sharding.value, "offload": plan.offload.value, "micro-batch": plan.micro_batch,
+        "recompute": plan.recompute.value, "global batch": plan.global_batch,
+    }  # fmt: skip
+
+
+def explain(plans: list[Candidate]) -> str:
+    """What the winner trades against the runner-up, e.g. "+18 % tokens/s, −8.5 GiB headroom"."""
+    if not plans:
+        return ""
+    best = plans[0]
+    if len(plans) == 1:
+        return "the only plan that fits"
+    second = plans[1]
+    a, b = _describe(best.plan), _describe(second.plan)
+    changes = [f"{k} {b[k]} → {a[k]}" for k in a if a[k] != b[k]]
+    if best.gpus != second.gpus:
+        changes.insert(0, f"GPUs {second.gpus} → {best.gpus}")
+    speed = best.tokens_per_s / second.tokens_per_s - 1
+    room = (best.margin_bytes - second.margin_bytes) / GIB
+    text = f"vs the runner-up ({', '.join(changes) or 'same settings'}): {speed:+.1%} tokens/s, {room:+.1f} GiB headroom"
+    if best.usd_per_million_tokens and second.usd_per_million_tokens:
+        text += f", {best.usd_per_million_tokens / second.usd_per_million_tokens - 1:+.1%} cost per token"
+    return text
+
+
+MODEL_REASONS = ("does not fit", "headroom", "host RAM", "deadline", "budget")
+
+
+def _nothing_message(rejected: Counter, spec: SearchSpec, closest_short_gib: float | None) -> str:
+    if not rejected:
+        return "the space is empty: check the GPU counts and batch sizes"
+    modelled = [(r, n) for r, n in rejected.most_common() if any(k in r for k in MODEL_REASONS)]
+    reason, n = (modelled or rejected.most_common())[0]
+    hints = {
+        "does not fit": "more GPUs, a smaller micro-batch, full recompute, more sharding (fsdp-full / zero3 / "
+        "distributed optimizer), tensor or pipeline parallelism, or offload",
+        "misses the deadline": "more GPUs or a later deadline",
+        "over budget": "a larger budget, fewer tokens, or a cheaper pricing option",
+        "headroom": "a smaller headroom",
+        "global batch": "a global batch that is a multiple of micro-batch × dp",
+    }
+    hint = next((v for k, v in hints.items() if k in reason), "relax the constraints")
+    closest = (
+        f" The closest plan is {closest_short_gib:,.1f} GiB short per GPU."
+        if closest_short_gib is not None and "does not fit" in reason
+        else ""
+    )
+    return f"no plan meets the constraints; most were rejected because: {reason} ({n:,} plans).{closest} Try {hint}."
+
+
+def evaluate_all(
+    arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int
+) -> list[Candidate]:
+    """Every valid plan of one cluster size and batch with its vectorised figures (for checks and exports)."""
+    grid = _grid(arch, cluster, spec, gpus, batch)
+    alive = np.ones(len(grid.cols["tp"]), dtype=bool)
+    for _, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.cols):
+        alive &= ~np.broadcast_to(failing, alive.shape)
+    if not alive.any():
+        return []
+    scored = _evaluate(arch, cluster, spec, gpus, batch, _subset(grid.cols, alive))
+    return [_candidate(arch, cluster, spec, scored, i, 0.0) for i in range(len(scored.step_s))]
