@@ -10,7 +10,7 @@ from app.deps import get_catalog
 from app.domain.catalog import Catalog
 from app.domain.cost import MonthlyCost, TrainingCost
 from app.schemas import CostRequest, MonthlyCostRequest, ValidationErrorOut
-from app.services import run_cost, run_monthly_cost
+from app.services.cost import run_cost, run_monthly_cost
 
 router = APIRouter(tags=["cost"])
 

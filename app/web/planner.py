@@ -32,15 +32,10 @@ from app.domain.schedule import (
     stage_times_from_rank,
 )
 from app.schemas import CostRequest, MonthlyCostRequest, load_json_text
-from app.services import (
-    InputError,
-    export_document,
-    plan_document_from_request,
-    resolve_architecture,
-    run_cost,
-    run_estimate,
-    run_monthly_cost,
-)
+from app.services.cost import run_cost, run_monthly_cost
+from app.services.documents import export_document, plan_document_from_request
+from app.services.errors import InputError
+from app.services.estimate import resolve_architecture, run_estimate
 from app.web import charts
 from app.web.forms import (
     DEFAULTS,

@@ -15,8 +15,10 @@ from app.db.tables import Scenario
 from app.deps import MAX_ROW_ID, RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.schemas import MonthlyCostRequest
-from app.services import (
-    InputError,
+from app.services.cost import run_monthly_cost
+from app.services.errors import InputError
+from app.services.estimate import run_estimate
+from app.services.saved_scenarios import (
     ScenarioConflict,
     ScenarioNotFound,
     check_scenario_inputs,
@@ -26,8 +28,6 @@ from app.services import (
     duplicate_scenario,
     get_scenario,
     list_scenarios,
-    run_estimate,
-    run_monthly_cost,
     update_scenario,
 )
 from app.web import charts

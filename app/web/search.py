@@ -2,7 +2,7 @@
 
 ``GET /search?<planner query>&objective=…`` renders the page (or ``{% block search_results %}`` for htmx):
 a ranked table whose rows load into the planner, a Pareto scatter (time against cost), and rejected counts
-by reason. It calls :func:`app.services.run_search`; nothing is computed here.
+by reason. It calls :func:`app.services.search.run_search`; nothing is computed here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from app.domain.catalog import Catalog
 from app.domain.cost import CostOption
 from app.domain.search import Objective
 from app.schemas import PlanSearchRequest
-from app.services import InputError, run_search
+from app.services.errors import InputError
+from app.services.search import run_search
 from app.web import charts
 from app.web.forms import (
     DEFAULTS,

@@ -9,7 +9,8 @@ import pytest
 from app.domain.catalog import load_catalog
 from app.domain.schedule import StageTimes, pipeline_schedule
 from app.schemas import EstimateRequest, MonthlyCostRequest
-from app.services import run_estimate, run_monthly_cost
+from app.services.cost import run_monthly_cost
+from app.services.estimate import run_estimate
 from app.settings import REPO_ROOT
 from app.web import charts
 
