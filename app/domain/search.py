@@ -640,7 +640,9 @@ def _pick_cluster(spec: SearchSpec, pool: list, by_gpus_best: dict[int, Candidat
     ranked = [c for _, c in pool]
     if len(spec.gpus) > 1 and (spec.deadline_days or spec.budget_usd) and by_gpus_best:
         smallest = min(by_gpus_best)
-        if spec.objective is Objective.min_cost and spec.usd_per_gpu_hour:
+        if spec.objective is Objective.min_cost and all(
+            c.usd_per_million_tokens is not None for c in by_gpus_best.values()
+        ):
             smallest = min(by_gpus_best, key=lambda g: by_gpus_best[g].usd_per_million_tokens or 0)
         head = [c for c in ranked if c.gpus == smallest]
         return head + [c for c in ranked if c.gpus != smallest]

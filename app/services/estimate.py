@@ -15,7 +15,7 @@ from app.domain.cluster import Cluster
 from app.domain.estimate import Assumption, Estimate, HardwareError, InvalidPlan, build_cluster, estimate
 from app.domain.overrides import OverrideError, apply_overrides
 from app.domain.plan import Plan
-from app.schemas import EstimateRequest
+from app.schemas import EstimateRequest, PlanSearchRequest
 from app.services.errors import InputError, field_error
 
 PLAN_FIELDS = tuple(f for f in Plan.model_fields if f != "dp")
@@ -45,7 +45,7 @@ def plan_from_request(request: EstimateRequest) -> Plan:
 
 
 def scenario_cluster(
-    catalog: Catalog, request: EstimateRequest, *, gpus: int | None = None, node: str | None = None,
+    catalog: Catalog, request: EstimateRequest | PlanSearchRequest, *, gpus: int | None = None, node: str | None = None,
     fabric: str | None = None,
 ) -> tuple[Cluster, tuple[Change, ...]]:  # fmt: skip
     """The cluster a plan of ``request`` runs on — ``gpus`` GPUs on ``node`` over ``fabric`` (the request's by
@@ -55,7 +55,8 @@ def scenario_cluster(
         cluster = build_cluster(
             catalog.hardware, catalog.efficiency, accelerator=request.gpu, gpus=gpus or request.gpus,
             node=node or request.node, fabric=fabric if node else (fabric or request.fabric),
-            oversubscription=request.oversubscription, power_limit_w=request.power_limit_w,
+            oversubscription=getattr(request, "oversubscription", 1.0),
+            power_limit_w=getattr(request, "power_limit_w", None),
         )  # fmt: skip
     except HardwareError as exc:
         raise InputError([field_error(exc.field, str(exc), "value_error.hardware")]) from None

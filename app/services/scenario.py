@@ -76,6 +76,11 @@ class ScenarioResult:
         """The estimate with its calibration as the last assumption (the API's and the CLI's shape)."""
         return with_calibration(self.estimate, self.calibration)
 
+    def modelled_estimate(self, option: CostOption | str) -> Estimate:
+        """The estimate an option's days rest on (the node it pays for), with its calibration."""
+        est = self.self_build_estimate if CostOption(option) is CostOption.self_build else self.cloud_estimate
+        return with_calibration(est or self.estimate, self.calibration)
+
     def option(self, option: CostOption | str) -> OptionCost | None:
         if self.cost is None:
             return None

@@ -6,22 +6,30 @@ from __future__ import annotations
 import math
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from app.domain.architecture import parameter_counts
-from app.domain.calibration import Change, apply_calibration, calibration_assumption
+from app.domain.architecture import Architecture, parameter_counts
+from app.domain.calibration import calibration_assumption
 from app.domain.catalog import Catalog
 from app.domain.cluster import Cluster
 from app.domain.compute import model_flops_per_token
-from app.domain.cost import CostInputError, instance_for_accelerator, usd_per_gpu_hour
-from app.domain.estimate import HardwareError, build_cluster
-from app.domain.overrides import OverrideError, apply_overrides
-from app.domain.search import SearchCancelled, SearchResult, SearchSpec, SearchTooLarge, search
-from app.schemas import EstimateRequest, PlanSearchRequest
+from app.domain.cost import CostInputError, CostOption, TrainingJob, training_cost
+from app.domain.plan import Plan
+from app.domain.reliability import plan_checkpoint_bytes_per_param
+from app.domain.run_pricing import CurvePricing, RunFigures
+from app.domain.search import Candidate, SearchCancelled, SearchResult, SearchSpec, SearchTooLarge, search
+from app.schemas import CostRequest, EstimateRequest, PlanSearchRequest
 from app.services.errors import InputError, field_error
-from app.services.estimate import PLAN_FIELDS, resolve_architecture
+from app.services.estimate import PLAN_FIELDS, resolve_architecture, scenario_cluster
+from app.services.scenario import (
+    ScenarioResult,
+    priced_instance,
+    run_scenario,
+    self_build_server,
+    usd_per_million_tokens,
+)
 
 MAX_CLUSTER_SIZES = 12
 MAX_BATCH_SIZES = 8
@@ -140,53 +148,37 @@ def _run_search(
     max_plans: int | None,
     should_stop: Callable[[], bool] | None,
 ) -> SearchResult:
+    """The search as the pipeline on arrays: each cluster is built as an estimate builds it (calibration, then
+    the figure overrides), on the node the price option pays for (with its own fabric) when days and dollars
+    are asked for, and each plan's days (after failures) and dollars come from the cost model, with the price
+    overrides, exactly as the cost table computes them."""
     arch = resolve_architecture(catalog, request)  # type: ignore[arg-type]
-    calibrations = catalog.calibrations if request.calibrated else None
-
-    overrides = request.figure_overrides
-
-    def cluster(gpus: int) -> tuple[Cluster, list[Change]]:
-        """The cluster every plan of this size is estimated on: calibrated, then the request's overrides laid
-        over it — exactly as run_estimate builds it, so a plan scores the same in the search and the estimate."""
-        built = build_cluster(catalog.hardware, catalog.efficiency, accelerator=request.gpu, gpus=gpus,
-                              node=request.node, fabric=request.fabric)  # fmt: skip
-        built, changes = apply_calibration(built, calibrations)
-        changes = [c for c in changes if f"{c.part}.{c.field}" not in overrides]
-        if overrides:
-            try:
-                built = apply_overrides(built, overrides)
-            except OverrideError as exc:
-                raise InputError(
-                    [field_error(f"figure_overrides.{exc.key}", str(exc), "value_error.override")]
-                ) from None
-        return built, changes
-
-    try:
-        probe, changes = cluster(1)
-    except HardwareError as exc:
-        raise InputError([field_error(exc.field, str(exc), "value_error.hardware")]) from None
-    sizes, notes = cluster_sizes(request, probe.gpus_per_node)
-    clusters = {g: cluster(g)[0] for g in sizes}
-    cal = calibration_assumption(request.gpu, changes, enabled=request.calibrated)
+    probe, changes = scenario_cluster(catalog, request, gpus=1)
+    node, notes = probe.node.slug, []
+    pricing: CurvePricing | None = None
+    if request.tokens:
+        priced = _priced_node(catalog, request, node)
+        if isinstance(priced, str):
+            if priced != node:
+                probe, changes = scenario_cluster(catalog, request, gpus=1, node=priced)
+                notes.append(f"plans are modelled on {priced} (its own fabric), the node {request.price_option.value} "
+                             f"pays for, as the cost table models it")  # fmt: skip
+            node = priced
+        else:
+            notes.append(f"no {request.price_option.value} price: {priced}")
+        pricing = _pricing(catalog, request, arch, probe, node)
+    sizes, size_notes = cluster_sizes(request, probe.gpus_per_node)
+    notes += size_notes
+    clusters = {g: scenario_cluster(catalog, request, gpus=g, node=node)[0] for g in sizes}
+    cal = calibration_assumption(request.gpu, list(changes), enabled=request.calibrated)
     notes.append(f"calibration: {cal.value}" + (f" ({cal.note})" if changes else ""))
-    price = None
-    try:
-        instance = (
-            probe.node.slug
-            if probe.node.provider == "aws"
-            else instance_for_accelerator(catalog.cost, catalog.hardware, request.gpu)
-        )
-        node_for_price = probe.node.slug if request.price_option.value == "self-build" else instance
-        price = usd_per_gpu_hour(catalog.cost, node_for_price, request.price_option,
-                                 gpus_per_node=probe.gpus_per_node)  # fmt: skip
-    except CostInputError as exc:
-        notes.append(f"no price: {exc}")
-    if price is None:
-        if request.budget_usd or request.objective.value == "min-cost":
-            raise InputError([field_error("price_option", f"no {request.price_option.value} price in the catalog for "
-                                     f"{request.gpu}; choose another price option", "value_error.price")])  # fmt: skip
-    else:
-        notes.append(f"cost figures at {request.price_option.value} ${price:.2f} per GPU-hour")
+    has_price = pricing is not None and pricing.figures(sizes[0], 1e6).usd is not None
+    if not has_price and (request.budget_usd or request.objective.value == "min-cost"):
+        raise InputError([field_error("price_option", f"no {request.price_option.value} price in the catalog for "
+                                      f"{request.gpu}; choose another price option", "value_error.price")])  # fmt: skip
+    if pricing is not None:
+        notes.append(f"days after failures (goodput) and dollars of {request.price_option.value} on {node}, with "
+                     "storage and your price overrides, as the cost table states them; cost per token in $/M tokens")  # fmt: skip
     defaults = SearchSpec.model_fields
     spec = SearchSpec(
         gpus=tuple(sizes), global_batches=tuple(batch_sizes(request)), seq_len=request.seq_len,
@@ -200,18 +192,91 @@ def _run_search(
         max_pp=request.max_pp, max_tp=request.max_tp, allow_tp_across_nodes=request.allow_tp_across_nodes,
         headroom_bytes=request.headroom_gib * 2**30, headroom_fraction=request.headroom_percent / 100,
         tokens_to_train=request.tokens, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
-        usd_per_gpu_hour=price, objective=request.objective, top_k=request.top_k,
+        usd_per_gpu_hour=None, objective=request.objective, top_k=request.top_k,
         **({"max_plans": max_plans} if max_plans else {}),
     )  # fmt: skip
     flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
     try:
-        result = search(arch, clusters, spec, flops, should_stop)
+        result = search(arch, clusters, spec, flops, should_stop, pricing=pricing)
     except SearchTooLarge as exc:
         raise InputError([field_error("gpus", str(exc), "value_error.search_too_large")]) from None
+    message = result.message if result.plans else constraint_message(request, result)
+    pareto = pareto_front(result.pareto)
+    result = result.model_copy(update={"message": message, "pareto": pareto})
     best = result.best
-    if best is not None:  # the winner's estimate states its calibration, as a single estimate does
-        best = best.model_copy(update={"assumptions": (*best.assumptions, cal)})
+    if result.plans:  # the winner re-estimated by the pipeline, on the node the search modelled it on
+        try:
+            best = winner_scenario(catalog, request, result).modelled_estimate(request.price_option)
+        except InputError as exc:
+            notes.append(f"the winner's full estimate: {exc}")
+            best = best.model_copy(update={"assumptions": (*best.assumptions, cal)}) if best else None
     return result.model_copy(update={"notes": tuple(notes), "best": best})
+
+
+def winner_scenario(
+    catalog: Catalog, request: PlanSearchRequest, result: SearchResult, pick: int = 1
+) -> ScenarioResult:
+    """The search's ``pick``-th plan through the pipeline, priced with the search's option and overrides: its
+    days and dollars are the search row's."""
+    est_request = search_pick_request(request, result, pick)
+    if not request.tokens:
+        return run_scenario(catalog, est_request, cost=False, document=False)
+    cost_request = CostRequest(
+        **est_request.model_dump(exclude_none=True),
+        overrides=request.overrides,
+        options=[request.price_option],
+    )
+    return run_scenario(catalog, cost_request, document=False)
+
+
+def _priced_node(catalog: Catalog, request: PlanSearchRequest, node: str) -> str | CostInputError:
+    """The node the price option pays for: the AWS instance of the cloud options, the self-build server."""
+    try:
+        if request.price_option is CostOption.self_build:
+            return self_build_server(catalog, request.gpu) or node
+        return priced_instance(catalog, request.gpu, node, request.overrides)
+    except CostInputError as exc:
+        return exc
+
+
+def _pricing(
+    catalog: Catalog, request: PlanSearchRequest, arch: Architecture, probe: Cluster, node: str
+) -> CurvePricing:
+    """Days and dollars of a run at a given tokens/s on a given cluster size: the cost model's own figures for
+    the request's price option (the function the scenario pipeline prices with)."""
+    assert request.tokens is not None
+    tokens = request.tokens
+    option = request.price_option
+    o = request.overrides.model_copy(update={"other_clouds": False})
+    if (
+        option is not CostOption.self_build
+        and o.instance is None
+        and catalog.hardware.node(node).kind == "cloud-instance"
+    ):
+        o = o.model_copy(update={"instance": node})
+    bytes_per_param = plan_checkpoint_bytes_per_param(
+        Plan(framework=request.framework, precision=request.precision, optimizer=request.optimizer)
+    )
+    parameters = parameter_counts(arch).total
+
+    def price(gpus: int, tps: float) -> RunFigures:
+        before = tokens / tps / 86_400
+        job = TrainingJob(
+            model=arch.slug, accelerator=request.gpu, gpus=gpus, parameters=parameters, tokens=tokens,
+            cloud_tokens_per_s=tps, self_build_tokens_per_s=tps, plan_checkpoint_bytes_per_param=bytes_per_param,
+            seq_len=request.seq_len,
+        )  # fmt: skip
+        try:
+            cost = training_cost(catalog.cost, catalog.hardware, job, options=[option], overrides=o)
+        except CostInputError:
+            return RunFigures(before, None, 1.0, None, None)
+        row = cost.options[0]
+        if not row.available or row.total_usd is None:
+            return RunFigures(before, before / cost.goodput, cost.goodput, None, None)
+        return RunFigures(before, row.days, row.goodput or cost.goodput, row.total_usd,
+                          usd_per_million_tokens(row.total_usd, tokens))  # fmt: skip
+
+    return CurvePricing(price)
 
 
 def timed_search(
@@ -226,3 +291,41 @@ def timed_search(
     if metrics is not None:
         metrics.searches_total.labels(surface=surface).inc()
     return result
+
+
+def constraint_message(request: PlanSearchRequest, result: SearchResult) -> str | None:
+    """Why nothing was found, naming the constraint that rejected the plans that otherwise fit: the deadline or
+    the budget are checked last, on plans that fit in memory, so when they rejected any plan it is they that
+    emptied the result, however many other plans failed memory."""
+    late = result.rejected.get("misses the deadline", 0)
+    over = result.rejected.get("over budget", 0)
+    if not late and not over:
+        return result.message
+    parts = []
+    if late:
+        parts.append(f"{late:,} plans fit but miss the deadline of {request.deadline_days:g} days "
+                     f"(wall-clock, after failures)")  # fmt: skip
+    if over:
+        parts.append(f"{over:,} plans fit but cost more than the budget of ${request.budget_usd:,.0f} "
+                     f"({request.price_option.value})")  # fmt: skip
+    hint = (
+        "more GPUs or a later deadline" if late else "a larger budget, fewer tokens or a cheaper price option"
+    )
+    return "no plan meets the constraints: " + "; ".join(parts) + f". Try {hint}."
+
+
+def pareto_front(cands: Sequence[Candidate]) -> tuple[Candidate, ...]:
+    """The plans no other plan beats on all of days (after failures), dollars and memory headroom, on the priced
+    figures (without days or dollars: tokens/s and headroom), fastest first."""
+
+    def key(c: Candidate) -> tuple[float, float, float]:
+        days = c.time_to_train_days if c.time_to_train_days is not None else 1 / c.tokens_per_s
+        usd = c.cost_to_train_usd if c.cost_to_train_usd is not None else 0.0
+        return days, usd, -c.margin_bytes
+
+    keys = [key(c) for c in cands]
+    front = [
+        c for c, a in zip(cands, keys, strict=True)
+        if not any(all(x <= y for x, y in zip(b, a, strict=True)) and b != a for b in keys)
+    ]  # fmt: skip
+    return tuple(sorted(front, key=lambda c: key(c)[0]))
