@@ -14,7 +14,10 @@ def run_cost(catalog: Catalog, request: CostRequest) -> TrainingCost:
     checkpoints and goodput: the pipeline's cost (:func:`app.services.scenario.run_scenario`). The plan is
     estimated on the AWS instance and on the self-build server, so each option uses the throughput of the
     hardware it pays for; a priced node that cannot run the plan is an InputError."""
-    return run_scenario(catalog, request, document=False).raise_cost_errors()
+    scenario = run_scenario(catalog, request, document=False)
+    cost = scenario.raise_cost_errors()
+    # the throughput behind every option: say what calibrated it (the API's and the CLI's answer)
+    return cost.model_copy(update={"assumptions": (scenario.calibration.assumption, *cost.assumptions)})
 
 
 def run_monthly_cost(catalog: Catalog, request: MonthlyCostRequest) -> MonthlyCost:

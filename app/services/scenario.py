@@ -261,7 +261,7 @@ def _document(
         arch=resolve_architecture(catalog, request),
         node=catalog.hardware.node(est.node),
         fabric=catalog.hardware.fabric(est.scale_out_fabric),
-        estimate=with_calibration(est, calibration),
+        estimate=est,
         preset=request.model,
         hf_config=request.hf_config,
         oversubscription=request.oversubscription,
@@ -271,4 +271,5 @@ def _document(
         figure_overrides=request.figure_overrides,
         calibrated=request.calibrated,
         checkpoint_interval_s=rel.checkpoint_interval_s if rel else None,
+        calibration=calibration.label,
     )
