@@ -223,7 +223,9 @@ def winner_scenario(
         return run_scenario(catalog, est_request, cost=False, document=False)
     cost_request = CostRequest(
         **est_request.model_dump(exclude_none=True),
-        overrides=request.overrides,
+        overrides=request.overrides.model_copy(
+            update={"other_clouds": False}
+        ),  # the option's row is all it needs
         options=[request.price_option],
     )
     return run_scenario(catalog, cost_request, document=False)

@@ -24,7 +24,7 @@ from app.web.forms import DEFAULTS, parse_planner, to_query
 from app.web.templating import fmt_usd
 
 FIGURES = {"efficiency.gemm_efficiency": 0.55}
-PRICES = {"on_demand_usd_per_hour": 50.0}
+PRICES = {"on_demand_usd_per_hour": 50.0, "reliability": {"failures_per_gpu_hour": 2e-5}}
 
 
 @pytest.fixture(scope="module")
