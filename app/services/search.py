@@ -15,9 +15,9 @@ from app.domain.calibration import calibration_assumption
 from app.domain.catalog import Catalog
 from app.domain.cluster import Cluster
 from app.domain.compute import model_flops_per_token
-from app.domain.cost import CostInputError, CostOption, TrainingJob, training_cost
+from app.domain.cost import CostInputError, CostOption, TrainingJob, training_cost, usd_per_gpu_hour
 from app.domain.plan import Plan
-from app.domain.reliability import plan_checkpoint_bytes_per_param
+from app.domain.reliability import plan_checkpoint_bytes_per_param, reliability_report
 from app.domain.run_pricing import CurvePricing, RunFigures
 from app.domain.search import Candidate, SearchCancelled, SearchResult, SearchSpec, SearchTooLarge, search
 from app.schemas import CostRequest, EstimateRequest, PlanSearchRequest
@@ -156,6 +156,7 @@ def _run_search(
     probe, changes = scenario_cluster(catalog, request, gpus=1)
     node, notes = probe.node.slug, []
     pricing: CurvePricing | None = None
+    usd_gpu_h: float | None = None
     if request.tokens:
         priced = _priced_node(catalog, request, node)
         if isinstance(priced, str):
@@ -167,16 +168,27 @@ def _run_search(
         else:
             notes.append(f"no {request.price_option.value} price: {priced}")
         pricing = _pricing(catalog, request, arch, probe, node)
+    else:  # no run to price: $ per M tokens at the option's rate per GPU-hour, before failures
+        usd_gpu_h = _rate_per_gpu_hour(catalog, request, node, probe.gpus_per_node)
+        if usd_gpu_h is not None:
+            notes.append(f"$ / M tokens at {request.price_option.value} ${usd_gpu_h:.2f} per GPU-hour, before "
+                         "failures (give tokens for days and dollars after failures, as the cost table states them)")  # fmt: skip
     sizes, size_notes = cluster_sizes(request, probe.gpus_per_node)
     notes += size_notes
     clusters = {g: scenario_cluster(catalog, request, gpus=g, node=node)[0] for g in sizes}
     cal = calibration_assumption(request.gpu, list(changes), enabled=request.calibrated)
     notes.append(f"calibration: {cal.value}" + (f" ({cal.note})" if changes else ""))
-    has_price = pricing is not None and pricing.figures(sizes[0], 1e6).usd is not None
+    has_price = (
+        pricing is not None and pricing.figures(sizes[0], 1e6).usd is not None
+    ) or usd_gpu_h is not None
     if not has_price and (request.budget_usd or request.objective.value == "min-cost"):
         raise InputError([field_error("price_option", f"no {request.price_option.value} price in the catalog for "
                                       f"{request.gpu}; choose another price option", "value_error.price")])  # fmt: skip
-    if pricing is not None:
+    if pricing is not None and not has_price:
+        notes.append(
+            f"days after failures (goodput) on {node}; no dollars without a {request.price_option.value} price"
+        )
+    elif pricing is not None:
         notes.append(f"days after failures (goodput) and dollars of {request.price_option.value} on {node}, with "
                      "storage and your price overrides, as the cost table states them; cost per token in $/M tokens")  # fmt: skip
     defaults = SearchSpec.model_fields
@@ -192,7 +204,7 @@ def _run_search(
         max_pp=request.max_pp, max_tp=request.max_tp, allow_tp_across_nodes=request.allow_tp_across_nodes,
         headroom_bytes=request.headroom_gib * 2**30, headroom_fraction=request.headroom_percent / 100,
         tokens_to_train=request.tokens, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
-        usd_per_gpu_hour=None, objective=request.objective, top_k=request.top_k,
+        usd_per_gpu_hour=usd_gpu_h, objective=request.objective, top_k=request.top_k,
         **({"max_plans": max_plans} if max_plans else {}),
     )  # fmt: skip
     flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
@@ -241,6 +253,18 @@ def _priced_node(catalog: Catalog, request: PlanSearchRequest, node: str) -> str
         return exc
 
 
+def _rate_per_gpu_hour(
+    catalog: Catalog, request: PlanSearchRequest, node: str, gpus_per_node: int
+) -> float | None:
+    priced = _priced_node(catalog, request, node)
+    if isinstance(priced, CostInputError):
+        return None
+    try:
+        return usd_per_gpu_hour(catalog.cost, priced, request.price_option, gpus_per_node=gpus_per_node)
+    except CostInputError:
+        return None
+
+
 def _pricing(
     catalog: Catalog, request: PlanSearchRequest, arch: Architecture, probe: Cluster, node: str
 ) -> CurvePricing:
@@ -270,13 +294,23 @@ def _pricing(
         )  # fmt: skip
         try:
             cost = training_cost(catalog.cost, catalog.hardware, job, options=[option], overrides=o)
-        except CostInputError:
-            return RunFigures(before, None, 1.0, None, None)
+        except CostInputError:  # no price for this node: the days after failures still count
+            goodput = _goodput(gpus)
+            return RunFigures(before, before / goodput if goodput else None, goodput or 1.0, None, None)
         row = cost.options[0]
         if not row.available or row.total_usd is None:
             return RunFigures(before, before / cost.goodput, cost.goodput, None, None)
         return RunFigures(before, row.days, row.goodput or cost.goodput, row.total_usd,
                           usd_per_million_tokens(row.total_usd, tokens))  # fmt: skip
+
+    def _goodput(gpus: int) -> float | None:
+        try:
+            return reliability_report(
+                catalog.cost, gpus=gpus, nodes=-(-gpus // probe.gpus_per_node), parameters=parameters,
+                plan_bytes_per_param=bytes_per_param, overrides=o.reliability,
+            ).goodput  # fmt: skip
+        except (KeyError, ValueError):
+            return None
 
     return CurvePricing(price)
 
