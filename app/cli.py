@@ -31,7 +31,7 @@ from app.domain.export import (
     request_fields,
 )
 from app.schemas import EstimateRequest, load_json_text
-from app.services import InputError
+from app.services.errors import InputError
 from app.settings import Settings
 
 app = typer.Typer(help="capplan: capacity and cost planning for LLM training clusters.", no_args_is_help=True)
@@ -592,7 +592,7 @@ def estimate(
 ) -> None:
     """Memory per pipeline stage, step time and breakdown, tokens/s and MFU for one plan (or --plan FILE)."""
     from app.schemas import EstimateRequest
-    from app.services import run_estimate
+    from app.services.estimate import run_estimate
 
     if plan_file is not None:
         given = _given_on_command_line(ctx, ESTIMATE_OPTIONS)
@@ -838,7 +838,7 @@ def export_command(
             )
         doc = load_plan_file(plan_file)
     else:
-        from app.services import plan_document_from_request
+        from app.services.documents import plan_document_from_request
 
         required = {
             "model": model,
@@ -1125,7 +1125,7 @@ def cost_command(
     """Days and dollars to train --tokens with a plan for every AWS option and self-build, after failures and
     checkpoints; or, with --monthly, the monthly bill of a cluster (on-demand, commitments, spot, self-build)."""
     from app.schemas import CostRequest, MonthlyCostRequest
-    from app.services import run_cost, run_monthly_cost
+    from app.services.cost import run_cost, run_monthly_cost
 
     overrides = cost_overrides(assignments or [], overrides_file)
     if region is not None:
@@ -1305,7 +1305,7 @@ def plan_command(
 ) -> None:
     """Search every parallelism plan for a model on a cluster (or a range of cluster sizes); best first."""
     from app.schemas import PlanSearchRequest
-    from app.services import run_search
+    from app.services.search import run_search
 
     try:
         request = PlanSearchRequest(
@@ -1334,7 +1334,9 @@ def plan_command(
 def _write_pick(catalog: Catalog, request, result, pick: int, output: Path, *, quiet: bool) -> None:  # noqa: ANN001
     """Write the search's ``pick``-th plan as a plan document (`capplan export --plan` reads it)."""
     from app.domain.export import plan_document_json
-    from app.services import InputError, plan_document_from_request, search_pick_request
+    from app.services.documents import plan_document_from_request
+    from app.services.errors import InputError
+    from app.services.search import search_pick_request
 
     try:
         doc = plan_document_from_request(catalog, search_pick_request(request, result, pick))
@@ -1667,7 +1669,7 @@ def bench_ship(
         typer.echo(f"shipped {target / f.name}", err=True)
     fitted = fit_all(load_shipped_runs(settings.data_dir, accelerators=known))
     for slug in sorted({r.accelerator for _, r in results if r.accelerator}):
-        from app.services import active_calibration
+        from app.services.benchmarks import active_calibration
 
         for c in active_calibration(catalog, fitted, slug):
             typer.echo(f"{slug}: {c.field} {c.default:g} → {c.value:g}  ({c.run}; {c.method})", err=True)

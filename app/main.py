@@ -32,7 +32,8 @@ from app.db.engine import build_engine, session_factory
 from app.domain.catalog import UnknownSlugError, load_catalog
 from app.metrics import build_metrics
 from app.schemas import JSON_MAX_DEPTH, ErrorOut
-from app.services import InputError, SearchBudget, SearchBusy
+from app.services.errors import InputError
+from app.services.search import SearchBudget, SearchBusy
 from app.settings import REPO_ROOT, Settings
 from app.web import benchmarks as web_benchmarks
 from app.web import planner as web_planner

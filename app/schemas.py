@@ -351,6 +351,11 @@ class PlanSearchRequest(StrictNumbers):
     deadline_days: float | None = Field(default=None, gt=0, le=3650)
     budget_usd: float | None = Field(default=None, gt=0, le=1e12)
     price_option: CostOption = Field(default=CostOption.on_demand, description="pricing for cost figures")
+    overrides: CostOverrides = Field(
+        default_factory=CostOverrides,
+        description="price, reliability and storage figures replaced, as for the cost (the planner's price overrides "
+        "reach its search)",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> PlanSearchRequest:

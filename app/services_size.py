@@ -1,7 +1,7 @@
 """Sizing use-case (issue 16, part 1): every accelerator × whole-node cluster size × plan × pricing option.
 
 For each node that some offer pays for (an AWS instance, the node another cloud's instance stands for, a
-self-build server), the plan search runs exactly as ``capplan plan`` does (:func:`app.services.run_search`,
+self-build server), the plan search runs exactly as ``capplan plan`` does (:func:`app.services.search.run_search`,
 same arrays, rules, calibration and fabric) over the cluster sizes, and hands back each size's fastest
 feasible plan. Each is then priced under every offer for that node with the reliability model's goodput
 (spot adds its interruptions), and :mod:`app.domain.sizing` ranks them and draws the Pareto front.
@@ -44,7 +44,10 @@ from app.domain.search.sizing import (
     price_plan,
 )
 from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, StrictNumbers
-from app.services import InputError, SearchBudget, SearchBusy, _error, plan_document_from_request, run_search
+from app.services.documents import plan_document_from_request
+from app.services.errors import InputError
+from app.services.errors import field_error as _error
+from app.services.search import SearchBudget, SearchBusy, run_search
 
 DEFAULT_OPTIONS = (
     CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr, CostOption.spot,

@@ -22,7 +22,7 @@ from app.schemas import (
     ShippedRunSummary,
     ValidationErrorOut,
 )
-from app.services import (
+from app.services.benchmarks import (
     calibration_in_use,
     get_benchmark_run,
     ingest_benchmark,

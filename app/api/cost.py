@@ -11,7 +11,7 @@ from app.domain.catalog import Catalog
 from app.domain.cost.monthly import MonthlyCost
 from app.domain.cost.training import TrainingCost
 from app.schemas import CostRequest, MonthlyCostRequest, ValidationErrorOut
-from app.services import run_cost, run_monthly_cost
+from app.services.cost import run_cost, run_monthly_cost
 
 router = APIRouter(tags=["cost"])
 

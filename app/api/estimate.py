@@ -10,7 +10,7 @@ from app.deps import get_catalog
 from app.domain.catalog import Catalog
 from app.domain.estimator.estimate import Estimate
 from app.schemas import EstimateRequest, ValidationErrorOut
-from app.services import timed_estimate
+from app.services.estimate import timed_estimate
 
 router = APIRouter(tags=["estimate"])
 

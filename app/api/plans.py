@@ -24,14 +24,9 @@ from app.domain.export import (
     PlanDocument,
 )
 from app.schemas import ErrorOut, EstimateRequest, PlanExportBody, ValidationErrorOut
-from app.services import (
-    InputError,
-    ScenarioNotFound,
-    checked_plan_document,
-    export_document,
-    get_scenario,
-    plan_document_from_request,
-)
+from app.services.documents import checked_plan_document, export_document, plan_document_from_request
+from app.services.errors import InputError
+from app.services.saved_scenarios import ScenarioNotFound, get_scenario
 
 router = APIRouter(tags=["plans"])
 

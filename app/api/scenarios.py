@@ -25,7 +25,7 @@ from app.schemas import (
     ScenarioUpdate,
     ValidationErrorOut,
 )
-from app.services import (
+from app.services.saved_scenarios import (
     ScenarioConflict,
     ScenarioNotFound,
     check_scenario_inputs,

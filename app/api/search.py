@@ -10,7 +10,7 @@ from app.deps import get_catalog
 from app.domain.catalog import Catalog
 from app.domain.search.engine import SearchResult
 from app.schemas import ErrorOut, PlanSearchRequest, ValidationErrorOut
-from app.services import timed_search
+from app.services.search import timed_search
 
 router = APIRouter(tags=["plans"])
 

@@ -12,7 +12,7 @@ from sqlalchemy.orm import Session
 from app.deps import RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.schemas import BenchmarkRunOut
-from app.services import (
+from app.services.benchmarks import (
     active_calibration,
     get_benchmark_run,
     list_benchmark_runs,

@@ -13,6 +13,7 @@ from typing import Any
 
 from app.domain.estimator.memory import StageMemory
 from app.domain.estimator.schedule import Schedule
+from app.domain.estimator.schedule_sample import ScheduleFigures
 from app.domain.estimator.step import StepTime
 
 GIB = 1024**3
@@ -128,8 +129,9 @@ def step_breakdown_option(step: StepTime) -> dict[str, Any]:
     return option
 
 
-def gantt_option(schedule: Schedule) -> dict[str, Any]:
-    """Stages as rows, forward/backward chunk-micro-batches as bars (custom series ``pipeline-gantt``)."""
+def gantt_option(schedule: Schedule, whole: ScheduleFigures | None = None) -> dict[str, Any]:
+    """Stages as rows, forward/backward chunk-micro-batches as bars (custom series ``pipeline-gantt``). The title
+    states the whole step's figures (``whole``) when the bars are a sample of it."""
     stages = [f"stage {r}" for r in range(schedule.pp)]
     series = []
     for kind, color in (("forward", "#4e79a7"), ("backward", "#f28e2b")):
@@ -142,10 +144,12 @@ def gantt_option(schedule: Schedule) -> dict[str, Any]:
             "name": kind, "type": "custom", "renderItem": GANTT_RENDERER, "itemStyle": {"color": color},
             "encode": {"x": [1, 2], "y": 0}, "data": data,
         })  # fmt: skip
-    option = _base(
-        f"Pipeline schedule: {schedule.name}, {schedule.micro_batches} micro-batches, "
-        f"bubble {schedule.bubble_fraction:.1%}"
-    )
+    if whole is not None and whole.drawn < whole.micro_batches:
+        title = (f"Pipeline schedule: {schedule.name}, {whole.micro_batches} micro-batches (first {whole.drawn} "
+                 f"drawn), bubble {whole.bubble_fraction:.1%}")  # fmt: skip
+    else:
+        title = f"Pipeline schedule: {schedule.name}, {schedule.micro_batches} micro-batches, bubble {schedule.bubble_fraction:.1%}"
+    option = _base(title)
     option.update({
         "tooltip": {"trigger": "item", "formatter": "{a}: micro-batch {@[3]}, chunk {@[4]}, {@[1]}–{@[2]} s"},
         "legend": {"top": 28, "data": ["forward", "backward"]},
@@ -165,12 +169,12 @@ def cost_options_option(options: Sequence[Any]) -> dict[str, Any]:
         "tooltip": {"trigger": "axis"},
         "legend": {"top": 28},
         "xAxis": {"type": "category", "data": names, "axisLabel": {"interval": 0, "rotate": 20}},
-        "yAxis": [{"type": "value", "name": "$"}, {"type": "value", "name": "days", "splitLine": {"show": False}}],
+        "yAxis": [{"type": "value", "name": "$"}, {"type": "value", "name": "days after failures", "splitLine": {"show": False}}],
         "series": [
             {"name": "total $", "type": "bar", "data": [
                 {"value": _r(o.total_usd, 0), "itemStyle": {"color": OPTION_COLORS.get(o.option.value, "#888")}}
                 for o in avail]},
-            {"name": "days", "type": "line", "yAxisIndex": 1, "symbolSize": 9, "lineStyle": {"width": 0},
+            {"name": "days after failures", "type": "line", "yAxisIndex": 1, "symbolSize": 9, "lineStyle": {"width": 0},
              "itemStyle": {"color": "#1d232a"}, "data": [_r(o.days or 0, 1) for o in avail]},
         ],
     })  # fmt: skip
@@ -206,26 +210,33 @@ def cumulative_cost_option(
 
 
 def pareto_option(candidates: Sequence[Any], pareto: Sequence[Any]) -> dict[str, Any]:
-    """Search candidates as points: time to train (or step time) against $ per million tokens; the Pareto
-    front as a line."""
+    """Search plans as points: days to train after failures (or step time without tokens) against $ per million
+    tokens, coloured by memory headroom; the Pareto front (no plan beats it on days, $ and headroom at once)
+    as larger points — in two dimensions a point of the front may look dominated: it has more headroom."""
+    use_days = any(c.time_to_train_days is not None for c in candidates)
 
     def point(c: Any) -> list[Any]:
-        x = c.time_to_train_days if c.time_to_train_days is not None else c.step_time_s
-        return [_r(x, 3), _r(c.usd_per_million_tokens or 0, 4), c.gpus, _r(c.tokens_per_s, 0)]
+        x = c.time_to_train_days if use_days and c.time_to_train_days is not None else c.step_time_s
+        p = c.plan
+        label = f"{c.gpus} GPUs, tp {p.tp} · pp {p.pp} · cp {p.cp} · ep {p.ep} · dp {p.dp}"
+        return [_r(x, 3), _r(c.usd_per_million_tokens or 0, 4), _r(c.margin_bytes / GIB, 1), label]
 
-    use_days = any(c.time_to_train_days is not None for c in candidates)
-    front = sorted((point(c) for c in pareto), key=lambda p: p[0])
-    option = _base("Ranked plans: time against cost")
+    x_name = "days to train (after failures)" if use_days else "step time (s)"
+    margins = [c.margin_bytes / GIB for c in (*candidates, *pareto)] or [0.0]
+    option = _base("Plans: days against cost, coloured by headroom")
     option.update({
-        "tooltip": {"trigger": "item", "formatter": "{a}: {c}"},
+        "tooltip": {"trigger": "item", "formatter": "{a}: {@[3]} — {@[0]} / ${@[1]} per M tokens / {@[2]} GiB headroom"},
         "legend": {"top": 28},
-        "xAxis": {"type": "value", "name": "days to train" if use_days else "step s", "scale": True},
-        "yAxis": {"type": "value", "name": "$ / M tokens", "scale": True, "nameTextStyle": {"align": "left"}},
+        "grid": {"left": 70, "right": 90, "top": 70, "bottom": 55},
+        "xAxis": {"type": "value", "name": x_name, "nameLocation": "middle", "nameGap": 30, "scale": True},
+        "yAxis": {"type": "value", "name": "$ / M tokens", "nameLocation": "middle", "nameGap": 50, "scale": True},
+        "visualMap": {"type": "continuous", "dimension": 2, "min": _r(min(margins), 1), "max": _r(max(margins), 1),
+                      "text": ["more headroom (GiB)", "less"], "right": 0, "top": "middle", "calculable": False,
+                      "inRange": {"color": ["#e15759", "#f1ce63", "#59a14f"]}},
         "series": [
-            {"name": "plans", "type": "scatter", "symbolSize": 9, "itemStyle": {"color": "#4e79a7"},
-             "data": [point(c) for c in candidates]},
-            {"name": "Pareto front", "type": "line", "step": "end", "symbolSize": 11,
-             "itemStyle": {"color": "#e15759"}, "data": front},
+            {"name": "plans", "type": "scatter", "symbolSize": 9, "data": [point(c) for c in candidates]},
+            {"name": "Pareto front (days, $, headroom)", "type": "scatter", "symbol": "diamond", "symbolSize": 15,
+             "itemStyle": {"borderColor": "#1d232a", "borderWidth": 1.5}, "data": [point(c) for c in pareto]},
         ],
     })  # fmt: skip
     return option

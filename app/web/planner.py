@@ -23,26 +23,17 @@ from app.domain.cost.monthly import MonthlyCost
 from app.domain.cost.training import TrainingCost
 from app.domain.estimator.estimate import Assumption, Estimate
 from app.domain.estimator.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
-from app.domain.estimator.schedule import (
-    Schedule,
-    ScheduleError,
-    displayed_micro_batches,
-    pipeline_schedule,
-    stage_times_from_rank,
-)
+from app.domain.estimator.schedule import Schedule, ScheduleError, stage_times_from_rank
+from app.domain.estimator.schedule_sample import ScheduleFigures, sampled_schedule
 from app.domain.export import EXPORT_FORMATS, ExportFormat, PlanDocumentError, export_plan
 from app.domain.model.counts import parameter_counts
 from app.domain.model.hf_import import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS
 from app.schemas import CostRequest, MonthlyCostRequest, load_json_text
-from app.services import (
-    InputError,
-    export_document,
-    plan_document_from_request,
-    resolve_architecture,
-    run_cost,
-    run_estimate,
-    run_monthly_cost,
-)
+from app.services.cost import run_cost, run_monthly_cost
+from app.services.documents import export_document, plan_document_from_request
+from app.services.errors import InputError
+from app.services.estimate import resolve_architecture
+from app.services.scenario import ScenarioResult, run_scenario, usd_per_million_tokens
 from app.web import charts
 from app.web.forms import (
     DEFAULTS,
@@ -128,17 +119,17 @@ def choices(catalog: Catalog) -> dict[str, Any]:
     }
 
 
-def schedule_for(est: Estimate) -> Schedule | None:
+def schedule_for(est: Estimate) -> tuple[Schedule, ScheduleFigures] | None:
+    """The pipeline schedule drawn on a sample of the step's micro-batches, with the figures of all of them."""
     plan = est.plan
     ranks = est.step.ranks
     if not ranks:
         return None
-    m = displayed_micro_batches(plan.pp, plan.vpp, est.step.micro_batches)
     times = [stage_times_from_rank(r.micro_batch_s, r.compute_s, r.recompute_s) for r in ranks]
     if len(times) not in (1, plan.pp):
         times = times[:1]
     try:
-        return pipeline_schedule(plan.pp, plan.vpp, m, times)
+        return sampled_schedule(plan.pp, plan.vpp, est.step.micro_batches, times)
     except ScheduleError:
         return None
 
@@ -202,9 +193,16 @@ def _notes(est: Estimate, catalog: Catalog, cost: TrainingCost | None) -> dict[s
                        "output head unless tied); active = per token (top-k routed + shared experts)"),
     }  # fmt: skip
     if est.time_to_train_days is not None:
-        notes["ttt"] = Note("Time to train", f"{est.time_to_train_days:,.1f} days",
-                            f"tokens ÷ tokens/s = {est.tokens_to_train:.3g} ÷ {est.tokens_per_s:,.0f}, "
-                            "before failures (see goodput below)")  # fmt: skip
+        after = (
+            next((o for o in cost.options if o.option.value == "on-demand" and o.days), None)
+            if cost
+            else None
+        )
+        notes["ttt"] = Note("Time to train", f"{est.time_to_train_days:,.1f} days before failures",
+                            f"tokens ÷ tokens/s = {est.tokens_to_train:.3g} ÷ {est.tokens_per_s:,.0f} on {est.node}, "
+                            "compute only" + (f"; after failures (goodput {after.goodput:.1%}) {after.days:,.1f} days "
+                            f"on-demand on {after.instance} (the cost table)" if after and after.goodput else
+                            "; the cost table's days include failures (goodput)"))  # fmt: skip
     if peak_stage is not None:
         notes["peak"] = Note(
             "Peak memory", _gib(peak_stage.total_bytes), est.memory_formulas.get("model states", "")
@@ -252,26 +250,34 @@ def _step_rows(est: Estimate) -> list[tuple[str, float, float]]:
     ]
 
 
-def compute_results(catalog: Catalog, form: PlannerInput) -> dict[str, Any] | None:
-    """Everything the results panel shows, or None (and messages on ``form``) for invalid input. The estimate
-    and the cost use the catalog's calibration unless the input turns calibration off."""
-    if not form.ok:
+def planner_scenario(catalog: Catalog, form: PlannerInput) -> ScenarioResult | None:
+    """The form's scenario through the pipeline (once), or None (and messages on ``form``) for invalid input.
+    The estimate and the cost use the catalog's calibration unless the input turns calibration off."""
+    if not form.ok or form.request is None:
         return None
-    assert form.request is not None
-    req = form.request
     try:
-        est = run_estimate(catalog, req)
+        return run_scenario(
+            catalog, form.request.model_copy(update={"tokens": form.tokens}), overrides=form.overrides
+        )
     except InputError as exc:
         add_service_errors(form, exc.errors)
         return None
-    cost: TrainingCost | None = None
+
+
+def _messages(errors: tuple[dict[str, Any], ...]) -> str:
+    return "; ".join(f"{'.'.join(str(p) for p in e['loc'][1:])}: {e['msg']}" for e in errors)
+
+
+def compute_results(
+    catalog: Catalog, form: PlannerInput, scenario: ScenarioResult | None = None
+) -> dict[str, Any] | None:
+    """Everything the results panel shows, rendered from one :class:`ScenarioResult`."""
+    scenario = scenario or planner_scenario(catalog, form)
+    if scenario is None:
+        return None
+    est, cost = scenario.estimate, scenario.cost
     monthly: MonthlyCost | None = None
-    cost_error = monthly_error = None
-    body = req.model_dump(exclude={"tokens"})
-    try:
-        cost = run_cost(catalog, CostRequest(**body, tokens=form.tokens, overrides=form.overrides))
-    except InputError as exc:
-        cost_error = str(exc)
+    monthly_error = None
     node = catalog.hardware.node(est.node)
     monthly_node = cost.self_build_node if cost and cost.self_build_node else est.node
     per_node = catalog.hardware.node(monthly_node).accelerators_per_node
@@ -280,13 +286,14 @@ def compute_results(catalog: Catalog, form: PlannerInput) -> dict[str, Any] | No
             node=monthly_node, nodes=max(1, -(-est.gpus // per_node)), overrides=form.overrides, months=36))  # fmt: skip
     except InputError as exc:
         monthly_error = str(exc)
-    schedule = schedule_for(est)
+    sampled = schedule_for(est)
+    schedule, schedule_figures = sampled if sampled is not None else (None, None)
     chart_options: dict[str, Any] = {
         "memory": charts.memory_bars_option(est.memory_by_stage, est.usable_memory_bytes),
         "step": charts.step_breakdown_option(est.step),
     }
     if schedule is not None:
-        chart_options["gantt"] = charts.gantt_option(schedule)
+        chart_options["gantt"] = charts.gantt_option(schedule, schedule_figures)
     if cost is not None:
         chart_options["cost"] = charts.cost_options_option(cost.options)
     if monthly is not None:
@@ -294,30 +301,29 @@ def compute_results(catalog: Catalog, form: PlannerInput) -> dict[str, Any] | No
             monthly.cumulative.months, monthly.cumulative.usd,
             {r.option.value: r.break_even_month for r in monthly.rows if r.option.value != "self-build"},
         )  # fmt: skip
-    assumptions = assumption_rows(est.assumptions, catalog)
+    assumptions = assumption_rows((*est.assumptions, scenario.calibration.assumption), catalog)
     if cost is not None:
         seen = {a["name"] for a in assumptions}
         assumptions += [a for a in assumption_rows(cost.assumptions, catalog) if a["name"] not in seen]
     return {
-        "est": est, "node": node, "cost": cost, "cost_error": cost_error, "monthly": monthly,
-        "monthly_error": monthly_error, "schedule": schedule, "charts": chart_options,
+        "est": est, "scenario": scenario, "calibration": scenario.calibration, "node": node, "cost": cost,
+        "cost_error": _messages(scenario.cost_errors) or None, "monthly": monthly,
+        "monthly_error": monthly_error, "schedule": schedule, "schedule_figures": schedule_figures,
+        "charts": chart_options,
         "notes": _notes(est, catalog, cost), "stages": _stage_rows(est), "step_rows": _step_rows(est),
         "assumptions": assumptions, "memory_formulas": est.memory_formulas,
         "formats": list(EXPORT_FORMATS),
     }  # fmt: skip
 
 
-def exports_for(catalog: Catalog, form: PlannerInput) -> list[dict[str, str]]:
-    if not form.ok or form.request is None:
-        return []
-    try:
-        doc = plan_document_from_request(catalog, form.request)
-    except InputError:
+def exports_for(scenario: ScenarioResult | None) -> list[dict[str, str]]:
+    """Every launch file of the scenario's plan document (a format whose framework refuses the plan says why)."""
+    if scenario is None or scenario.document is None:
         return []
     out = []
     for fmt in EXPORT_FORMATS:
         try:
-            f = export_plan(doc, fmt)
+            f = export_plan(scenario.document, fmt)
         except PlanDocumentError as exc:  # the format's framework cannot run this plan
             out.append({"format": str(fmt), "filename": "", "content": f"# not exported: {exc}\n"})
             continue
@@ -344,12 +350,13 @@ def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> d
     model = model_summary(
         catalog, form
     )  # before the estimate: a refused layout still shows the model's counts
-    results = compute_results(catalog, form)
+    scenario = planner_scenario(catalog, form)
+    results = compute_results(catalog, form, scenario) if scenario is not None else None
     return {
         "llama_style_url": llama_style_url(form), "llama_style_assumptions": LLAMA_STYLE_ASSUMPTIONS,
         "search_offer": bool(form.errors) and set(form.errors) <= set(LAYOUT_FIELDS),
         "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
-        "exports": exports_for(catalog, form) if results else [], "model": model,
+        "exports": exports_for(scenario), "model": model,
         "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,
         "partial": is_partial(request), "defaults": DEFAULTS, "upload_error": None,
         "upload_max_bytes": MAX_HF_UPLOAD_BYTES,
@@ -459,16 +466,18 @@ def planner_export(
 
 
 COST_COLUMNS = ("provider", "instance", "option", "available", "total_usd", "days", "usd_per_gpu_hour", "goodput",
-                "cash_usd", "amortised_usd", "usd_per_1b_tokens", "run_usd", "committed_usd", "storage_usd",
+                "cash_usd", "amortised_usd", "usd_per_m_tokens", "run_usd", "committed_usd", "storage_usd",
                 "data_transfer_usd", "instances", "price_confidence", "reason", "notes")  # fmt: skip
-"""The cost table's export columns: what the table shows, then the parts of the total."""
+"""The cost table's export columns: what the table shows, then the parts of the total. ``days`` are wall-clock days
+after failures (goodput); cost per token in $ per million tokens, as everywhere."""
 
 
-def cost_rows(cost: TrainingCost) -> list[dict[str, Any]]:
+def cost_rows(cost: TrainingCost, tokens: float) -> list[dict[str, Any]]:
     rows = []
     for o in (*cost.options, *cost.other_clouds):
         row = o.model_dump(mode="json")
         row["option"] = o.option.value
+        row["usd_per_m_tokens"] = usd_per_million_tokens(o.total_usd, tokens)
         row["notes"] = "; ".join(o.notes)
         rows.append({k: row.get(k) for k in COST_COLUMNS})
     return rows
@@ -489,7 +498,7 @@ def planner_cost_export(
         )
     body = form.request.model_dump(exclude={"tokens"})
     cost = run_cost(catalog, CostRequest(**body, tokens=form.tokens, overrides=form.overrides))
-    rows = cost_rows(cost)
+    rows = cost_rows(cost, form.tokens)
     if fmt == "json":
         doc = {
             "tokens": cost.tokens, "instance": cost.instance, "instances": cost.instances,

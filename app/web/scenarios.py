@@ -14,9 +14,11 @@ from sqlalchemy.orm import Session
 from app.db.tables import Scenario
 from app.deps import MAX_ROW_ID, RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
+from app.domain.cost.inputs import CostOption
 from app.schemas import MonthlyCostRequest
-from app.services import (
-    InputError,
+from app.services.cost import run_monthly_cost
+from app.services.errors import InputError
+from app.services.saved_scenarios import (
     ScenarioConflict,
     ScenarioNotFound,
     check_scenario_inputs,
@@ -26,10 +28,9 @@ from app.services import (
     duplicate_scenario,
     get_scenario,
     list_scenarios,
-    run_estimate,
-    run_monthly_cost,
     update_scenario,
 )
+from app.services.scenario import run_scenario
 from app.web import charts
 from app.web.forms import FORM_FIELDS, OVERRIDES, parse_planner, to_query, values_from_inputs
 from app.web.htmx import render
@@ -68,7 +69,8 @@ def overridden_figures(s: Scenario) -> list[tuple[str, str]]:
 def _summary(s: Scenario) -> str:
     i = s.inputs
     model = i.get("model") or "config.json"
-    return f"{model} · {i.get('gpus')} × {i.get('gpu')} · tp {i.get('tp', 1)} pp {i.get('pp', 1)}"
+    degrees = " · ".join(f"{k} {i[k]}" for k in ("tp", "pp", "vpp", "cp", "ep", "dp") if k in i)
+    return f"{model} · {i.get('gpus')} × {i.get('gpu')}" + (f" · {degrees}" if degrees else "")
 
 
 PAGE_SIZE = 25
@@ -135,11 +137,17 @@ def compare_page(
     for s in chosen:
         form = parse_planner(scenario_values(s))
         col: dict[str, Any] = {"s": s, "query": scenario_query(s), "overrides": overridden_figures(s), "est": None,
-                               "error": None, "monthly": None}  # fmt: skip
+                               "error": None, "monthly": None, "on_demand": None}  # fmt: skip
         if form.ok and form.request is not None:
             try:
-                est = run_estimate(catalog, form.request)
-                col["est"] = est
+                scenario = run_scenario(
+                    catalog,
+                    form.request.model_copy(update={"tokens": form.tokens}),
+                    overrides=form.overrides,
+                    document=False,
+                )
+                est = col["est"] = scenario.estimate
+                col["on_demand"] = scenario.figures(CostOption.on_demand)
                 node = catalog.hardware.node(est.node)
                 col["monthly"] = run_monthly_cost(catalog, MonthlyCostRequest(
                     node=est.node, nodes=max(1, -(-est.gpus // node.accelerators_per_node)),

@@ -2,7 +2,7 @@
 
 ``GET /search?<planner query>&objective=…`` renders the page (or ``{% block search_results %}`` for htmx):
 a ranked table whose rows load into the planner, a Pareto scatter (time against cost), and rejected counts
-by reason. It calls :func:`app.services.run_search`; nothing is computed here.
+by reason. It calls :func:`app.services.search.run_search`; nothing is computed here.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ from app.domain.catalog import Catalog
 from app.domain.cost.inputs import CostOption
 from app.domain.search.engine import Objective
 from app.schemas import PlanSearchRequest
-from app.services import InputError, run_search
+from app.services.errors import InputError
+from app.services.search import run_search
 from app.web import charts
 from app.web.forms import (
     DEFAULTS,
@@ -61,7 +62,7 @@ def search_request(
         "seq_len": r.seq_len, "global_batch": r.global_batch, "tokens": form.tokens, "precision": r.precision,
         "optimizer": r.optimizer, "framework": r.framework, "flash_attention": r.flash_attention,
         "calibrated": r.calibrated, "objective": opts["objective"], "price_option": opts["price_option"],
-        "figure_overrides": r.figure_overrides,
+        "figure_overrides": r.figure_overrides, "overrides": form.overrides,
     }  # fmt: skip
     if opts["gpus_range"].strip():
         body["gpus_range"] = _range_digits(opts["gpus_range"])
@@ -116,6 +117,15 @@ def _range_digits(text: str) -> str:
 
 def load_url(values: dict[str, str], c: Any) -> str:
     """The planner URL of one candidate: the search's fixed inputs plus the candidate's layout."""
+    return "/?" + _row_query(values, c)
+
+
+def export_url(values: dict[str, str], c: Any) -> str:
+    """The candidate as a plan document (capplan.plan/v1), the file ``capplan plan --output --pick N`` writes."""
+    return "/planner/export?" + _row_query(values, c) + "&format=json"
+
+
+def _row_query(values: dict[str, str], c: Any) -> str:
     p = c.plan
     layout = {
         "gpus": c.gpus, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "dp": p.dp, "cp": p.cp, "ep": p.ep,
@@ -123,7 +133,7 @@ def load_url(values: dict[str, str], c: Any) -> str:
         "micro_batch": p.micro_batch, "global_batch": p.global_batch, "recompute": p.recompute.value,
         "sequence_parallel": "on" if p.sequence_parallel else "off",
     }  # fmt: skip
-    return "/?" + to_query({**values, **{k: str(v) for k, v in layout.items()}})
+    return to_query({**values, **{k: str(v) for k, v in layout.items()}})
 
 
 @router.get("/search", response_class=HTMLResponse)
@@ -146,7 +156,10 @@ def search_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
     rows = []
     option = None
     if result is not None:
-        rows = [{"c": c, "url": load_url(form.values, c)} for c in result.plans]
+        rows = [
+            {"c": c, "url": load_url(form.values, c), "export": export_url(form.values, c)}
+            for c in result.plans
+        ]
         if result.plans:
             option = charts.pareto_option(result.plans, result.pareto)
     ctx = {

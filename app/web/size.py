@@ -18,7 +18,8 @@ from pydantic import ValidationError
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
 from app.domain.cost.inputs import CostOption
-from app.services import InputError, SearchBusy
+from app.services.errors import InputError
+from app.services.search import SearchBusy
 from app.services_size import DEFAULT_GPUS_RANGE, DEFAULT_OPTIONS, SizeRequest, SizeResult, run_size
 from app.web.htmx import render
 

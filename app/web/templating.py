@@ -45,6 +45,12 @@ def fmt_usd(value: float | None) -> str:
     return f"${value:,.0f}" if abs(value) >= 100 else f"${value:,.2f}"
 
 
+def plan_degrees(plan: Any) -> str:
+    """Every parallel degree of a plan, so that they multiply to the GPU count: tp · pp (· vpp) · cp · ep · dp."""
+    vpp = f" · vpp {plan.vpp}" if plan.vpp > 1 else ""
+    return f"tp {plan.tp} · pp {plan.pp}{vpp} · cp {plan.cp} · ep {plan.ep} · dp {plan.dp}"
+
+
 def build_templates() -> Jinja2Blocks:
     templates = Jinja2Blocks(directory=str(REPO_ROOT / "templates"))
     env = templates.env
@@ -56,4 +62,5 @@ def build_templates() -> Jinja2Blocks:
     env.filters["num"] = fmt_number
     env.filters["gib"] = fmt_gib
     env.filters["usd"] = fmt_usd
+    env.filters["degrees"] = plan_degrees
     return templates

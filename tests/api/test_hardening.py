@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from app.main import SECURITY_HEADERS, create_app
-from app.services import SearchBudget, SearchBusy
+from app.services.search import SearchBudget, SearchBusy
 from app.settings import REPO_ROOT, Settings
 
 BASE = {"gpu": "h100-sxm", "gpus": 8, "global_batch": 16, "seq_len": 2048}

@@ -29,7 +29,7 @@ def test_range_of_sizes_deadline_and_cost(client: TestClient) -> None:
     }).json()  # fmt: skip
     best = body["plans"][0]
     assert best["time_to_train_days"] <= 30 and best["cost_to_train_usd"] > 0
-    assert any("per GPU-hour" in n for n in body["notes"])
+    assert any("after failures" in n and "$/M tokens" in n for n in body["notes"])
 
 
 def test_nothing_fits_is_a_200_with_advice(client: TestClient) -> None:

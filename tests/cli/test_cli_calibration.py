@@ -108,7 +108,7 @@ def test_calibration_db_reads_the_posted_runs(monkeypatch, capsys, tmp_path: Pat
     from app.db.engine import build_engine
     from app.db.migrate import upgrade
     from app.domain.catalog import load_catalog
-    from app.services import ingest_benchmark
+    from app.services.benchmarks import ingest_benchmark
     from app.settings import REPO_ROOT
 
     url = f"sqlite:///{tmp_path / 'runs.db'}"

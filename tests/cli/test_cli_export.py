@@ -12,7 +12,7 @@ from test_cli_catalog import run_cli
 from app.cli import UsageError, plan_file_to_request
 from app.domain.catalog import load_catalog
 from app.domain.export import EXPORT_FORMATS, export_plan, parse_plan_document
-from app.services import run_estimate
+from app.services.estimate import run_estimate
 from app.settings import REPO_ROOT
 
 ESTIMATE = ["--model", "llama3.1-70b", "--gpu", "h100-sxm", "--gpus", "64", "--tp", "8", "--sharding", "fsdp-full",
@@ -151,7 +151,7 @@ def test_plan_file_keeps_figure_overrides_and_calibration(monkeypatch, capsys, t
     """A plan exported with overridden figures (here GEMM efficiency 0.40 instead of H100's 0.55) and with
     calibration off carries both, so `capplan estimate --plan` reproduces that estimate, not the default one."""
     from app.schemas import EstimateRequest
-    from app.services import plan_document_from_request
+    from app.services.documents import plan_document_from_request
 
     catalog = load_catalog(REPO_ROOT / "data")
     base = dict(model="llama3.1-8b", gpu="h100-sxm", gpus=8, global_batch=64, seq_len=8192)

@@ -9,7 +9,8 @@ import pytest
 from app.domain.catalog import load_catalog
 from app.domain.estimator.schedule import StageTimes, pipeline_schedule
 from app.schemas import EstimateRequest, MonthlyCostRequest
-from app.services import run_estimate, run_monthly_cost
+from app.services.cost import run_monthly_cost
+from app.services.estimate import run_estimate
 from app.settings import REPO_ROOT
 from app.web import charts
 
@@ -87,11 +88,16 @@ def test_cost_options_chart_skips_unavailable_options() -> None:
 def test_pareto_and_compare_options() -> None:
     from types import SimpleNamespace as NS
 
-    cands = [NS(time_to_train_days=d, step_time_s=1.0, usd_per_million_tokens=c, gpus=64, tokens_per_s=1e5)
-             for d, c in ((10, 3.0), (8, 4.0), (12, 2.5))]  # fmt: skip
+    plan = NS(tp=8, pp=4, cp=2, ep=1, dp=2)
+    cands = [NS(time_to_train_days=d, step_time_s=1.0, usd_per_million_tokens=c, gpus=128, tokens_per_s=1e5,
+                margin_bytes=m * 2**30, plan=plan)
+             for d, c, m in ((10, 3.0, 5), (8, 4.0, 1), (12, 2.5, 9))]  # fmt: skip
     option = charts.pareto_option(cands, [cands[1], cands[0]])
-    assert option["xAxis"]["name"] == "days to train"
+    assert option["xAxis"]["name"] == "days to train (after failures)"
+    assert option["yAxis"]["name"] == "$ / M tokens"
     assert [p[0] for p in option["series"][1]["data"]] == [8, 10]
+    assert [p[2] for p in option["series"][0]["data"]] == [5, 1, 9]  # headroom is the colour dimension
+    assert "cp 2" in option["series"][0]["data"][0][3]  # every degree in the label
     steps = [NS(**{a: 1.0 for a, _, _ in charts.STEP_TERMS})] * 2
     cmp = charts.compare_option(["a", "b"], steps, [40.0, 50.0])
     assert cmp["xAxis"]["data"] == ["a", "b"] and cmp["series"][-1]["data"] == [40.0, 50.0]

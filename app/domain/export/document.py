@@ -163,8 +163,10 @@ def build_plan_document(
     figure_overrides: dict[str, float] | None = None,
     calibrated: bool = True,
     checkpoint_interval_s: float | None = None,
+    calibration: str | None = None,
 ) -> PlanDocument:
-    """The document for an estimate that was just made (``node`` and ``fabric`` as the estimate resolved them)."""
+    """The document for an estimate that was just made (``node`` and ``fabric`` as the estimate resolved them);
+    ``calibration`` says which calibration its figures carry (e.g. "calibrated by run 3")."""
     per_node = node.accelerators_per_node
     per_host = per_node if per_node <= 8 else math.gcd(per_node, RACK_SCALE_TRAY_GPUS)
     vcpus = node.vcpus // (per_node // per_host) if node.vcpus else None
@@ -209,7 +211,7 @@ def build_plan_document(
             parameters_total=estimate.parameters_total,
             parameters_active=estimate.parameters_active,
             time_to_train_days=estimate.time_to_train_days,
-            calibration=next((str(a.value) for a in estimate.assumptions if a.name == "calibration"), None),
+            calibration=calibration,
             checkpoint_interval_s=checkpoint_interval_s,
         ),
     )

@@ -19,7 +19,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -47,6 +47,7 @@ from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
 from app.domain.provenance import Frozen
+from app.domain.search.run_pricing import FlatRate, RunPricing
 
 GIB = 1024**3
 SHARDINGS_BY_FRAMEWORK = {
@@ -133,8 +134,10 @@ class Candidate:
     mfu: float
     usd_per_hour: float | None
     usd_per_million_tokens: float | None
-    time_to_train_days: float | None
+    time_to_train_days: float | None  # wall-clock days after failures (see goodput)
     cost_to_train_usd: float | None
+    time_to_train_days_before_failures: float | None = None
+    goodput: float = 1.0
 
 
 class SearchResult(Frozen):
@@ -526,10 +529,20 @@ def search(
     spec: SearchSpec,
     flops_per_token: float,
     should_stop: Callable[[], bool] | None = None,
+    pricing: RunPricing | None = None,
 ) -> SearchResult:
     """Every plan of ``spec`` for each cluster size in ``clusters`` (GPUs → Cluster); best first.
     ``should_stop`` (e.g. a deadline check) is asked before and after each grid's evaluation; when it answers
-    true the search raises :class:`SearchCancelled`."""
+    true the search raises :class:`SearchCancelled`. ``pricing`` turns tokens/s into days (after failures) and
+    dollars, for the deadline, the budget and every row (default: ``spec.usd_per_gpu_hour``, no failures)."""
+    pricing = pricing or FlatRate(spec.tokens_to_train, spec.usd_per_gpu_hour)
+
+    def priced(c: Candidate) -> Candidate:
+        f = pricing.figures(c.gpus, c.tokens_per_s)
+        return replace(
+            c, time_to_train_days=f.days, time_to_train_days_before_failures=f.days_before_failures,
+            goodput=f.goodput, cost_to_train_usd=f.usd, usd_per_million_tokens=f.usd_per_million_tokens,
+        )  # fmt: skip
 
     def checkpoint() -> None:
         if should_stop is not None and should_stop():
@@ -593,12 +606,11 @@ def search(
             ok = within & scored.host_ok
             tps = batch * spec.seq_len / scored.step_s
             if spec.tokens_to_train and spec.deadline_days:
-                late = ok & (spec.tokens_to_train / np.where(ok, tps, 1.0) / 86_400 > spec.deadline_days)
+                late = ok & (tps < pricing.min_tokens_per_s(gpus, days=spec.deadline_days))
                 rejected["misses the deadline"] += int(late.sum())
                 ok &= ~late
-            if spec.tokens_to_train and spec.budget_usd and spec.usd_per_gpu_hour:
-                cost = spec.tokens_to_train / np.where(ok, tps, 1.0) / 3600 * spec.usd_per_gpu_hour * gpus
-                over = ok & (cost > spec.budget_usd)
+            if spec.tokens_to_train and spec.budget_usd:
+                over = ok & (tps < pricing.min_tokens_per_s(gpus, usd=spec.budget_usd))
                 rejected["over budget"] += int(over.sum())
                 ok &= ~over
             idx = np.flatnonzero(ok)
@@ -620,7 +632,13 @@ def search(
             )
     elapsed = time.perf_counter() - start
     pool.sort(key=lambda x: -x[0])
-    plans = _pick_cluster(spec, pool, by_gpus_best)[: spec.top_k]
+    # days and dollars of what is shown (and what min-cost ranks on), from the one pricing
+    by_gpus_best = {g: priced(c) for g, c in by_gpus_best.items()}
+    if spec.objective is Objective.min_cost:
+        pool = [(score, priced(c)) for score, c in pool]
+        if all(c.cost_to_train_usd is not None for _, c in pool):
+            pool.sort(key=lambda x: x[1].cost_to_train_usd or 0.0)  # stable: ties keep the score order
+    plans = [priced(c) for c in _pick_cluster(spec, pool, by_gpus_best)[: spec.top_k]]
     best_estimate = None
     if plans:
         best = plans[0]
@@ -629,7 +647,7 @@ def search(
     return SearchResult(
         considered_plans=considered, evaluated_plans=evaluated, feasible_plans=feasible_total, elapsed_s=elapsed,
         plans_per_s=evaluated / elapsed if elapsed > 0 else float("inf"), plans=tuple(plans), best=best_estimate,
-        pareto=tuple(_pareto(pareto_pool)), rejected=dict(rejected.most_common()),
+        pareto=tuple(map(priced, _pareto(pareto_pool))), rejected=dict(rejected.most_common()),
         best_by_gpus=tuple(by_gpus_best[g] for g in sorted(by_gpus_best)),
         explanation=explain(plans), message=None if plans else _nothing_message(rejected, spec, closest),
     )  # fmt: skip
@@ -641,7 +659,9 @@ def _pick_cluster(spec: SearchSpec, pool: list, by_gpus_best: dict[int, Candidat
     ranked = [c for _, c in pool]
     if len(spec.gpus) > 1 and (spec.deadline_days or spec.budget_usd) and by_gpus_best:
         smallest = min(by_gpus_best)
-        if spec.objective is Objective.min_cost and spec.usd_per_gpu_hour:
+        if spec.objective is Objective.min_cost and all(
+            c.usd_per_million_tokens is not None for c in by_gpus_best.values()
+        ):
             smallest = min(by_gpus_best, key=lambda g: by_gpus_best[g].usd_per_million_tokens or 0)
         head = [c for c in ranked if c.gpus == smallest]
         return head + [c for c in ranked if c.gpus != smallest]

@@ -1,0 +1,15 @@
+"""Use-cases shared by the API, the pages and the CLI: resolve inputs against the catalog, run the domain.
+
+One module per use-case; import the one you need (this package imports nothing, so the CLI can load a
+use-case without SQLAlchemy):
+
+- ``errors``           InputError — bad input as ``{loc, msg, type}`` items (422 / form messages / exit 2)
+- ``estimate``         one estimate: model and cluster resolved, calibration and overrides applied
+- ``scenario``         THE pipeline: estimate → reliability → cost per option → plan document, once,
+                       as one frozen ScenarioResult that every surface renders
+- ``cost``             training cost per pricing option; the monthly bill of a cluster
+- ``documents``        plan documents (capplan.plan/v1) and their exports
+- ``search``           the plan search (same clusters, overrides, calibration and pricing as the pipeline)
+- ``saved_scenarios``  saved scenarios in the database (SQLAlchemy)
+- ``benchmarks``       benchmark runs and the calibration they give (SQLAlchemy)
+"""
