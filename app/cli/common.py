@@ -62,24 +62,32 @@ def settings():  # noqa: ANN201 - app.settings.Settings, imported when a command
 
 def load_catalog(calibration: bool = False, runs: list[Path] | None = None, from_db: bool = False) -> Catalog:
     """The catalog; with ``calibration``, fitted from the shipped runs, the ``runs`` files and (``from_db``) the
-    runs stored in the configured database: the same calibration the server uses, from the command line."""
+    runs stored in the configured database: the same calibration the server uses, from the command line. The
+    catalog as shipped, calibrated or not, comes from the cache while its files are unchanged (catalog_cache.py)."""
+    from app.cli.catalog_cache import cached
     from app.domain.catalog import load_catalog as load
 
     config = settings()
-    catalog = load(config.data_dir)
     if not calibration:
         if runs or from_db:
             raise UsageError(
                 "--calibration-run/--calibration-db need calibration on (--no-calibration or the plan file "
                 "turned it off; give --calibration)"
             )
-        return catalog
+        return cached(config.data_dir, False, lambda: load(config.data_dir))
+    if not runs and not from_db:
+        return cached(config.data_dir, True, lambda: _calibrated(load(config.data_dir), [], False))
+    return _calibrated(cached(config.data_dir, False, lambda: load(config.data_dir)), runs or [], from_db)
+
+
+def _calibrated(catalog: Catalog, runs: list[Path], from_db: bool) -> Catalog:
     from app.calibration_store import CalibrationFileError, fit_all, load_shipped_runs, result_file_runs
 
+    config = settings()
     try:
         known = [a.slug for a in catalog.hardware.accelerators]
         shipped = load_shipped_runs(config.data_dir, accelerators=known)
-        extra = result_file_runs(runs or [], accelerators=known)
+        extra = result_file_runs(runs, accelerators=known)
     except CalibrationFileError as exc:
         fail(str(exc))
     if from_db:
