@@ -11,6 +11,7 @@
 - ``bench.py``     — ``capplan bench presets|run|submit|show|ship|launch-cmd`` (the GPU benchmark runner)
 - ``options.py``   — the model, hardware and plan options, generated from the request models in app/schemas.py
 - ``common.py``    — the one-line error (:class:`UsageError`), the catalog, argument parsers, plan files
+- ``catalog_cache.py`` — the parsed catalog kept between runs while its files are unchanged (~/.cache/capplan)
 
 A command's module is imported only when that command runs (:class:`LazyGroup`), and each module imports the
 services, domain, database or web code it needs inside the command: `capplan plan` does not load SQLAlchemy's
