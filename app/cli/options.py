@@ -2,8 +2,9 @@
 
 The model, hardware and plan options of `capplan estimate`, `export`, `cost` and `plan` are not declared in the
 commands: :func:`request_options` reads them from the pydantic request model (``EstimateRequest``,
-``PlanSearchRequest``) — name, type, default, choices and help (the field's description) — and
-:func:`with_options` adds them to a command's signature, where typer finds them. A field added to the request
+``PlanSearchRequest``) — name, type, default, choices and help (the field's description unless the command
+line words it its own way, :data:`PLAN_HELP`) — and :func:`with_options` adds them to a command's signature,
+where typer finds them. A field added to the request
 model becomes an option of every command that takes the model, unless :data:`NOT_OPTIONS` says why not; a
 :class:`Flag` only adjusts what the default rule does not fit (a negative flag's name, a field the model
 requires but a ``--plan`` file can give, a list typed as comma-separated text, help where the model has none).
@@ -35,7 +36,7 @@ class Flag:
     decls: tuple[str, ...] = ()
     """option names, e.g. ``("--fused-kernels/--eager",)``; default ``--field-name`` (``--x/--no-x`` for a bool)"""
     help: str | None = None
-    """help text when the model's description is missing or the command says it its own way"""
+    """help text where the model has no description or the command words it its own way"""
     param: str | None = None
     """the command's parameter name when it differs from the field's (``top_k`` → ``top``)"""
     optional: bool = False
