@@ -45,9 +45,9 @@ lint: install-dev
 test-fast: install-dev
 	$(BIN)/python -m pytest -q -m "not e2e and not postgres" -x
 
-## bench: print performance figures (estimates/s, plans/s); behaviour is tested, speed is measured here
+## bench: print performance figures (estimates/s, plans/s, `capplan plan` cold start); behaviour is tested, speed is measured here
 bench: install-dev
-	$(BIN)/python -m app.benchmarks
+	$(BIN)/python -m app.perf
 
 ## fuzz: schemathesis over the OpenAPI schema (300 examples per operation; CI runs 8), the issue-15 probes and
 ## random HTML queries (1,200 per page), on SQLite and, with CAPPLAN_TEST_POSTGRES_URL set, PostgreSQL

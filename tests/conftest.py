@@ -103,3 +103,15 @@ def client(settings: Settings) -> Iterator[TestClient]:
     upgrade(settings.database_url)
     with TestClient(create_app(settings)) as test_client:
         yield test_client
+
+
+@pytest.fixture(scope="session")
+def catalog_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The CLI's catalog cache (app/cli/catalog_cache.py) for the whole suite: a folder of the session's own,
+    never the user's ~/.cache; one folder, so most commands read the cached catalog as a user's would."""
+    return tmp_path_factory.mktemp("catalog-cache")
+
+
+@pytest.fixture(autouse=True)
+def _catalog_cache(catalog_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CAPPLAN_CATALOG_CACHE", str(catalog_cache_dir))

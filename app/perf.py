@@ -1,14 +1,26 @@
-"""`make bench`: performance figures, printed (behaviour is tested elsewhere; speed is measured here)."""
+"""`make bench`: capplan's own speed — estimates/s, the plan search, the sizing runs and the start-up of
+`capplan plan` — printed (behaviour is tested elsewhere; speed is measured here). Not to be confused with
+app/bench, the GPU benchmark runner."""
 
 from __future__ import annotations
 
+import os
 import statistics
+import subprocess
+import sys
 import time
 
 from app.domain.catalog import load_catalog
 from app.domain.estimator.estimate import build_cluster, estimate
 from app.domain.estimator.plan import Framework, Plan, Recompute, Sharding
-from app.settings import Settings
+from app.settings import REPO_ROOT, Settings
+
+REFERENCE_SEARCH = (
+    "plan", "--model", "llama3.1-405b", "--gpu", "h100-sxm", "--gpus", "16384", "--global-batch", "2048",
+    "--seq-len", "8192", "--framework", "megatron",
+)  # fmt: skip
+"""The reference search of the README's "Performance": llama3.1-405b on 16,384 H100, seq 8192, batch 2,048."""
+CLI_TARGET_S = 0.3
 
 
 def _rate(fn, seconds: float = 2.0) -> tuple[float, float]:
@@ -42,7 +54,7 @@ def main() -> None:
                  framework=Framework.megatron, sharding=Sharding.megatron_distopt),
         ),
     }  # fmt: skip
-    print(f"capplan benchmarks ({time.strftime('%Y-%m-%d')})")
+    print(f"capplan performance ({time.strftime('%Y-%m-%d')})")
     print(f"{'case':46s} {'estimates/s':>12s} {'median µs':>10s}")
     for name, (model, gpu, gpus, plan) in cases.items():
         arch = catalog.architecture(model)
@@ -52,6 +64,7 @@ def main() -> None:
         )
         print(f"{name:46s} {rate:12,.0f} {median_us:10.0f}")
     search_bench(catalog)
+    cli_bench()
     sizing_bench(catalog)
 
 
@@ -119,6 +132,41 @@ def search_bench(catalog) -> None:
             f"{name:46s} {result.considered_plans:9,d} {result.evaluated_plans:12,d} {wall:8.3f} "
             f"{result.considered_plans / wall:10,.0f} {result.evaluated_plans / wall:10,.0f} {best:>14s}"
         )
+
+
+def cli_bench(runs: int = 5) -> None:
+    """`capplan plan` for the reference search, each run a new process (interpreter, imports, catalog, search,
+    output), wall time as the user sees it; caches warm as in everyday use (bytecode, the CLI's catalog cache)."""
+    command = [sys.executable, "-m", "app.cli", *REFERENCE_SEARCH]
+    # bytecode as an installed package has it: one discarded run writes it, the measured runs read it
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"} | {
+        "PYTHONPATH": str(REPO_ROOT)
+    }
+    walls = []
+    for _ in range(runs + 1):
+        start = time.perf_counter()
+        proc = subprocess.run(command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=False)
+        walls.append(time.perf_counter() - start)
+        if proc.returncode != 0:
+            print(f"\ncapplan plan failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+            return
+    walls = walls[1:]
+    imports = _import_seconds("app.cli.plan", runs, env)
+    print(
+        f"\n{'capplan plan, reference 405B search, new process':46s} median {statistics.median(walls):.3f} s, "
+        f"best {min(walls):.3f} s wall over {runs} processes (target < {CLI_TARGET_S} s); "
+        f"`import app.cli.plan` alone {imports:.3f} s"
+    )
+
+
+def _import_seconds(module: str, runs: int, env: dict[str, str]) -> float:
+    """Median wall time of a new interpreter that imports ``module`` and exits (interpreter start-up included)."""
+    walls = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO_ROOT, env=env, check=True)
+        walls.append(time.perf_counter() - start)
+    return statistics.median(walls)
 
 
 if __name__ == "__main__":

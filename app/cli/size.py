@@ -1,0 +1,112 @@
+"""`capplan size`: which GPU, how many, which plan and which way to pay — every accelerator × whole-node size ×
+plan × pricing option, with failures and checkpoints counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from app.cli.common import JsonOpt, enum_list, fail_validation, load_catalog, settings, writable_output
+
+size_app = typer.Typer(add_completion=False)
+
+
+def print_size(result) -> None:
+    echo = typer.echo
+    s = result.searched
+    echo(
+        f"searched {len(s['accelerators'])} accelerators on {s['nodes']} nodes, {s['offers']} offers: "
+        f"{s['evaluated_plans']:,} valid plans ({s['grid_points']:,} grid points) in {s['elapsed_s']:.1f} s "
+        f"({s['plans_per_s']:,.0f} plans/s); {s['feasible_points']:,} of {s['priced_points']:,} priced "
+        "(accelerator, size, option) points meet the constraints"
+    )
+    for note in result.notes:
+        echo(f"note: {note}")
+    if result.message:
+        echo(result.message)
+    if result.ranked:
+        echo(f"ranked by {result.basis}; days count failures and checkpoints (goodput)")
+        echo("  ".join(("#", "accelerator", "node/instance", "option", "GPUs", "tp", "pp", "vpp", "dp", "cp", "ep",
+                        "sharding", "offload", "mb", "gb", "recompute", "days", "$ amortised", "$ cash", "$/M tok",
+                        "MFU", "headroom")))  # fmt: skip
+        for r in result.ranked:
+            p = r.plan
+            echo("  ".join(str(v) for v in (
+                r.rank, r.accelerator, r.offer, r.option, r.gpus, p["tp"], p["pp"], p["vpp"], p["dp"], p["cp"],
+                p["ep"], p["sharding"], p["offload"], p["micro_batch"], p["global_batch"], p["recompute"],
+                f"{r.days:,.1f}", f"{r.usd_amortised:,.0f}", f"{r.usd_cash:,.0f}", f"{r.usd_per_million_tokens:.2f}",
+                f"{r.mfu:.1%}", f"{r.headroom_gib:.1f} GiB",
+            )))  # fmt: skip
+    if result.pareto:
+        echo(f"\nPareto front, days vs amortised $ ({len(result.pareto)} points, whole catalog):")
+        for r in result.pareto:
+            echo(f"  {r.days:8,.1f} days  ${r.usd_amortised:>16,.0f}  {r.gpus:>6,} × {r.accelerator} "
+                 f"({r.offer}, {r.option})")  # fmt: skip
+    if result.lost:
+        echo("lost: " + "; ".join(f"{reason}: {n:,}" for reason, n in result.lost.items()))
+
+
+@size_app.command("size")
+def size_command(
+    model: Annotated[str, typer.Option(help="model preset slug, e.g. llama3.1-70b")],
+    tokens: Annotated[float, typer.Option(help="tokens to train, e.g. 15e12")],
+    deadline_days: Annotated[
+        float | None, typer.Option(help="train the tokens within this many days")
+    ] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="spend at most this much (amortised $)")] = None,
+    accelerators: Annotated[
+        str | None, typer.Option(help="e.g. h100-sxm,b200 (default: whole catalog)")
+    ] = None,
+    options: Annotated[
+        str | None,
+        typer.Option(help="e.g. on-demand,commit-1yr,spot,self-build (default: all but off-peak/mix)"),
+    ] = None,
+    gpus_range: Annotated[
+        str, typer.Option(help="'A:B' GPUs: powers of two of nodes and the ends")
+    ] = "8:65536",
+    seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
+    global_batch_tokens: Annotated[int, typer.Option(help="tokens per step")] = 16_777_216,
+    top: Annotated[int, typer.Option(help="how many ranked rows")] = 20,
+    calibration: Annotated[bool, typer.Option("--calibration/--no-calibration")] = True,
+    output: Annotated[
+        Path | None, typer.Option(help="write the winner's plan document (capplan.plan/v1) here")
+    ] = None,
+    as_json: JsonOpt = False,
+) -> None:
+    """Size a cluster: every accelerator × whole-node cluster size × plan × pricing option, with failures
+    and checkpoints counted; the cheapest that meets the deadline and budget first, and the Pareto front."""
+    from pydantic import ValidationError
+
+    from app.domain.cost.inputs import CostOption
+    from app.services_size import SizeRequest, run_size
+
+    try:
+        request = SizeRequest(
+            model=model, tokens=tokens, deadline_days=deadline_days, budget_usd=budget_usd,
+            accelerators=[a.strip() for a in accelerators.split(",") if a.strip()] if accelerators else None,
+            options=enum_list(options, CostOption, "--options"), gpus_range=gpus_range, seq_len=seq_len,
+            global_batch_tokens=global_batch_tokens, top_k=top, calibrated=calibration,
+        )  # fmt: skip
+    except ValidationError as exc:
+        fail_validation(exc)
+    if output is not None:
+        writable_output(output)
+
+    def progress(node: str, done: int, total: int) -> None:
+        typer.echo(f"\rsizing: {done}/{total} nodes searched" + (f", now {node}" if done < total else "") + " " * 20,
+                   err=True, nl=done >= total)  # fmt: skip
+
+    result = run_size(load_catalog(calibration), request, progress=progress,
+                      max_plans=settings().search_max_plans)  # fmt: skip
+    if output is not None and result.plan_document is not None:
+        output.write_text(json.dumps(result.plan_document, indent=2, ensure_ascii=False) + "\n")
+        typer.echo(f"wrote the winner's plan document to {output}", err=True)
+    if as_json:
+        typer.echo(result.model_dump_json(indent=2))
+    else:
+        print_size(result)
+    if not result.ranked:
+        raise typer.Exit(code=1)

@@ -1,0 +1,76 @@
+"""The command line's catalog cache: reused while the data and the code are unchanged, rebuilt when a file
+changes, never a different figure."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from test_cli_catalog import run_cli
+
+import app.domain.catalog
+from app.settings import REPO_ROOT
+
+ESTIMATE = ["estimate", "--model", "llama3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "16",
+            "--seq-len", "8192", "--micro-batch", "2", "--json"]  # fmt: skip
+
+
+def estimate(monkeypatch, capsys) -> dict:  # noqa: ANN001
+    code, out, err = run_cli(monkeypatch, capsys, *ESTIMATE)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def _no_reading(*args: object, **kwargs: object) -> None:
+    raise AssertionError("the catalog was read although the cache holds it")
+
+
+@pytest.fixture
+def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    where = tmp_path / "cache"
+    monkeypatch.setenv("CAPPLAN_CATALOG_CACHE", str(where))
+    return where
+
+
+def test_a_cached_catalog_gives_the_same_figures(monkeypatch, capsys, cache: Path) -> None:
+    first = estimate(monkeypatch, capsys)
+    assert len(list(cache.glob("catalog-*.pickle"))) == 1
+    with monkeypatch.context() as m:
+        m.setattr(app.domain.catalog, "load_catalog", _no_reading)
+        again = estimate(monkeypatch, capsys)
+    monkeypatch.setenv("CAPPLAN_CATALOG_CACHE", "off")
+    fresh = estimate(monkeypatch, capsys)
+    assert first == again == fresh
+
+
+def test_a_changed_data_file_is_read_again(monkeypatch, capsys, cache: Path, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    shutil.copytree(REPO_ROOT / "data", data)
+    monkeypatch.setenv("CAPPLAN_DATA_DIR", str(data))
+    show = ("catalog", "show", "architectures", "llama3.1-8b")
+    code, out, _ = run_cli(monkeypatch, capsys, *show)
+    assert code == 0 and "8,030,261,248 parameters" in json.loads(out)["notes"]
+    text = (data / "architectures.toml").read_text()
+    (data / "architectures.toml").write_text(text.replace("8,030,261,248 parameters", "edited note", 1))
+    code, out, _ = run_cli(monkeypatch, capsys, *show)
+    assert (
+        code == 0 and "edited note" in json.loads(out)["notes"]
+    )  # the file was read, not the cached catalog
+    assert len(list(cache.glob("catalog-*.pickle"))) == 2
+
+
+def test_a_damaged_cache_file_is_replaced(monkeypatch, capsys, cache: Path) -> None:
+    first = estimate(monkeypatch, capsys)
+    [path] = cache.glob("catalog-*.pickle")
+    path.write_bytes(b"not a pickle")
+    assert estimate(monkeypatch, capsys) == first
+    assert path.read_bytes() != b"not a pickle"
+
+
+def test_off_writes_nothing(monkeypatch, capsys, tmp_path: Path) -> None:
+    monkeypatch.setenv("CAPPLAN_CATALOG_CACHE", "off")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    estimate(monkeypatch, capsys)
+    assert not list(tmp_path.rglob("*.pickle"))

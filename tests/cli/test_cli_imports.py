@@ -1,0 +1,77 @@
+"""The command line imports only what a command uses: the package itself nothing heavy, `capplan plan` nothing of
+the web app or the database migrations. Each check runs in a new interpreter (a test process has everything
+loaded already)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+from app.settings import REPO_ROOT
+
+WEB_AND_MIGRATIONS = (
+    "fastapi",
+    "starlette",
+    "jinja2",
+    "alembic",
+    "uvicorn",
+    "app.main",
+    "app.web",
+    "app.api",
+)
+PLAN = ["plan", "--model", "llama3.1-405b", "--gpu", "h100-sxm", "--gpus", "1024", "--global-batch", "512",
+        "--seq-len", "8192", "--framework", "megatron", "--top", "1"]  # fmt: skip
+RUN_PLAN = f"""
+from app.cli import main
+sys.argv = ["capplan", *{PLAN!r}]
+try:
+    main()
+except SystemExit as exc:
+    assert not exc.code, exc.code
+"""
+
+
+def loaded_after(code: str, tmp_path) -> set[str]:  # noqa: ANN001
+    """The top-level names of the modules loaded once ``code`` ran (packages and their submodules)."""
+    script = f"import json, sys\n{code}\nprint(json.dumps(sorted(sys.modules)))\n"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "CAPPLAN_CATALOG_CACHE": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    modules = json.loads(proc.stdout.strip().splitlines()[-1])
+    return {m for m in modules for prefix in _prefixes(m)} | set(modules)
+
+
+def _prefixes(module: str) -> list[str]:
+    parts = module.split(".")
+    return [".".join(parts[: i + 1]) for i in range(len(parts))]
+
+
+def test_the_package_imports_no_command(tmp_path) -> None:  # noqa: ANN001
+    loaded = loaded_after("import app.cli", tmp_path)
+    heavy = {
+        "sqlalchemy",
+        "numpy",
+        "pydantic",
+        "app.schemas",
+        "app.services",
+        "app.domain",
+        *WEB_AND_MIGRATIONS,
+    }
+    assert not heavy & loaded, sorted(heavy & loaded)
+
+
+def test_plan_loads_no_web_app_and_no_migrations(tmp_path) -> None:  # noqa: ANN001
+    loaded = loaded_after(RUN_PLAN, tmp_path)
+    assert "app.domain.search" in loaded  # the search ran
+    assert not set(WEB_AND_MIGRATIONS) & loaded, sorted(set(WEB_AND_MIGRATIONS) & loaded)
+
+
+def test_plan_loads_no_database_code(tmp_path) -> None:  # noqa: ANN001
+    # The first run fills the catalog cache (calibrating imports app.calibration_store, which imports SQLAlchemy
+    # too); the everyday run, checked here, reads the cache.
+    loaded_after(RUN_PLAN, tmp_path)
+    loaded = loaded_after(RUN_PLAN, tmp_path)
+    assert not {"sqlalchemy", "app.db"} & loaded, sorted({"sqlalchemy", "app.db"} & loaded)
