@@ -1430,7 +1430,7 @@ def size_command(
         _writable_output(output)
 
     def progress(node: str, done: int, total: int) -> None:
-        typer.echo(f"\rsizing: {done}/{total} nodes searched" + (f", now {node}" if done < total else "") + " " * 20,
+        typer.echo(f"\rsizing: {done}/{total} cluster sizes searched" + (f", now {node}" if done < total else "") + " " * 20,
                    err=True, nl=done >= total)  # fmt: skip
 
     result = run_size(_catalog(calibration), request, progress=progress,

@@ -13,13 +13,14 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import Field, model_validator
 
 from app.domain.architecture import parameter_counts
+from app.domain.calibration import apply_calibration
 from app.domain.catalog import Catalog
-from app.domain.compute import model_flops_per_token
 from app.domain.cost import (
     CABLES_OPTICS,
     DEFAULT_COST_OF_CAPITAL,
@@ -30,17 +31,26 @@ from app.domain.cost import (
     capital_usd_per_month,
     usd_per_gpu_hour,
 )
+from app.domain.estimate import build_cluster
+from app.domain.memory import host_capacity_bytes
+from app.domain.plan import Offload, Plan, Sharding
 from app.domain.reliability import HOURS_PER_MONTH, plan_checkpoint_bytes_per_param, reliability_report
-from app.domain.search import SearchCancelled
+from app.domain.search import OFFLOADS_BY_FRAMEWORK, SearchCancelled, SearchSpec
 from app.domain.sizing import (
+    REASON_BUDGET,
     REASON_DEADLINE,
+    REASON_DOMINATED,
     REASON_MEMORY,
     REASON_NO_PRICE,
     REASON_NOT_SEARCHED,
+    Frontier,
     Offer,
     SizedPlan,
     choose,
+    money,
     price_plan,
+    speed_bound,
+    state_fits_bound,
 )
 from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, StrictNumbers
 from app.services import InputError, SearchBudget, SearchBusy, _error, plan_document_from_request, run_search
@@ -50,6 +60,8 @@ DEFAULT_OPTIONS = (
     CostOption.capacity_block, CostOption.self_build,
 )  # fmt: skip
 DEFAULT_GPUS_RANGE = "8:65536"
+# What the speed bound's per-rank compute terms read of a cluster besides its NVLink domain (tested).
+BOUND_READS = {"accelerator", "efficiency", "scale", "stacks", "power_limit_w"}
 
 
 class SizeRequest(StrictNumbers):
@@ -198,6 +210,60 @@ def _sizes(request: SizeRequest, gpus_per_node: int) -> list[int]:
     return sorted(n * gpus_per_node for n in picks)
 
 
+@dataclass
+class _Pair:
+    """One (node, cluster size) and the offers still in the running, with each offer's bound: (offer, goodput,
+    lowest days, lowest amortised $)."""
+
+    order: (
+        int  # place in the exhaustive order (node slug, size): ties are ranked as the exhaustive search would
+    )
+    node: Any
+    gpus: int
+    tps_bound: float
+    live: list[tuple[Offer, float, float, float]]
+
+    @property
+    def key(self) -> tuple[float, float]:  # most promising first: cheapest bound, then fastest
+        return min(usd for _, _, _, usd in self.live), min(days for _, _, days, _ in self.live)
+
+
+class _Goodput:
+    """The reliability model's goodput of a size (and spot's interruptions), computed once: it depends on the plan
+    only through its checkpoint bytes per parameter, which the framework, precision and optimizer fix."""
+
+    def __init__(self, catalog: Catalog, params: int, bytes_per_param: float) -> None:
+        self.catalog, self.params, self.bytes_per_param = catalog, params, bytes_per_param
+        self.cache: dict[tuple[int, int, bool], float] = {}
+
+    def __call__(self, gpus: int, nodes: int, option: str) -> float:
+        key = (gpus, nodes, option == CostOption.spot.value)
+        if key not in self.cache:
+            try:
+                self.cache[key] = reliability_report(
+                    self.catalog.cost, gpus=gpus, nodes=nodes, parameters=self.params,
+                    plan_bytes_per_param=self.bytes_per_param, spot_instances=nodes if key[2] else 0,
+                ).goodput  # fmt: skip
+            except (KeyError, ValueError):
+                self.cache[key] = 1.0
+        return self.cache[key]
+
+
+def _bound_miss(request: SizeRequest, days_bound: float, usd_bound: float) -> str | None:
+    if request.deadline_days is not None and days_bound > request.deadline_days:
+        return REASON_DEADLINE
+    if request.budget_usd is not None and usd_bound > request.budget_usd:
+        return REASON_BUDGET
+    return None
+
+
+def _bound_cluster(catalog: Catalog, node: Any, calibrated: bool) -> Any:
+    """The node's cluster as the plan search builds it (calibrated when asked): what the speed bound reads."""
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=node.accelerator,
+                            gpus=node.accelerators_per_node, node=node.slug)  # fmt: skip
+    return apply_calibration(cluster, catalog.calibrations if calibrated else None)[0]
+
+
 def run_size(
     catalog: Catalog,
     request: SizeRequest,
@@ -205,10 +271,13 @@ def run_size(
     progress: Callable[[str, int, int], None] | None = None,
     max_plans: int | None = None,
     budget: SearchBudget | None = None,
+    prune: bool = True,
 ) -> SizeResult:
-    """The sizing search. ``progress(node, done, total)`` is called before each node's search and at the end;
-    ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds each node's plan space; ``budget`` bounds the wall time
-    of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once."""
+    """The sizing search. ``progress(label, done, total)`` is called before each (node, size) is searched and
+    at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds each size's plan space; ``budget`` bounds the
+    wall time of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once. ``prune=False``
+    searches every pair the memory, deadline and budget bounds leave (the exhaustive reference the tests
+    compare the pruned search with)."""
     try:
         arch = catalog.architecture(request.model)
     except KeyError as exc:
@@ -226,79 +295,127 @@ def run_size(
         raise InputError([_error("options", "no offer in the catalog for these accelerators and options",
                                  "value_error.price")])  # fmt: skip
     batch = max(1, request.global_batch_tokens // request.seq_len)
+    base = dict(model=request.model, global_batch=batch, seq_len=request.seq_len, tokens=request.tokens, top_k=1,
+                calibrated=request.calibrated)  # fmt: skip
+    template = PlanSearchRequest(**base, gpu=known[0], gpus=1)  # the search's framework, precision, …
+    spec = {k: SearchSpec.model_fields[k].default for k in ("micro_batches", "cps", "vpps")}
+    shape = Plan(framework=template.framework, precision=template.precision, optimizer=template.optimizer,
+                 seq_len=request.seq_len, flash_attention=template.flash_attention,
+                 fused_kernels=template.fused_kernels, sharding=Sharding.ddp)  # fmt: skip
+    bounds: dict[str, Any] = {}
     params = parameter_counts(arch).total
+    state_bytes = params * plan_checkpoint_bytes_per_param(shape)
+    offloads = set(OFFLOADS_BY_FRAMEWORK[template.framework]) - {Offload.none}
+    goodput = _Goodput(catalog, params, plan_checkpoint_bytes_per_param(shape))
     lost: Counter[str] = Counter()
-    priced: list[SizedPlan] = []
-    evaluated = considered = pruned = 0
-    flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
+    priced: list[tuple[int, SizedPlan]] = []
+    frontier = Frontier(request.top_k)
+    stats = Counter()
     notes = [f"global batch {batch:,} sequences of {request.seq_len:,} tokens"]
     start = time.perf_counter()
 
+    def ok(p: SizedPlan) -> bool:
+        return (request.deadline_days is None or p.days <= request.deadline_days) and (
+            request.budget_usd is None or p.usd_amortised <= request.budget_usd
+        )
+
+    # 1. every (node, size), with the bounds of each offer; the memory, deadline and budget bounds drop some
+    pairs: list[_Pair] = []
+    bound_pruned: list[tuple[_Pair, list[str]]] = []  # dropped by a speed bound, with each offer's reason
+    for node_slug, node_offers in sorted(offers.items()):
+        node = catalog.hardware.node(node_slug)
+        gpn = node.accelerators_per_node
+        sizes = _sizes(request, gpn)
+        if all(o.usd_per_gpu_hour is None for o in node_offers):
+            lost[REASON_NO_PRICE] += len(sizes) * len(node_offers)
+            continue
+        cluster = _bound_cluster(catalog, node, request.calibrated)
+        context = f"{cluster.nvlink_domain} " + cluster.model_dump_json(include=BOUND_READS)
+        if context not in bounds:  # nodes with the same accelerator, figures and NVLink domain share it
+            bounds[context] = speed_bound(arch, cluster, shape, batch=batch, micro_batches=spec["micro_batches"],
+                                          cps=spec["cps"], vpps=spec["vpps"], max_pp=template.max_pp)  # fmt: skip
+        host, nvme = host_capacity_bytes(node.host_memory_gib, node.local_nvme_tb)
+        for gpus in sizes:
+            nodes = -(-gpus // gpn)
+            order = stats["sizes"]
+            stats["sizes"] += 1
+            if not state_fits_bound(state_bytes, gpus, nodes, cluster.accelerator.memory_usable_bytes,
+                                    host if offloads else 0.0, nvme if Offload.nvme in offloads else 0.0):  # fmt: skip
+                lost[REASON_MEMORY] += len(node_offers)
+                stats["memory"] += 1
+                continue
+            tps = bounds[context].tokens_per_s(gpus)
+            pair = _Pair(order, node, gpus, tps, [])
+            for offer in node_offers:
+                if offer.usd_per_gpu_hour is None:
+                    lost[REASON_NO_PRICE] += 1
+                    continue
+                g = goodput(gpus, nodes, offer.option)
+                wall_h, usd, _ = money(offer, gpus, gpn, request.tokens, tps, g)
+                pair.live.append((offer, g, wall_h / 24, usd))
+            out = [(x, _bound_miss(request, x[2], x[3])) for x in pair.live]
+            dropped = [(x, why) for x, why in out if why]
+            if dropped:  # even at the bound's speed it misses the deadline or the budget
+                lost.update(why for _, why in dropped)
+                bound_pruned.append(
+                    (_Pair(order, node, gpus, tps, [x for x, _ in dropped]), [w for _, w in dropped])
+                )
+                pair.live = [x for x, why in out if not why]
+            if pair.live:
+                pairs.append(pair)
+    pairs.sort(key=lambda p: p.key)
+
+    def search_pair(pair: _Pair) -> None:
+        node, gpn = pair.node, pair.node.accelerators_per_node
+        try:
+            found = run_search(catalog, PlanSearchRequest(**base, gpu=node.accelerator, node=node.slug, gpus=pair.gpus),
+                               max_plans=max_plans or 10**12)  # fmt: skip
+        except InputError as exc:
+            lost[REASON_NOT_SEARCHED] += len(pair.live)
+            notes.append(f"{node.slug} at {pair.gpus:,} GPUs: not searched ({exc})")
+            return
+        stats["evaluated"] += found.evaluated_plans
+        stats["considered"] += found.considered_plans
+        stats["searched"] += 1
+        cand = next((c for c in found.best_by_gpus if c.gpus == pair.gpus), None)
+        if cand is None:
+            lost[REASON_MEMORY] += len(pair.live)
+            return
+        if cand.tokens_per_s > pair.tps_bound * (1 + 1e-9):
+            stats["broken"] += 1
+        for offer, g, _, _ in pair.live:
+            p = price_plan(node.accelerator, offer, cand, gpn, request.tokens, g)
+            priced.append((pair.order, p))
+            if ok(p):
+                frontier.add(p.days, p.usd_amortised)
+
     def search_all(should_stop: Callable[[], bool] | None) -> None:
-        nonlocal evaluated, considered, pruned
-        for i, (node_slug, node_offers) in enumerate(sorted(offers.items())):
+        queue = list(pairs)
+        dominated: list[_Pair] = []
+        total = len(queue)
+        for i, pair in enumerate(queue):
             if should_stop is not None and should_stop():
                 raise SearchCancelled("sizing stopped")
+            if prune and not stats["broken"] and all(frontier.beats(d, u) for _, _, d, u in pair.live):
+                dominated.append(pair)
+                lost[REASON_DOMINATED] += len(pair.live)
+                continue
             if progress:
-                progress(node_slug, i, len(offers))
-            node = catalog.hardware.node(node_slug)
-            gpn = node.accelerators_per_node
-            sizes = _sizes(request, gpn)
-            if not sizes:
-                continue
-            if all(o.usd_per_gpu_hour is None for o in node_offers):
-                lost[REASON_NO_PRICE] += len(sizes) * len(node_offers)
-                continue
-            peak = catalog.hardware.accelerator(node.accelerator).peak_tflops("bf16") * 1e12
-            if request.deadline_days is not None:  # bound: MFU ≤ 1 and goodput ≤ 1 cannot meet it
-                late = [
-                    g for g in sizes if request.tokens * flops / (g * peak) / 86_400 > request.deadline_days
-                ]
-                lost[REASON_DEADLINE] += len(late) * len(node_offers)
-                pruned += len(late)
-                sizes = [g for g in sizes if g not in late]
-            best: dict[int, Any] = {}
-            skipped: list[int] = []
-            reason = ""
-            pending = _chunks(sizes)  # the planner's search thins more than 12 sizes; keep them all
-            while pending:
-                chunk = pending.pop(0)
-                try:
-                    found = run_search(catalog, PlanSearchRequest(
-                        model=request.model, gpu=node.accelerator, node=node_slug,
-                        gpus_range=f"{chunk[0]}:{chunk[-1]}", global_batch=batch, seq_len=request.seq_len,
-                        tokens=request.tokens, top_k=1, calibrated=request.calibrated,
-                    ), max_plans=max_plans or 10**12)  # fmt: skip
-                except InputError as exc:
-                    too_large = any(e.get("type") == "value_error.search_too_large" for e in exc.errors)
-                    if too_large and len(chunk) > 1:  # split until each search fits CAPPLAN_SEARCH_MAX_PLANS
-                        half = len(chunk) // 2
-                        pending[:0] = [chunk[:half], chunk[half:]]
-                        continue
-                    skipped += chunk
-                    reason = str(exc)
-                    continue
-                evaluated += found.evaluated_plans
-                considered += found.considered_plans
-                best.update({c.gpus: c for c in found.best_by_gpus})
-            lost[REASON_NOT_SEARCHED] += len(skipped) * len(node_offers)
-            if skipped:
-                notes.append(
-                    f"{node_slug} at {', '.join(f'{g:,}' for g in sorted(skipped))} GPUs: not searched ({reason})"
-                )
-            searched = [g for g in sizes if g not in skipped]
-            for gpus in searched:
-                cand = best.get(gpus)
-                for offer in node_offers:
-                    if cand is None:
-                        lost[REASON_MEMORY] += 1
-                    elif offer.usd_per_gpu_hour is None:
-                        lost[REASON_NO_PRICE] += 1
-                    else:
-                        priced.append(price_plan(node.accelerator, offer, cand, gpn, request.tokens,
-                                                 _goodput(catalog, cand, gpn, params, offer.option)))  # fmt: skip
+                progress(f"{pair.node.slug} at {pair.gpus:,} GPUs", i, total)
+            search_pair(pair)
+        if stats[
+            "broken"
+        ]:  # a searched plan beat its speed bound: the bounds are unsafe, search what they dropped
+            notes.append("a plan beat its speed bound: every size the bounds had dropped was searched")
+            for pair in dominated:
+                lost[REASON_DOMINATED] -= len(pair.live)
+                search_pair(pair)
+            for pair, reasons in bound_pruned:
+                lost.subtract(reasons)
+                search_pair(pair)
+        stats["dominated"] = len(dominated)
         if progress:
-            progress("done", len(offers), len(offers))
+            progress("done", total, total)
 
     if budget is None:
         search_all(None)
@@ -313,38 +430,27 @@ def run_size(
                     retry_after_s=max(1, math.ceil(budget.timeout_s)),
                 ) from None
     elapsed = time.perf_counter() - start
-    outcome = choose(priced, lost, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
+    points = [p for _, p in sorted(priced, key=lambda x: x[0])]  # the exhaustive order, for equal ranks
+    outcome = choose(points, lost, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
                      top_k=request.top_k)  # fmt: skip
     doc = None
     if outcome.ranked:
         doc = winner_document(catalog, request, outcome.ranked[0]).model_dump(mode="json", by_alias=True)
+    evaluated = stats["evaluated"]
     return SizeResult(
         model=request.model, tokens=request.tokens, deadline_days=request.deadline_days,
         budget_usd=request.budget_usd, basis=outcome.basis,
         ranked=[_row(i + 1, p) for i, p in enumerate(outcome.ranked)],
         pareto=[_row(0, p) for p in outcome.pareto], lost=outcome.lost,
         searched={"accelerators": sorted(accelerators), "nodes": len(offers), "offers": sum(map(len, offers.values())),
+                  "sizes": stats["sizes"], "sizes_searched": stats["searched"],
+                  "sizes_pruned_by_memory_bound": stats["memory"], "sizes_pruned_by_dominance": stats["dominated"],
+                  "points_pruned_by_deadline_or_budget_bound": sum(len(r) for _, r in bound_pruned),
                   "priced_points": len(priced), "feasible_points": outcome.feasible, "evaluated_plans": evaluated,
-                  "grid_points": considered, "sizes_pruned_by_deadline_bound": pruned, "elapsed_s": elapsed,
+                  "grid_points": stats["considered"], "elapsed_s": elapsed,
                   "plans_per_s": evaluated / elapsed if elapsed > 0 else 0.0},
         message=outcome.message, plan_document=doc, notes=notes,
     )  # fmt: skip
-
-
-def _chunks(sizes: list[int], n: int = 12) -> list[list[int]]:
-    return [sizes[i : i + n] for i in range(0, len(sizes), n)]
-
-
-def _goodput(catalog: Catalog, cand: Any, gpus_per_node: int, params: int, option: str) -> float:
-    nodes = -(-cand.gpus // gpus_per_node)
-    try:
-        return reliability_report(
-            catalog.cost, gpus=cand.gpus, nodes=nodes, parameters=params,
-            plan_bytes_per_param=plan_checkpoint_bytes_per_param(cand.plan),
-            spot_instances=nodes if option == CostOption.spot.value else 0,
-        ).goodput  # fmt: skip
-    except (KeyError, ValueError):
-        return 1.0
 
 
 def winner_document(catalog: Catalog, request: SizeRequest, p: SizedPlan):  # noqa: ANN201 - PlanDocument
