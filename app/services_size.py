@@ -13,7 +13,7 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import Field, model_validator
@@ -21,20 +21,11 @@ from pydantic import Field, model_validator
 from app.domain.architecture import parameter_counts
 from app.domain.calibration import apply_calibration
 from app.domain.catalog import Catalog
-from app.domain.cost import (
-    CABLES_OPTICS,
-    DEFAULT_COST_OF_CAPITAL,
-    DEFAULT_INSTALLATION_FRACTION,
-    DEFAULT_RESIDUAL_FRACTION,
-    SWITCHES_PER_NODE_2TIER,
-    CostOption,
-    capital_usd_per_month,
-    usd_per_gpu_hour,
-)
+from app.domain.cost import CostInputError, CostOption, self_build_inputs, self_build_tco, usd_per_gpu_hour
 from app.domain.estimate import build_cluster
 from app.domain.memory import host_capacity_bytes
 from app.domain.plan import Offload, Plan, Sharding
-from app.domain.reliability import HOURS_PER_MONTH, plan_checkpoint_bytes_per_param, reliability_report
+from app.domain.reliability import plan_checkpoint_bytes_per_param, reliability_report
 from app.domain.search import OFFLOADS_BY_FRAMEWORK, SearchCancelled, SearchSpec
 from app.domain.sizing import (
     REASON_BUDGET,
@@ -139,19 +130,22 @@ def _row(rank: int, p: SizedPlan) -> SizeRow:
     )  # fmt: skip
 
 
-def _self_build_capital(catalog: Catalog, slug: str, gpus_per_node: int) -> tuple[float, float] | None:
-    """(capex per node, its repayment per GPU-hour) as ``usd_per_gpu_hour``'s self-build figure counts them."""
-    sb = catalog.cost.self_build
-    if slug not in sb.defaults.server_price:
-        return None
-    fabric = (
-        sb.component(SWITCHES_PER_NODE_2TIER).price_usd.mid + sb.component(CABLES_OPTICS[2]).price_usd.mid
-    )
-    capex = (sb.server_price_for(slug).price_usd.mid + fabric) * (1 + DEFAULT_INSTALLATION_FRACTION)
-    per_month = capital_usd_per_month(
-        capex, capex * DEFAULT_RESIDUAL_FRACTION, sb.depreciation().years, DEFAULT_COST_OF_CAPITAL
-    )
-    return capex, per_month / (gpus_per_node * HOURS_PER_MONTH)
+def _self_build_at(catalog: Catalog, offer: Offer, node: Any, gpus: int) -> Offer:
+    """``offer`` (self-build on ``node``) for a cluster of ``gpus``: the cost model's TCO of that many servers
+    (:func:`app.domain.cost.self_build_tco`, its fabric sized to the cluster), as ``capplan cost`` prices it —
+    rate, capex per node and the part of the rate that repays it. No price (None) when the catalog cannot
+    resolve the node's self-build figures."""
+    nodes = -(-gpus // node.accelerators_per_node)
+    try:
+        inputs, _ = self_build_inputs(catalog.cost, catalog.hardware, node)
+        tco = self_build_tco(inputs, node=node.slug, nodes=nodes, gpus_per_node=node.accelerators_per_node,
+                             nics_per_node=node.scale_out_nics)  # fmt: skip
+    except (CostInputError, KeyError):
+        return replace(offer, usd_per_gpu_hour=None)
+    return replace(
+        offer, usd_per_gpu_hour=tco.usd_per_gpu_hour, capital_usd_per_node=tco.capex_usd / nodes,
+        capital_usd_per_gpu_hour=tco.usd_per_gpu_hour * tco.capital_usd_per_month / tco.monthly_equivalent_usd,
+    )  # fmt: skip
 
 
 def offers_by_node(
@@ -177,18 +171,10 @@ def offers_by_node(
                     )
                 )
         if node.kind == "server" and CostOption.self_build in options:
-            capital = _self_build_capital(catalog, node.slug, gpn)
-            if capital is not None:
+            rate = usd_per_gpu_hour(cc, node.slug, CostOption.self_build, gpus_per_node=gpn)
+            if rate is not None:  # priced per cluster size when searched (_self_build_at)
                 out.setdefault(node.slug, []).append(
-                    Offer(
-                        node.slug,
-                        "self-build",
-                        node.slug,
-                        "self-build",
-                        usd_per_gpu_hour(cc, node.slug, CostOption.self_build, gpus_per_node=gpn),
-                        capital_usd_per_node=capital[0],
-                        capital_usd_per_gpu_hour=capital[1],
-                    )  # fmt: skip
+                    Offer(node.slug, "self-build", node.slug, "self-build", rate)
                 )
     for p in cc.provider_prices:
         node = hw.node(p.like_node)
@@ -347,6 +333,8 @@ def run_size(
             tps = bounds[context].tokens_per_s(gpus)
             pair = _Pair(order, node, gpus, tps, [])
             for offer in node_offers:
+                if offer.option == CostOption.self_build.value:
+                    offer = _self_build_at(catalog, offer, node, gpus)
                 if offer.usd_per_gpu_hour is None:
                     lost[REASON_NO_PRICE] += 1
                     continue

@@ -13,9 +13,11 @@ from app.domain.architecture import parameter_counts
 from app.domain.assemble import key_q
 from app.domain.calibration import apply_calibration
 from app.domain.catalog import load_catalog
+from app.domain.cost import self_build_inputs, self_build_tco
 from app.domain.estimate import build_cluster
 from app.domain.memory import host_capacity_bytes
 from app.domain.plan import Plan, Recompute, Sharding
+from app.domain.reliability import HOURS_PER_MONTH
 from app.domain.search import Candidate
 from app.domain.sizing import (
     REASON_DEADLINE,
@@ -240,3 +242,25 @@ def test_a_size_the_memory_bound_drops_has_no_plan_that_fits(catalog) -> None:
     found = run_search(catalog, PlanSearchRequest(model="deepseek-v3", gpu="h100-sxm", node="p5.48xlarge", gpus=8,
                        global_batch=2048, seq_len=8192, top_k=1), max_plans=10**9)  # fmt: skip
     assert not found.best_by_gpus
+
+
+def test_a_self_build_row_is_priced_by_the_cost_models_tco_of_that_cluster(catalog) -> None:
+    """The same cluster costs the same in `capplan size` and `capplan cost`: rate, capex and opex from
+    self_build_tco for that many servers (its fabric sized to the cluster)."""
+    result = run_size(catalog, SizeRequest(model="llama3.1-8b", tokens=1e12, accelerators=["h100-sxm"],
+                                           options=["self-build"], gpus_range="64:1024", calibrated=False))  # fmt: skip
+    rows = [r for r in result.ranked if r.option == "self-build"]
+    assert {r.gpus for r in rows} >= {64, 1024}
+    node = catalog.hardware.node("dgx-h100")
+    inputs, _ = self_build_inputs(catalog.cost, catalog.hardware, node)
+    for r in rows:
+        tco = self_build_tco(
+            inputs, node="dgx-h100", nodes=r.nodes, gpus_per_node=8, nics_per_node=node.scale_out_nics
+        )
+        months = r.days * 24 / HOURS_PER_MONTH
+        assert r.usd_amortised == pytest.approx(tco.monthly_equivalent_usd * months, rel=1e-9)
+        assert r.usd_cash == pytest.approx(tco.capex_usd + tco.opex_usd_per_month * months, rel=1e-9)
+    by_size = {r.gpus: r for r in rows}  # a larger fabric (more tiers) costs more per GPU-hour
+    assert by_size[1024].usd_amortised / (1024 * by_size[1024].days) > by_size[64].usd_amortised / (
+        64 * by_size[64].days
+    )
