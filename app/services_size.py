@@ -130,22 +130,23 @@ def _row(rank: int, p: SizedPlan) -> SizeRow:
     )  # fmt: skip
 
 
-def _self_build_at(catalog: Catalog, offer: Offer, node: Any, gpus: int) -> Offer:
+def _self_build_at(catalog: Catalog, offer: Offer, node: Any, gpus: int) -> tuple[Offer, str | None]:
     """``offer`` (self-build on ``node``) for a cluster of ``gpus``: the cost model's TCO of that many servers
     (:func:`app.domain.cost.self_build_tco`, its fabric sized to the cluster), as ``capplan cost`` prices it —
-    rate, capex per node and the part of the rate that repays it. No price (None) when the catalog cannot
-    resolve the node's self-build figures."""
+    rate, capex per node and the part of the rate that repays it. No price (None), and why, when the cost model
+    cannot price that cluster."""
     nodes = -(-gpus // node.accelerators_per_node)
     try:
         inputs, _ = self_build_inputs(catalog.cost, catalog.hardware, node)
         tco = self_build_tco(inputs, node=node.slug, nodes=nodes, gpus_per_node=node.accelerators_per_node,
                              nics_per_node=node.scale_out_nics)  # fmt: skip
-    except (CostInputError, KeyError):
-        return replace(offer, usd_per_gpu_hour=None)
-    return replace(
+    except (CostInputError, KeyError, ValueError) as exc:  # e.g. a fabric larger than 3 tiers of its switch
+        return replace(offer, usd_per_gpu_hour=None), str(exc)
+    priced = replace(
         offer, usd_per_gpu_hour=tco.usd_per_gpu_hour, capital_usd_per_node=tco.capex_usd / nodes,
         capital_usd_per_gpu_hour=tco.usd_per_gpu_hour * tco.capital_usd_per_month / tco.monthly_equivalent_usd,
     )  # fmt: skip
+    return priced, None
 
 
 def offers_by_node(
@@ -334,7 +335,9 @@ def run_size(
             pair = _Pair(order, node, gpus, tps, [])
             for offer in node_offers:
                 if offer.option == CostOption.self_build.value:
-                    offer = _self_build_at(catalog, offer, node, gpus)
+                    offer, why = _self_build_at(catalog, offer, node, gpus)
+                    if why:
+                        notes.append(f"self-build {node.slug} at {gpus:,} GPUs not priced: {why}")
                 if offer.usd_per_gpu_hour is None:
                     lost[REASON_NO_PRICE] += 1
                     continue

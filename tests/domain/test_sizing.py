@@ -264,3 +264,10 @@ def test_a_self_build_row_is_priced_by_the_cost_models_tco_of_that_cluster(catal
     assert by_size[1024].usd_amortised / (1024 * by_size[1024].days) > by_size[64].usd_amortised / (
         64 * by_size[64].days
     )
+
+
+def test_a_self_build_cluster_the_cost_model_cannot_price_is_named_not_raised(catalog) -> None:
+    result = run_size(catalog, SizeRequest(model="llama3.1-8b", tokens=1e12, accelerators=["a100-80gb"],
+                                           options=["self-build"], gpus_range="16384:16384", calibrated=False))  # fmt: skip
+    assert not result.ranked and result.lost.get("no price for this option")
+    assert any("self-build dgx-a100-80gb at 16,384 GPUs not priced" in n for n in result.notes)
