@@ -263,8 +263,7 @@ def run_size(
     """The sizing search. ``progress(label, done, total)`` is called before each (node, size) is searched and
     at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds each size's plan space; ``budget`` bounds the
     wall time of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once. ``prune=False``
-    searches every pair the memory, deadline and budget bounds leave (the exhaustive reference the tests
-    compare the pruned search with)."""
+    searches every pair, no bound applied (the exhaustive reference the tests compare the pruned search with)."""
     try:
         arch = catalog.architecture(request.model)
     except KeyError as exc:
@@ -326,7 +325,7 @@ def run_size(
             nodes = -(-gpus // gpn)
             order = stats["sizes"]
             stats["sizes"] += 1
-            if not state_fits_bound(state_bytes, gpus, nodes, cluster.accelerator.memory_usable_bytes,
+            if prune and not state_fits_bound(state_bytes, gpus, nodes, cluster.accelerator.memory_usable_bytes,
                                     host if offloads else 0.0, nvme if Offload.nvme in offloads else 0.0):  # fmt: skip
                 lost[REASON_MEMORY] += len(node_offers)
                 stats["memory"] += 1
@@ -345,7 +344,7 @@ def run_size(
                 wall_h, usd, _ = money(offer, gpus, gpn, request.tokens, tps, g)
                 pair.live.append((offer, g, wall_h / 24, usd))
             out = [(x, _bound_miss(request, x[2], x[3])) for x in pair.live]
-            dropped = [(x, why) for x, why in out if why]
+            dropped = [(x, why) for x, why in out if why and prune]
             if dropped:  # even at the bound's speed it misses the deadline or the budget
                 lost.update(why for _, why in dropped)
                 bound_pruned.append(
