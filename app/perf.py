@@ -71,9 +71,10 @@ def main() -> None:
 def sizing_bench(catalog) -> None:
     """Issue 16's sizing runs: the whole catalog × whole-node sizes 8…65,536 (powers of two of nodes and the
     ends) × the full plan space × every pricing option. Each run starts cold (the shared per-rank terms are
-    cleared), so the figure is what a first request costs."""
+    cleared), so the figure is what a first request costs. "sizes" is (node, size) pairs searched of all: the
+    others were dropped by the memory, speed and dominance bounds."""
     from app.domain import search as search_module
-    from app.services_size import SizeRequest, run_size
+    from app.services.size import SizeRequest, run_size
 
     cases = {
         "llama3.1-70b, 15T tokens, 120 days": SizeRequest(
@@ -83,7 +84,8 @@ def sizing_bench(catalog) -> None:
     }
     max_plans = Settings().search_max_plans
     print(
-        f"\n{'sizing (whole catalog, 8…65,536 GPUs)':46s} {'valid plans':>12s} {'wall s':>8s} {'plans/s':>10s}  winner"
+        f"\n{'sizing (whole catalog, 8…65,536 GPUs)':46s} {'sizes':>9s} {'valid plans':>12s} {'wall s':>8s} "
+        f"{'plans/s':>10s}  winner"
     )
     for name, request in cases.items():
         search_module._KEY_Q_CACHE.clear()
@@ -96,8 +98,10 @@ def sizing_bench(catalog) -> None:
             f"{w.gpus:,} × {w.accelerator} ({w.offer} {w.option}), {w.days:.1f} days, ${w.usd_amortised / 1e6:.2f} M"
             if w else (result.message or "none")
         )  # fmt: skip
+        sizes = f"{s['sizes_searched']}/{s['sizes']}"
         print(
-            f"{name:46s} {s['evaluated_plans']:12,d} {wall:8.2f} {s['evaluated_plans'] / wall:10,.0f}  {winner}"
+            f"{name:46s} {sizes:>9s} {s['evaluated_plans']:12,d} {wall:8.2f} {s['evaluated_plans'] / wall:10,.0f}  "
+            f"{winner}"
         )
 
 

@@ -144,7 +144,7 @@ class StrictNumbers(BaseModel):
 
 
 FigureOverrides = dict[Annotated[str, Field(max_length=80)], Annotated[float, Field(ge=0, le=1e15)]]
-"""Catalog figures replaced for one plan or search (keys in app/domain/overrides.py)."""
+"""Catalog figures replaced for one plan or search (keys in app/domain/estimator/overrides.py)."""
 
 
 class EstimateRequest(StrictNumbers):
@@ -209,7 +209,7 @@ class EstimateRequest(StrictNumbers):
         default_factory=dict,
         max_length=40,
         description="catalog figures replaced for this plan, e.g. {'accelerator.bf16_dense_tflops': 900, "
-        "'efficiency.gemm_efficiency': 0.6}; see app/domain/overrides.py for the keys",
+        "'efficiency.gemm_efficiency': 0.6}; see app/domain/estimator/overrides.py for the keys",
     )
 
     @model_validator(mode="after")
@@ -382,7 +382,7 @@ class BenchmarkMetricIn(BaseModel):
 
     Metric names: ``step_time_s``, ``tokens_per_s``, ``flops_per_step``, ``param_bytes``, … for the training
     step; ``gemm:<dtype>:<m>x<n>x<k>`` (TFLOP/s) and ``busbw:<op>:<ranks>r<nodes>n:<bytes>`` (GB/s) for the
-    microbenchmarks (see app/domain/calibration.py)."""
+    microbenchmarks (see app/domain/estimator/calibration.py)."""
 
     model_config = ConfigDict(extra="forbid")
 

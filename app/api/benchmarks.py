@@ -1,6 +1,6 @@
 """Benchmark runs: POST a runner result (bearer token), list and read them; the runs shipped under
 data/calibration; the calibration in use. Each run on a catalog accelerator calibrates its estimates (see
-app/domain/calibration.py and app/calibration_store.py)."""
+app/domain/estimator/calibration.py and app/calibration_store.py)."""
 
 from __future__ import annotations
 

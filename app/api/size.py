@@ -9,7 +9,7 @@ from fastapi import APIRouter, Depends, Request
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
 from app.schemas import ErrorOut, ValidationErrorOut
-from app.services_size import SizeRequest, SizeResult, run_size
+from app.services.size import SizeRequest, SizeResult, run_size
 
 router = APIRouter(tags=["plans"])
 

@@ -81,7 +81,7 @@ def size_command(
     from pydantic import ValidationError
 
     from app.domain.cost.inputs import CostOption
-    from app.services_size import SizeRequest, run_size
+    from app.services.size import SizeRequest, run_size
 
     try:
         request = SizeRequest(
@@ -96,7 +96,7 @@ def size_command(
         writable_output(output)
 
     def progress(node: str, done: int, total: int) -> None:
-        typer.echo(f"\rsizing: {done}/{total} nodes searched" + (f", now {node}" if done < total else "") + " " * 20,
+        typer.echo(f"\rsizing: {done}/{total} cluster sizes searched" + (f", now {node}" if done < total else "") + " " * 20,
                    err=True, nl=done >= total)  # fmt: skip
 
     result = run_size(load_catalog(calibration), request, progress=progress,

@@ -12,4 +12,5 @@ use-case without SQLAlchemy):
 - ``search``           the plan search (same clusters, overrides, calibration and pricing as the pipeline)
 - ``saved_scenarios``  saved scenarios in the database (SQLAlchemy)
 - ``benchmarks``       benchmark runs and the calibration they give (SQLAlchemy)
+- ``size``             the sizing search: every accelerator, cluster size, plan and pricing option
 """

@@ -73,7 +73,7 @@ OVERRIDES: dict[str, tuple[str, str]] = {
 }
 """Catalog figures the planner lets a user override (form name → label, unit). ``o.figure.PART.FIELD`` names
 a hardware or efficiency figure of the estimate (EstimateRequest.figure_overrides, keys in
-app/domain/overrides.py); any other ``o.…`` is a CostOverrides path."""
+app/domain/estimator/overrides.py); any other ``o.…`` is a CostOverrides path."""
 FIGURE_PREFIX = "o.figure."
 
 BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "calibrated")

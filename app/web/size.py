@@ -1,5 +1,5 @@
 """ "Size a cluster": the newcomer's entry point — a model and a token count, optionally a deadline and a
-budget; every accelerator, cluster size, plan and way to pay is searched (:func:`app.services_size.run_size`).
+budget; every accelerator, cluster size, plan and way to pay is searched (:func:`app.services.size.run_size`).
 
 ``GET /size`` shows the form; with ``model`` and ``tokens`` in the query it runs the search and renders the
 ranked table, the Pareto chart of days against dollars, the losses by reason and the winner's plan document
@@ -20,7 +20,7 @@ from app.domain.catalog import Catalog
 from app.domain.cost.inputs import CostOption
 from app.services.errors import InputError
 from app.services.search import SearchBusy
-from app.services_size import DEFAULT_GPUS_RANGE, DEFAULT_OPTIONS, SizeRequest, SizeResult, run_size
+from app.services.size import DEFAULT_GPUS_RANGE, DEFAULT_OPTIONS, SizeRequest, SizeResult, run_size
 from app.web.htmx import render
 
 router = APIRouter(include_in_schema=False)

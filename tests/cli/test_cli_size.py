@@ -18,7 +18,7 @@ def test_size_prints_the_ranking_and_progress_and_writes_a_plan_that_exports(
     plan = tmp_path / "plan.json"
     code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--output", str(plan))
     assert code == 0, err
-    assert "sizing:" in err and "nodes searched" in err
+    assert "sizing:" in err and "cluster sizes searched" in err
     assert "ranked by amortised $" in out and "Pareto front" in out and "plans/s" in out
     code, out, err = run_cli(monkeypatch, capsys, "export", "--plan", str(plan), "--format", "torchrun")
     assert code == 0, err

@@ -1,5 +1,6 @@
-"""Sizing (issue 16 part 1): pricing a sized plan, the Pareto front is a true non-dominated set, the winner is
-on it, a deadline nothing meets is named, and the service searches the catalog as the planner does."""
+"""Sizing: pricing a sized plan, the Pareto front is a true non-dominated set, the winner is on it, a deadline
+nothing meets is named, the service searches the catalog as the planner does, and the pruned search (speed,
+memory and dominance bounds) returns what the exhaustive one does."""
 
 from __future__ import annotations
 
@@ -8,10 +9,31 @@ from collections import Counter
 
 import pytest
 
-from app.domain.estimator.plan import Plan
+from app.domain.cost.selfbuild import self_build_inputs, self_build_tco
+from app.domain.estimator.assemble import key_q
+from app.domain.estimator.calibration import apply_calibration
+from app.domain.estimator.estimate import build_cluster
+from app.domain.estimator.memory import host_capacity_bytes
+from app.domain.estimator.plan import Plan, Recompute, Sharding
+from app.domain.model.counts import parameter_counts
+from app.domain.reliability.formulas import HOURS_PER_MONTH
 from app.domain.search.engine import Candidate
-from app.domain.search.sizing import REASON_DEADLINE, Offer, SizedPlan, choose, pareto_front, price_plan
-from app.services_size import SizeRequest, run_size
+from app.domain.search.sizing import (
+    REASON_DEADLINE,
+    REASON_DOMINATED,
+    Frontier,
+    Offer,
+    SizedPlan,
+    SpeedBound,
+    choose,
+    pareto_front,
+    price_plan,
+    speed_bound,
+    state_fits_bound,
+)
+from app.schemas import PlanSearchRequest
+from app.services.search import run_search
+from app.services.size import BOUND_READS, SizeRequest, run_size
 
 PLAN = Plan(tp=8, pp=1, dp=8, global_batch=64, seq_len=8192)
 
@@ -74,7 +96,8 @@ def test_sizing_searches_each_size_as_the_planner_and_the_winner_is_non_dominate
         gpus_range="64:256", calibrated=False,
     ), progress=lambda node, done, total: seen.append((node, done, total)))  # fmt: skip
     assert result.ranked and result.plan_document is not None
-    assert seen[-1][1] == seen[-1][2] == result.searched["nodes"] >= 2
+    assert seen[-1][0] == "done" and seen[-1][1] == seen[-1][2] == result.searched["sizes_searched"] >= 2
+    assert {label.split(" at ")[0] for label, _, _ in seen[:-1]} >= {"dgx-h100", "p5.48xlarge"}
     win = result.ranked[0]
     assert {r.gpus for r in result.ranked} <= {64, 128, 256}
     assert not any(
@@ -94,3 +117,150 @@ def test_sizing_deadline_nobody_meets_is_named(catalog) -> None:
     assert not result.ranked and result.plan_document is None
     assert "deadline of 0.5 days" in (result.message or "")
     assert result.lost.get(REASON_DEADLINE)
+
+
+# -- pruning ------------------------------------------------------------------------------------------------
+
+
+def test_frontier_beats_only_what_can_be_neither_ranked_nor_on_the_front() -> None:
+    f = Frontier(top_k=2)
+    f.add(10, 100)
+    assert not f.beats(20, 200)  # one cheaper point is not a full top 2
+    f.add(30, 50)
+    assert f.beats(20, 200) and f.beats(10, 101)
+    assert not f.beats(10, 100)  # equal to a found point: not strictly beaten
+    assert not f.beats(5, 300)  # faster than everything found: may be on the front
+    assert not f.beats(40, 60)  # only one point is cheaper than 60: may be ranked second
+    f.add(35, 40)
+    assert f.beats(40, 60)
+
+
+def _rows(rows) -> list[tuple]:
+    return [
+        (r.accelerator, r.offer, r.option, r.gpus, r.plan, r.days, r.usd_amortised, r.usd_cash) for r in rows
+    ]
+
+
+SLICES = {
+    "dense, no deadline": dict(model="llama3.1-8b", tokens=1e12, accelerators=["h100-sxm", "a100-80gb"],
+                               gpus_range="8:512", calibrated=False),
+    "moe, deadline": dict(model="mixtral-8x7b", tokens=2e12, deadline_days=60, accelerators=["h100-sxm", "b200"],
+                          options=["on-demand", "spot", "self-build"], gpus_range="8:256", top_k=5),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", SLICES)
+def test_pruned_sizing_returns_the_exhaustive_winner_ranking_and_front(catalog, case) -> None:
+    request = SizeRequest(**SLICES[case])
+    pruned, full = run_size(catalog, request), run_size(catalog, request, prune=False)
+    assert pruned.searched["sizes_pruned_by_dominance"] > 0, "the slice must exercise the pruning"
+    assert full.searched["sizes_pruned_by_dominance"] == 0
+    assert pruned.searched["evaluated_plans"] < full.searched["evaluated_plans"]
+    assert pruned.ranked and _rows(pruned.ranked) == _rows(full.ranked)
+    assert _rows(pruned.pareto) == _rows(full.pareto)
+    assert pruned.plan_document == full.plan_document
+    assert pruned.lost[REASON_DOMINATED] > 0
+
+
+def test_a_speed_bound_a_plan_beats_is_caught_and_the_dropped_sizes_are_searched(
+    catalog, monkeypatch
+) -> None:
+    request = SizeRequest(**SLICES["moe, deadline"])
+    full = run_size(catalog, request, prune=False)
+    real = SpeedBound.tokens_per_s
+    monkeypatch.setattr(SpeedBound, "tokens_per_s", lambda self, gpus: 0.3 * real(self, gpus))
+    broken = run_size(catalog, request)
+    assert any("beat its speed bound" in n for n in broken.notes)
+    assert _rows(broken.ranked) == _rows(full.ranked) and _rows(broken.pareto) == _rows(full.pareto)
+
+
+def _cluster(catalog, node: str, gpus: int, calibrated: bool = True):
+    n = catalog.hardware.node(node)
+    c = build_cluster(catalog.hardware, catalog.efficiency, accelerator=n.accelerator, gpus=gpus, node=node)
+    return apply_calibration(c, catalog.calibrations if calibrated else None)[0]
+
+
+@pytest.mark.parametrize(("model", "node"), [("llama3.1-8b", "p5.48xlarge"), ("mixtral-8x7b", "dgx-b200")])
+def test_no_searched_plan_beats_the_speed_bound(catalog, model, node) -> None:
+    arch = catalog.architecture(model)
+    bound = speed_bound(arch, _cluster(catalog, node, 8), Plan(seq_len=8192, sharding=Sharding.ddp), batch=2048,
+                        micro_batches=(1, 2, 4, 8, 16), cps=(1, 2, 4, 8), vpps=(1, 2, 4), max_pp=64)  # fmt: skip
+    for gpus in (8, 64, 512, 4096):
+        found = run_search(catalog, PlanSearchRequest(model=model, gpu=catalog.hardware.node(node).accelerator,
+                           node=node, gpus=gpus, global_batch=2048, seq_len=8192, top_k=1), max_plans=10**9)  # fmt: skip
+        best = found.best_by_gpus[0].tokens_per_s
+        assert best <= bound.tokens_per_s(gpus)
+        if gpus <= 512:  # tight where communication is small: within 2x
+            assert best >= 0.5 * bound.tokens_per_s(gpus)
+
+
+def _other_everything(catalog, cluster, gpus: int):
+    """The cluster with every field but the bound's (BOUND_READS) changed: size, node, fabrics, networks."""
+    same_domain = next(n for n in catalog.hardware.nodes if n.slug != cluster.node.slug
+                       and n.nvlink_domain_size == cluster.nvlink_domain and n.accelerator == cluster.node.accelerator)  # fmt: skip
+    other = _cluster(catalog, same_domain.slug, gpus)
+    update = {f: getattr(other, f) for f in type(cluster).model_fields if f not in BOUND_READS}
+    update["oversubscription"] = 4.0
+    update["node"] = other.node.model_copy(update={"host_memory_gib": 1.0, "scale_out_gbit_per_s": 1.0})
+    return cluster.model_copy(update=update)
+
+
+def test_per_rank_terms_do_not_depend_on_the_cluster_size_node_or_fabric(catalog) -> None:
+    """The search caches per-rank terms (key_q) keyed without the GPU count, and the speed bound is shared by the
+    nodes of one accelerator: both are sound only if those terms read none of it."""
+    arch = catalog.architecture("mixtral-8x7b")
+    small = _cluster(catalog, "p5.48xlarge", 8)
+    large = _other_everything(catalog, small, 65536)
+    assert large.gpus == 65536 and large.node.slug != small.node.slug
+    for tp, cp, mb, ep, rc in [
+        (1, 1, 1, 1, Recompute.none),
+        (8, 2, 4, 8, Recompute.full),
+        (2, 8, 1, 2, Recompute.selective),
+    ]:
+        plan = Plan(tp=tp, cp=cp, ep=ep, micro_batch=mb, global_batch=mb, seq_len=8192, recompute=rc,
+                    sequence_parallel=tp > 1, sharding=Sharding.ddp)  # fmt: skip
+        assert key_q(arch, plan, small) == key_q(arch, plan, large)
+    kw = dict(batch=2048, micro_batches=(1, 4), cps=(1, 2), vpps=(1, 2), max_pp=64)
+    shape = Plan(seq_len=8192, sharding=Sharding.ddp)
+    assert speed_bound(arch, small, shape, **kw) == speed_bound(arch, large, shape, **kw)
+
+
+def test_a_size_the_memory_bound_drops_has_no_plan_that_fits(catalog) -> None:
+    arch = catalog.architecture("deepseek-v3")
+    node = catalog.hardware.node("p5.48xlarge")
+    usable = catalog.hardware.accelerator("h100-sxm").memory_usable_bytes
+    host, _ = host_capacity_bytes(node.host_memory_gib, node.local_nvme_tb)
+    state = parameter_counts(arch).total * 12  # FSDP2 AdamW checkpoint: fp32 params + moments
+    assert not state_fits_bound(state, 8, 1, usable, host, 0.0)
+    found = run_search(catalog, PlanSearchRequest(model="deepseek-v3", gpu="h100-sxm", node="p5.48xlarge", gpus=8,
+                       global_batch=2048, seq_len=8192, top_k=1), max_plans=10**9)  # fmt: skip
+    assert not found.best_by_gpus
+
+
+def test_a_self_build_row_is_priced_by_the_cost_models_tco_of_that_cluster(catalog) -> None:
+    """The same cluster costs the same in `capplan size` and `capplan cost`: rate, capex and opex from
+    self_build_tco for that many servers (its fabric sized to the cluster)."""
+    result = run_size(catalog, SizeRequest(model="llama3.1-8b", tokens=1e12, accelerators=["h100-sxm"],
+                                           options=["self-build"], gpus_range="64:1024", calibrated=False))  # fmt: skip
+    rows = [r for r in result.ranked if r.option == "self-build"]
+    assert {r.gpus for r in rows} >= {64, 1024}
+    node = catalog.hardware.node("dgx-h100")
+    inputs, _ = self_build_inputs(catalog.cost, catalog.hardware, node)
+    for r in rows:
+        tco = self_build_tco(
+            inputs, node="dgx-h100", nodes=r.nodes, gpus_per_node=8, nics_per_node=node.scale_out_nics
+        )
+        months = r.days * 24 / HOURS_PER_MONTH
+        assert r.usd_amortised == pytest.approx(tco.monthly_equivalent_usd * months, rel=1e-9)
+        assert r.usd_cash == pytest.approx(tco.capex_usd + tco.opex_usd_per_month * months, rel=1e-9)
+    by_size = {r.gpus: r for r in rows}  # a larger fabric (more tiers) costs more per GPU-hour
+    assert by_size[1024].usd_amortised / (1024 * by_size[1024].days) > by_size[64].usd_amortised / (
+        64 * by_size[64].days
+    )
+
+
+def test_a_self_build_cluster_the_cost_model_cannot_price_is_named_not_raised(catalog) -> None:
+    result = run_size(catalog, SizeRequest(model="llama3.1-8b", tokens=1e12, accelerators=["a100-80gb"],
+                                           options=["self-build"], gpus_range="16384:16384", calibrated=False))  # fmt: skip
+    assert not result.ranked and result.lost.get("no price for this option")
+    assert any("self-build dgx-a100-80gb at 16,384 GPUs not priced" in n for n in result.notes)

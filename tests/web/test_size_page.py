@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from urllib.parse import unquote
 
 from fastapi.testclient import TestClient
 
@@ -32,6 +33,14 @@ def test_size_page_shows_the_ranking_the_chart_and_the_plan(client: TestClient) 
     assert match, "the Pareto chart is drawn"
     option = json.loads(match.group(1).replace("&#34;", '"'))
     assert {s["name"] for s in option["series"]} == {"ranked", "Pareto front"}
+    link = re.search(
+        r'id="winner-plan-download" download="plan.json" href="data:application/json;charset=utf-8,([^"]+)"',
+        page.text,
+    )
+    assert link, "the winner's plan document can be downloaded"
+    doc = json.loads(unquote(link.group(1).replace("&amp;", "&")))
+    assert doc["schema"] == "capplan.plan/v1"
+    assert re.search(r"\d+ of \d+ \(node, cluster size\) pairs searched", page.text)
     partial = client.get("/size", params=QUERY, headers={"HX-Request": "true", "HX-Request-Type": "partial"})
     assert partial.text.lstrip().startswith('<section id="size-results"')
 

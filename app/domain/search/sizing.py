@@ -5,14 +5,31 @@ feasible plan (for a fixed cluster and price, the fastest plan is also the cheap
 of those plans under every offer that pays for that node (AWS options, other clouds, self-build), divides by
 the reliability model's goodput, applies the deadline and budget, ranks, and finds the Pareto front of days
 vs dollars across the whole catalog. Pure: the caller supplies prices and goodput.
+
+Pruning. Most (node, size) pairs cannot enter the answer, and proving it costs far less than searching them:
+:class:`SpeedBound` is an upper bound of any plan's tokens/s on a cluster (its compute alone, with the pipeline
+bubble and the synchronisation stretch every step pays), hence a lower bound of its days and dollars under each
+offer; :func:`state_fits_bound` is the memory
+bound (the training state must fit in the GPUs plus the host RAM and NVMe the framework may offload to); and a
+:class:`Frontier` of the points found so far says when a pair's bound is already beaten: at least ``top_k``
+found points are cheaper (it cannot be ranked) and one is at least as fast and as cheap (it cannot be on the
+Pareto front). Such a pair is not searched; the winner, the ranked rows and the front are those of the
+exhaustive search.
 """
 
 from __future__ import annotations
 
+import bisect
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.compute import head_times, layer_times
+from app.domain.estimator.evaluate import straggler_factor
+from app.domain.estimator.plan import Plan, Recompute
+from app.domain.estimator.xp import SCALAR
+from app.domain.model.architecture import Architecture
 from app.domain.search.engine import Candidate
 
 GIB = 1024**3
@@ -25,6 +42,7 @@ REASON_NO_PRICE = "no price for this option"
 REASON_DEADLINE = "misses the deadline"
 REASON_BUDGET = "over budget"
 REASON_NOT_SEARCHED = "space over CAPPLAN_SEARCH_MAX_PLANS (not searched)"
+REASON_DOMINATED = "beaten by a found plan even at its best possible speed (not searched)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,32 +94,167 @@ class SizingOutcome:
     basis: str
 
 
-def price_plan(
-    accelerator: str, offer: Offer, cand: Candidate, gpus_per_node: int, tokens: float, goodput: float
-) -> SizedPlan:
-    """Days and dollars of ``tokens`` on ``cand`` paid through ``offer``: wall time = compute time ÷ goodput;
-    amortised $ = rate × GPUs × wall hours; cash $ adds what is paid regardless of the run's length (a
-    commitment's whole term, a self-build's hardware up front in place of its repayment)."""
+def money(
+    offer: Offer, gpus: int, gpus_per_node: int, tokens: float, tokens_per_s: float, goodput: float
+) -> tuple[float, float, float]:
+    """(wall hours, amortised $, cash $) of ``tokens`` at ``tokens_per_s`` on ``gpus`` paid through ``offer``:
+    wall time = compute time ÷ goodput; amortised $ = rate × GPUs × wall hours; cash $ adds what is paid
+    regardless of the run's length (a commitment's whole term, a self-build's hardware up front in place of its
+    repayment). All three fall as ``tokens_per_s`` rises, so a speed bound gives a bound of each."""
     assert offer.usd_per_gpu_hour is not None
-    wall_h = tokens / cand.tokens_per_s / 3600 / goodput
-    gpu_h = wall_h * cand.gpus
+    wall_h = tokens / tokens_per_s / 3600 / goodput
+    gpu_h = wall_h * gpus
     amortised = offer.usd_per_gpu_hour * gpu_h
-    nodes = -(-cand.gpus // gpus_per_node)
     if offer.option in TERM_HOURS:
-        cash = offer.usd_per_gpu_hour * cand.gpus * max(wall_h, TERM_HOURS[offer.option])
+        cash = offer.usd_per_gpu_hour * gpus * max(wall_h, TERM_HOURS[offer.option])
     elif offer.capital_usd_per_node is not None:
+        nodes = -(-gpus // gpus_per_node)
         cash = (
             offer.capital_usd_per_node * nodes
             + (offer.usd_per_gpu_hour - offer.capital_usd_per_gpu_hour) * gpu_h
         )
     else:
         cash = amortised
+    return wall_h, amortised, cash
+
+
+def price_plan(
+    accelerator: str, offer: Offer, cand: Candidate, gpus_per_node: int, tokens: float, goodput: float
+) -> SizedPlan:
+    """Days and dollars of ``tokens`` on ``cand`` paid through ``offer`` (:func:`money`)."""
+    wall_h, amortised, cash = money(offer, cand.gpus, gpus_per_node, tokens, cand.tokens_per_s, goodput)
     return SizedPlan(
         accelerator=accelerator, node=offer.node, vendor=offer.vendor, offer=offer.slug, option=offer.option,
-        gpus=cand.gpus, nodes=nodes, candidate=cand, goodput=goodput, days=wall_h / 24, usd_amortised=amortised,
-        usd_cash=cash, usd_per_million_tokens=amortised / tokens * 1e6, mfu=cand.mfu,
+        gpus=cand.gpus, nodes=-(-cand.gpus // gpus_per_node), candidate=cand, goodput=goodput, days=wall_h / 24,
+        usd_amortised=amortised, usd_cash=cash, usd_per_million_tokens=amortised / tokens * 1e6, mfu=cand.mfu,
         headroom_gib=cand.margin_bytes / GIB,
     )  # fmt: skip
+
+
+# -- bounds ------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class SpeedBound:
+    """An upper bound of the tokens/s any plan of the search reaches on a cluster of some size (the estimator's
+    model), from the per-rank compute terms alone.
+
+    A plan's step is (m + (pp − 1)/vpp) · t_mb + p2p + exposed DP + optimizer, stretched by 1 + cv·√(2 ln N)
+    (:func:`app.domain.evaluate.combine_step`); t_mb, the slowest rank's micro-batch, is at least its compute,
+    which is at least the average over the pp stages: W/pp, W being the compute of one micro-batch through every
+    layer and the head for the plan's (tp, cp, micro-batch, ep) — :func:`layer_times` and :func:`head_times`
+    without recompute, the cheapest ep for the MoE layers. Everything else (communication, recompute, memory) is
+    ≥ 0. With m = B·tp·cp·pp/(mb·N) micro-batches of the global batch B on N GPUs:
+
+        tokens/s ≤ B·s·pp / ((1 + cv·√(2 ln N)) · (m + (pp − 1)/vpp_max) · W)
+
+    maximised over every (tp, cp, mb, pp) the search may choose (tp within the NVLink domain and dividing the
+    heads, cp and mb from the search's defaults, any pp ≤ the layers; divisibility beyond tp·cp·pp | N and m ≥ 1 is
+    not required, so the set is a superset and the maximum a bound). ``keys``: (tp, cp, mb, W)."""
+
+    seq_len: int
+    batch: int
+    layers: int
+    domain: int
+    max_pp: int
+    vpp_max: int
+    straggler_cv: float
+    keys: tuple[tuple[int, int, int, float], ...]
+
+    def tokens_per_s(self, gpus: int) -> float:
+        best = 0.0
+        for tp, cp, mb, w in self.keys:
+            if gpus % (tp * cp) or tp > min(self.domain, gpus):
+                continue
+            rest = gpus // (tp * cp)
+            for pp in range(1, min(rest, self.max_pp, self.layers) + 1):
+                if rest % pp:
+                    continue
+                m = self.batch * tp * cp * pp / (mb * gpus)
+                if m < 1:
+                    continue
+                bubble = (pp - 1) / (self.vpp_max if pp > 1 else 1)
+                best = max(best, self.batch * self.seq_len * pp / ((m + bubble) * w))
+        return best / (1 + straggler_factor(SCALAR, gpus, self.straggler_cv))
+
+
+def speed_bound(
+    arch: Architecture,
+    cluster: Cluster,
+    shape: Plan,
+    *,
+    batch: int,
+    micro_batches: Sequence[int],
+    cps: Sequence[int],
+    vpps: Sequence[int],
+    max_pp: int,
+) -> SpeedBound:
+    """The :class:`SpeedBound` of ``cluster`` for plans shaped like ``shape`` (framework, precision, optimizer,
+    sequence length, attention and kernel switches) with a global batch of ``batch`` sequences. Reads only the
+    cluster's accelerator, efficiencies, scale terms and stacks (not its size, node or fabrics)."""
+    domain = cluster.nvlink_domain
+    tps = [
+        t
+        for t in range(1, domain + 1)
+        if arch.n_heads % t == 0 and (arch.n_kv_heads % t == 0 or t % arch.n_kv_heads == 0)
+    ]
+    eps = [e for e in range(1, arch.n_experts + 1) if arch.n_experts % e == 0] if arch.is_moe else [1]
+    keys = []
+    for tp in tps:
+        for cp in cps:
+            for mb in micro_batches:
+
+                def plan(ep: int, tp: int = tp, cp: int = cp, mb: int = mb) -> Plan:
+                    return shape.model_copy(update=dict(
+                        tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, micro_batch=mb, global_batch=mb,
+                        recompute=Recompute.none, sequence_parallel=tp > 1,
+                    ))  # fmt: skip
+
+                w = sum(head_times(arch, plan(1), cluster))
+                if arch.n_dense_layers:
+                    t = layer_times(arch, "dense", plan(1), cluster)
+                    w += arch.n_dense_layers * (t.fwd_s + t.bwd_s)
+                if arch.n_moe_layers:
+                    w += arch.n_moe_layers * min(
+                        (t := layer_times(arch, "moe", plan(ep), cluster)).fwd_s + t.bwd_s for ep in eps
+                    )
+                keys.append((tp, cp, mb, w))
+    return SpeedBound(
+        seq_len=shape.seq_len, batch=batch, layers=arch.n_layers, domain=domain, max_pp=max_pp,
+        vpp_max=max(vpps), straggler_cv=cluster.scale.straggler_cv, keys=tuple(keys),
+    )  # fmt: skip
+
+
+def state_fits_bound(
+    state_bytes: float, gpus: int, nodes: int, gpu_bytes: float, host_bytes: float, nvme_bytes: float
+) -> bool:
+    """False when the training state (``state_bytes``: parameters × the bytes a checkpoint keeps per parameter,
+    which every plan holds somewhere) exceeds all the memory the cluster may hold it in: the GPUs' usable memory
+    plus, where the framework can offload, the nodes' host RAM and NVMe. Then no plan fits."""
+    return state_bytes <= gpus * gpu_bytes + nodes * (host_bytes + nvme_bytes)
+
+
+class Frontier:
+    """The points found so far that meet the deadline and budget, to test a pair's bounds against."""
+
+    def __init__(self, top_k: int) -> None:
+        self.top_k = top_k
+        self._usd: list[float] = []  # every point's amortised $, sorted
+        self._front: list[tuple[float, float]] = []  # (days, $) of the non-dominated points, by days
+
+    def add(self, days: float, usd: float) -> None:
+        bisect.insort(self._usd, usd)
+        if any(d <= days and u <= usd for d, u in self._front):
+            return
+        self._front = sorted([(d, u) for d, u in self._front if not (days <= d and usd <= u)] + [(days, usd)])
+
+    def beats(self, days: float, usd: float) -> bool:
+        """True when a point no faster than ``days`` and no cheaper than ``usd`` can neither be ranked in the
+        top ``top_k`` (that many found points are strictly cheaper) nor lie on the Pareto front (a found point
+        is at least as fast and as cheap, and better on one)."""
+        if bisect.bisect_left(self._usd, usd) < self.top_k:
+            return False
+        return any(d <= days and u <= usd and (d < days or u < usd) for d, u in self._front)
 
 
 def pareto_front(points: Sequence[SizedPlan]) -> list[SizedPlan]:

@@ -1,0 +1,463 @@
+"""Sizing use-case (issue 16, part 1): every accelerator × whole-node cluster size × plan × pricing option.
+
+For each node that some offer pays for (an AWS instance, the node another cloud's instance stands for, a
+self-build server), the plan search runs exactly as ``capplan plan`` does (:func:`app.services.search.run_search`,
+same arrays, rules, calibration and fabric) over the cluster sizes, and hands back each size's fastest
+feasible plan. Each is then priced under every offer for that node with the reliability model's goodput
+(spot adds its interruptions), and :mod:`app.domain.sizing` ranks them and draws the Pareto front.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pydantic import Field, model_validator
+
+from app.domain.catalog import Catalog
+from app.domain.cost.gpu_hour import usd_per_gpu_hour
+from app.domain.cost.inputs import CostInputError, CostOption
+from app.domain.cost.selfbuild import self_build_inputs, self_build_tco
+from app.domain.estimator.calibration import apply_calibration
+from app.domain.estimator.estimate import build_cluster
+from app.domain.estimator.memory import host_capacity_bytes
+from app.domain.estimator.plan import Offload, Plan, Sharding
+from app.domain.model.counts import parameter_counts
+from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
+from app.domain.reliability.report import reliability_report
+from app.domain.search.engine import OFFLOADS_BY_FRAMEWORK, SearchCancelled, SearchSpec
+from app.domain.search.sizing import (
+    REASON_BUDGET,
+    REASON_DEADLINE,
+    REASON_DOMINATED,
+    REASON_MEMORY,
+    REASON_NO_PRICE,
+    REASON_NOT_SEARCHED,
+    Frontier,
+    Offer,
+    SizedPlan,
+    choose,
+    money,
+    price_plan,
+    speed_bound,
+    state_fits_bound,
+)
+from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, StrictNumbers
+from app.services.documents import plan_document_from_request
+from app.services.errors import InputError
+from app.services.errors import field_error as _error
+from app.services.search import SearchBudget, SearchBusy, run_search
+
+DEFAULT_OPTIONS = (
+    CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr, CostOption.spot,
+    CostOption.capacity_block, CostOption.self_build,
+)  # fmt: skip
+DEFAULT_GPUS_RANGE = "8:65536"
+# What the speed bound's per-rank compute terms read of a cluster besides its NVLink domain (tested).
+BOUND_READS = {"accelerator", "efficiency", "scale", "stacks", "power_limit_w"}
+
+
+class SizeRequest(StrictNumbers):
+    """Size a cluster: a model preset, the tokens to train and optional deadline and budget; every
+    accelerator (or those asked), every whole-node size in ``gpus_range`` (powers of two of nodes and the
+    ends), every plan and every pricing option."""
+
+    model: str = Field(max_length=64)
+    tokens: float = Field(gt=0, le=1e16, allow_inf_nan=False, description="tokens to train")
+    deadline_days: float | None = Field(default=None, gt=0, le=3650, allow_inf_nan=False)
+    budget_usd: float | None = Field(default=None, gt=0, le=1e12, allow_inf_nan=False)
+    accelerators: list[str] | None = Field(
+        default=None, max_length=32, description="default: the whole catalog"
+    )
+    options: list[CostOption] | None = Field(default=None, max_length=len(CostOption))
+    gpus_range: str = Field(default=DEFAULT_GPUS_RANGE, pattern=RANGE_PATTERN, description="'A:B' GPUs")
+    seq_len: int = Field(default=8192, ge=128, le=1_048_576)
+    global_batch_tokens: int = Field(default=16_777_216, ge=1024, le=1 << 30, description="tokens per step")
+    top_k: int = Field(default=20, ge=1, le=200)
+    calibrated: bool = True
+
+    @model_validator(mode="after")
+    def _batch(self) -> SizeRequest:
+        if self.global_batch_tokens < self.seq_len:
+            raise ValueError("global_batch_tokens must be at least seq_len")
+        return self
+
+
+class SizeRow(StrictNumbers):
+    rank: int
+    accelerator: str
+    node: str
+    vendor: str
+    offer: str
+    option: str
+    gpus: int
+    nodes: int
+    plan: dict[str, Any]
+    days: float
+    goodput: float
+    usd_amortised: float
+    usd_cash: float
+    usd_per_million_tokens: float
+    mfu: float
+    headroom_gib: float
+    tokens_per_s: float
+
+
+class SizeResult(StrictNumbers):
+    model: str
+    tokens: float
+    deadline_days: float | None
+    budget_usd: float | None
+    basis: str
+    ranked: list[SizeRow]
+    pareto: list[SizeRow]
+    lost: dict[str, int]
+    searched: dict[str, Any]
+    message: str | None
+    plan_document: dict[str, Any] | None
+    notes: list[str]
+
+
+def _row(rank: int, p: SizedPlan) -> SizeRow:
+    plan = p.plan
+    return SizeRow(
+        rank=rank, accelerator=p.accelerator, node=p.node, vendor=p.vendor, offer=p.offer, option=p.option,
+        gpus=p.gpus, nodes=p.nodes,
+        plan={"tp": plan.tp, "pp": plan.pp, "vpp": plan.vpp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
+              "sharding": plan.sharding.value, "offload": plan.offload.value, "micro_batch": plan.micro_batch,
+              "global_batch": plan.global_batch, "recompute": plan.recompute.value},
+        days=p.days, goodput=p.goodput, usd_amortised=p.usd_amortised, usd_cash=p.usd_cash,
+        usd_per_million_tokens=p.usd_per_million_tokens, mfu=p.mfu, headroom_gib=p.headroom_gib,
+        tokens_per_s=p.candidate.tokens_per_s,
+    )  # fmt: skip
+
+
+def _self_build_at(catalog: Catalog, offer: Offer, node: Any, gpus: int) -> tuple[Offer, str | None]:
+    """``offer`` (self-build on ``node``) for a cluster of ``gpus``: the cost model's TCO of that many servers
+    (:func:`app.domain.cost.self_build_tco`, its fabric sized to the cluster), as ``capplan cost`` prices it —
+    rate, capex per node and the part of the rate that repays it. No price (None), and why, when the cost model
+    cannot price that cluster."""
+    nodes = -(-gpus // node.accelerators_per_node)
+    try:
+        inputs, _ = self_build_inputs(catalog.cost, catalog.hardware, node)
+        tco = self_build_tco(inputs, node=node.slug, nodes=nodes, gpus_per_node=node.accelerators_per_node,
+                             nics_per_node=node.scale_out_nics)  # fmt: skip
+    except (CostInputError, KeyError, ValueError) as exc:  # e.g. a fabric larger than 3 tiers of its switch
+        return replace(offer, usd_per_gpu_hour=None), str(exc)
+    priced = replace(
+        offer, usd_per_gpu_hour=tco.usd_per_gpu_hour, capital_usd_per_node=tco.capex_usd / nodes,
+        capital_usd_per_gpu_hour=tco.usd_per_gpu_hour * tco.capital_usd_per_month / tco.monthly_equivalent_usd,
+    )  # fmt: skip
+    return priced, None
+
+
+def offers_by_node(
+    catalog: Catalog, accelerators: set[str], options: set[CostOption]
+) -> dict[str, list[Offer]]:
+    """Every way to pay for every node carrying one of ``accelerators``, keyed by the node it runs on."""
+    hw, cc = catalog.hardware, catalog.cost
+    out: dict[str, list[Offer]] = {}
+    aws = {p.slug for p in cc.instance_prices}
+    for node in sorted(hw.nodes, key=lambda n: n.slug):
+        if node.accelerator not in accelerators:
+            continue
+        gpn = node.accelerators_per_node
+        if node.kind == "cloud-instance" and node.slug in aws:
+            for opt in sorted(options - {CostOption.self_build}):
+                out.setdefault(node.slug, []).append(
+                    Offer(
+                        node.slug,
+                        "aws",
+                        node.slug,
+                        opt.value,
+                        usd_per_gpu_hour(cc, node.slug, opt, gpus_per_node=gpn),
+                    )
+                )
+        if node.kind == "server" and CostOption.self_build in options:
+            rate = usd_per_gpu_hour(cc, node.slug, CostOption.self_build, gpus_per_node=gpn)
+            if rate is not None:  # priced per cluster size when searched (_self_build_at)
+                out.setdefault(node.slug, []).append(
+                    Offer(node.slug, "self-build", node.slug, "self-build", rate)
+                )
+    for p in cc.provider_prices:
+        node = hw.node(p.like_node)
+        if node.accelerator not in accelerators:
+            continue
+        for opt in sorted(options & {CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr}):
+            out.setdefault(node.slug, []).append(
+                Offer(node.slug, p.provider, p.slug, opt.value, usd_per_gpu_hour(cc, p.slug, opt))
+            )
+    return out
+
+
+def _sizes(request: SizeRequest, gpus_per_node: int) -> list[int]:
+    low, high = sorted(float(x) for x in request.gpus_range.split(":"))
+    nodes = range(max(1, math.ceil(low / gpus_per_node)), int(high // gpus_per_node) + 1)
+    if not nodes:
+        return []
+    picks = {nodes[0], nodes[-1], *(1 << k for k in range(0, 20) if nodes[0] <= 1 << k <= nodes[-1])}
+    return sorted(n * gpus_per_node for n in picks)
+
+
+@dataclass
+class _Pair:
+    """One (node, cluster size) and the offers still in the running, with each offer's bound: (offer, goodput,
+    lowest days, lowest amortised $)."""
+
+    order: (
+        int  # place in the exhaustive order (node slug, size): ties are ranked as the exhaustive search would
+    )
+    node: Any
+    gpus: int
+    tps_bound: float
+    live: list[tuple[Offer, float, float, float]]
+
+    @property
+    def key(self) -> tuple[float, float]:  # most promising first: cheapest bound, then fastest
+        return min(usd for _, _, _, usd in self.live), min(days for _, _, days, _ in self.live)
+
+
+class _Goodput:
+    """The reliability model's goodput of a size (and spot's interruptions), computed once: it depends on the plan
+    only through its checkpoint bytes per parameter, which the framework, precision and optimizer fix."""
+
+    def __init__(self, catalog: Catalog, params: int, bytes_per_param: float) -> None:
+        self.catalog, self.params, self.bytes_per_param = catalog, params, bytes_per_param
+        self.cache: dict[tuple[int, int, bool], float] = {}
+
+    def __call__(self, gpus: int, nodes: int, option: str) -> float:
+        key = (gpus, nodes, option == CostOption.spot.value)
+        if key not in self.cache:
+            try:
+                self.cache[key] = reliability_report(
+                    self.catalog.cost, gpus=gpus, nodes=nodes, parameters=self.params,
+                    plan_bytes_per_param=self.bytes_per_param, spot_instances=nodes if key[2] else 0,
+                ).goodput  # fmt: skip
+            except (KeyError, ValueError):
+                self.cache[key] = 1.0
+        return self.cache[key]
+
+
+def _bound_miss(request: SizeRequest, days_bound: float, usd_bound: float) -> str | None:
+    if request.deadline_days is not None and days_bound > request.deadline_days:
+        return REASON_DEADLINE
+    if request.budget_usd is not None and usd_bound > request.budget_usd:
+        return REASON_BUDGET
+    return None
+
+
+def _bound_cluster(catalog: Catalog, node: Any, calibrated: bool) -> Any:
+    """The node's cluster as the plan search builds it (calibrated when asked): what the speed bound reads."""
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=node.accelerator,
+                            gpus=node.accelerators_per_node, node=node.slug)  # fmt: skip
+    return apply_calibration(cluster, catalog.calibrations if calibrated else None)[0]
+
+
+def run_size(
+    catalog: Catalog,
+    request: SizeRequest,
+    *,
+    progress: Callable[[str, int, int], None] | None = None,
+    max_plans: int | None = None,
+    budget: SearchBudget | None = None,
+    prune: bool = True,
+) -> SizeResult:
+    """The sizing search. ``progress(label, done, total)`` is called before each (node, size) is searched and
+    at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds each size's plan space; ``budget`` bounds the
+    wall time of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once. ``prune=False``
+    searches every pair, no bound applied (the exhaustive reference the tests compare the pruned search with)."""
+    try:
+        arch = catalog.architecture(request.model)
+    except KeyError as exc:
+        raise InputError([_error("model", str(exc), "value_error.unknown_slug")]) from None
+    known = sorted({n.accelerator for n in catalog.hardware.nodes})
+    if request.accelerators:
+        unknown = [a for a in request.accelerators if a not in known]
+        if unknown:
+            raise InputError([_error("accelerators", f"no node or instance in the catalog carries "
+                                     f"{', '.join(unknown)}; known: {', '.join(known)}", "value_error.unknown_slug")])  # fmt: skip
+    accelerators = set(request.accelerators or known)
+    options = set(request.options or DEFAULT_OPTIONS)
+    offers = offers_by_node(catalog, accelerators, options)
+    if not offers:
+        raise InputError([_error("options", "no offer in the catalog for these accelerators and options",
+                                 "value_error.price")])  # fmt: skip
+    batch = max(1, request.global_batch_tokens // request.seq_len)
+    base = dict(model=request.model, global_batch=batch, seq_len=request.seq_len, tokens=request.tokens, top_k=1,
+                calibrated=request.calibrated)  # fmt: skip
+    template = PlanSearchRequest(**base, gpu=known[0], gpus=1)  # the search's framework, precision, …
+    spec = {k: SearchSpec.model_fields[k].default for k in ("micro_batches", "cps", "vpps")}
+    shape = Plan(framework=template.framework, precision=template.precision, optimizer=template.optimizer,
+                 seq_len=request.seq_len, flash_attention=template.flash_attention,
+                 fused_kernels=template.fused_kernels, sharding=Sharding.ddp)  # fmt: skip
+    bounds: dict[str, Any] = {}
+    params = parameter_counts(arch).total
+    state_bytes = params * plan_checkpoint_bytes_per_param(shape)
+    offloads = set(OFFLOADS_BY_FRAMEWORK[template.framework]) - {Offload.none}
+    goodput = _Goodput(catalog, params, plan_checkpoint_bytes_per_param(shape))
+    lost: Counter[str] = Counter()
+    priced: list[tuple[int, SizedPlan]] = []
+    frontier = Frontier(request.top_k)
+    stats = Counter()
+    notes = [f"global batch {batch:,} sequences of {request.seq_len:,} tokens"]
+    start = time.perf_counter()
+
+    def ok(p: SizedPlan) -> bool:
+        return (request.deadline_days is None or p.days <= request.deadline_days) and (
+            request.budget_usd is None or p.usd_amortised <= request.budget_usd
+        )
+
+    # 1. every (node, size), with the bounds of each offer; the memory, deadline and budget bounds drop some
+    pairs: list[_Pair] = []
+    bound_pruned: list[tuple[_Pair, list[str]]] = []  # dropped by a speed bound, with each offer's reason
+    for node_slug, node_offers in sorted(offers.items()):
+        node = catalog.hardware.node(node_slug)
+        gpn = node.accelerators_per_node
+        sizes = _sizes(request, gpn)
+        if all(o.usd_per_gpu_hour is None for o in node_offers):
+            lost[REASON_NO_PRICE] += len(sizes) * len(node_offers)
+            continue
+        cluster = _bound_cluster(catalog, node, request.calibrated)
+        context = f"{cluster.nvlink_domain} " + cluster.model_dump_json(include=BOUND_READS)
+        if context not in bounds:  # nodes with the same accelerator, figures and NVLink domain share it
+            bounds[context] = speed_bound(arch, cluster, shape, batch=batch, micro_batches=spec["micro_batches"],
+                                          cps=spec["cps"], vpps=spec["vpps"], max_pp=template.max_pp)  # fmt: skip
+        host, nvme = host_capacity_bytes(node.host_memory_gib, node.local_nvme_tb)
+        for gpus in sizes:
+            nodes = -(-gpus // gpn)
+            order = stats["sizes"]
+            stats["sizes"] += 1
+            if prune and not state_fits_bound(state_bytes, gpus, nodes, cluster.accelerator.memory_usable_bytes,
+                                    host if offloads else 0.0, nvme if Offload.nvme in offloads else 0.0):  # fmt: skip
+                lost[REASON_MEMORY] += len(node_offers)
+                stats["memory"] += 1
+                continue
+            tps = bounds[context].tokens_per_s(gpus)
+            pair = _Pair(order, node, gpus, tps, [])
+            for offer in node_offers:
+                if offer.option == CostOption.self_build.value:
+                    offer, why = _self_build_at(catalog, offer, node, gpus)
+                    if why:
+                        notes.append(f"self-build {node.slug} at {gpus:,} GPUs not priced: {why}")
+                if offer.usd_per_gpu_hour is None:
+                    lost[REASON_NO_PRICE] += 1
+                    continue
+                g = goodput(gpus, nodes, offer.option)
+                wall_h, usd, _ = money(offer, gpus, gpn, request.tokens, tps, g)
+                pair.live.append((offer, g, wall_h / 24, usd))
+            out = [(x, _bound_miss(request, x[2], x[3])) for x in pair.live]
+            dropped = [(x, why) for x, why in out if why and prune]
+            if dropped:  # even at the bound's speed it misses the deadline or the budget
+                lost.update(why for _, why in dropped)
+                bound_pruned.append(
+                    (_Pair(order, node, gpus, tps, [x for x, _ in dropped]), [w for _, w in dropped])
+                )
+                pair.live = [x for x, why in out if not why]
+            if pair.live:
+                pairs.append(pair)
+    pairs.sort(key=lambda p: p.key)
+
+    def search_pair(pair: _Pair) -> None:
+        node, gpn = pair.node, pair.node.accelerators_per_node
+        try:
+            found = run_search(catalog, PlanSearchRequest(**base, gpu=node.accelerator, node=node.slug, gpus=pair.gpus),
+                               max_plans=max_plans or 10**12)  # fmt: skip
+        except InputError as exc:
+            lost[REASON_NOT_SEARCHED] += len(pair.live)
+            notes.append(f"{node.slug} at {pair.gpus:,} GPUs: not searched ({exc})")
+            return
+        stats["evaluated"] += found.evaluated_plans
+        stats["considered"] += found.considered_plans
+        stats["searched"] += 1
+        cand = next((c for c in found.best_by_gpus if c.gpus == pair.gpus), None)
+        if cand is None:
+            lost[REASON_MEMORY] += len(pair.live)
+            return
+        if cand.tokens_per_s > pair.tps_bound * (1 + 1e-9):
+            stats["broken"] += 1
+        for offer, g, _, _ in pair.live:
+            p = price_plan(node.accelerator, offer, cand, gpn, request.tokens, g)
+            priced.append((pair.order, p))
+            if ok(p):
+                frontier.add(p.days, p.usd_amortised)
+
+    def search_all(should_stop: Callable[[], bool] | None) -> None:
+        queue = list(pairs)
+        dominated: list[_Pair] = []
+        total = len(queue)
+        for i, pair in enumerate(queue):
+            if should_stop is not None and should_stop():
+                raise SearchCancelled("sizing stopped")
+            if prune and not stats["broken"] and all(frontier.beats(d, u) for _, _, d, u in pair.live):
+                dominated.append(pair)
+                lost[REASON_DOMINATED] += len(pair.live)
+                continue
+            if progress:
+                progress(f"{pair.node.slug} at {pair.gpus:,} GPUs", i, total)
+            search_pair(pair)
+        if stats[
+            "broken"
+        ]:  # a searched plan beat its speed bound: the bounds are unsafe, search what they dropped
+            notes.append("a plan beat its speed bound: every size the bounds had dropped was searched")
+            for pair in dominated:
+                lost[REASON_DOMINATED] -= len(pair.live)
+                search_pair(pair)
+            for pair, reasons in bound_pruned:
+                lost.subtract(reasons)
+                search_pair(pair)
+        stats["dominated"] = len(dominated)
+        if progress:
+            progress("done", total, total)
+
+    if budget is None:
+        search_all(None)
+    else:
+        with budget.slot() as should_stop:
+            try:
+                search_all(should_stop)
+            except SearchCancelled:
+                raise SearchBusy(
+                    f"the sizing search ran past its {budget.timeout_s:g} s budget (CAPPLAN_SEARCH_TIMEOUT_S); "
+                    "narrow it (fewer accelerators, options or a smaller GPU range)",
+                    retry_after_s=max(1, math.ceil(budget.timeout_s)),
+                ) from None
+    elapsed = time.perf_counter() - start
+    points = [p for _, p in sorted(priced, key=lambda x: x[0])]  # the exhaustive order, for equal ranks
+    outcome = choose(points, lost, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
+                     top_k=request.top_k)  # fmt: skip
+    doc = None
+    if outcome.ranked:
+        doc = winner_document(catalog, request, outcome.ranked[0]).model_dump(mode="json", by_alias=True)
+    evaluated = stats["evaluated"]
+    return SizeResult(
+        model=request.model, tokens=request.tokens, deadline_days=request.deadline_days,
+        budget_usd=request.budget_usd, basis=outcome.basis,
+        ranked=[_row(i + 1, p) for i, p in enumerate(outcome.ranked)],
+        pareto=[_row(0, p) for p in outcome.pareto], lost=outcome.lost,
+        searched={"accelerators": sorted(accelerators), "nodes": len(offers), "offers": sum(map(len, offers.values())),
+                  "sizes": stats["sizes"], "sizes_searched": stats["searched"],
+                  "sizes_pruned_by_memory_bound": stats["memory"], "sizes_pruned_by_dominance": stats["dominated"],
+                  "points_pruned_by_deadline_or_budget_bound": sum(len(r) for _, r in bound_pruned),
+                  "priced_points": len(priced), "feasible_points": outcome.feasible, "evaluated_plans": evaluated,
+                  "grid_points": stats["considered"], "elapsed_s": elapsed,
+                  "plans_per_s": evaluated / elapsed if elapsed > 0 else 0.0},
+        message=outcome.message, plan_document=doc, notes=notes,
+    )  # fmt: skip
+
+
+def winner_document(catalog: Catalog, request: SizeRequest, p: SizedPlan):  # noqa: ANN201 - PlanDocument
+    """The capplan.plan/v1 document of a sized plan, as the planner and ``capplan export`` produce it."""
+    plan = p.plan
+    est = EstimateRequest(
+        model=request.model, gpu=p.accelerator, node=p.node, gpus=p.gpus, tp=plan.tp, pp=plan.pp, vpp=plan.vpp,
+        dp=plan.dp, cp=plan.cp, ep=plan.ep, sharding=plan.sharding, shard_group_size=plan.shard_group_size,
+        offload=plan.offload, micro_batch=plan.micro_batch, global_batch=plan.global_batch, seq_len=plan.seq_len,
+        recompute=plan.recompute, sequence_parallel=plan.sequence_parallel, flash_attention=plan.flash_attention,
+        precision=plan.precision, optimizer=plan.optimizer, framework=plan.framework,
+        fused_kernels=plan.fused_kernels, tokens=request.tokens, calibrated=request.calibrated,
+    )  # fmt: skip
+    return plan_document_from_request(catalog, est)
