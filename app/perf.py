@@ -109,7 +109,8 @@ def search_bench(catalog) -> None:
     """The issue's reference search: llama3.1-405b on 16,384 H100, seq 8192, global batch 2,048 sequences."""
     from app.domain.estimator.compute import model_flops_per_token
     from app.domain.model.counts import parameter_counts
-    from app.domain.search.engine import SearchSpec, search
+    from app.domain.search.engine import search
+    from app.domain.search.spec import SearchSpec
 
     arch = catalog.architecture("llama3.1-405b")
     cases = {

@@ -296,7 +296,7 @@ class MonthlyCostRequest(StrictNumbers):
 # --------------------------------------------------------------------------------------------------
 # Plan search (issue 4): `POST /api/v1/plans/search`, `capplan plan`.
 
-from app.domain.search.engine import Objective  # noqa: E402
+from app.domain.search.spec import Objective  # noqa: E402
 
 RANGE_PATTERN = r"^\s*\d+(\.\d+)?([eE]\d+)?\s*:\s*\d+(\.\d+)?([eE]\d+)?\s*$"
 

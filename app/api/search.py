@@ -8,7 +8,7 @@ from fastapi import APIRouter, Depends, Request
 
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
-from app.domain.search.engine import SearchResult
+from app.domain.search.spec import SearchResult
 from app.schemas import ErrorOut, PlanSearchRequest, ValidationErrorOut
 from app.services.search import timed_search
 

@@ -22,15 +22,9 @@ from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
 from app.domain.reliability.report import reliability_report
-from app.domain.search.engine import (
-    Candidate,
-    SearchCancelled,
-    SearchResult,
-    SearchSpec,
-    SearchTooLarge,
-    search,
-)
+from app.domain.search.engine import search
 from app.domain.search.run_pricing import CurvePricing, RunFigures
+from app.domain.search.spec import Candidate, SearchCancelled, SearchResult, SearchSpec, SearchTooLarge
 from app.schemas import CostRequest, EstimateRequest, PlanSearchRequest
 from app.services.errors import InputError, field_error
 from app.services.estimate import PLAN_FIELDS, resolve_architecture, scenario_cluster

@@ -29,7 +29,6 @@ from app.domain.estimator.plan import Offload, Plan, Sharding
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
 from app.domain.reliability.report import reliability_report
-from app.domain.search.engine import OFFLOADS_BY_FRAMEWORK, SearchCancelled, SearchSpec
 from app.domain.search.sizing import (
     REASON_BUDGET,
     REASON_DEADLINE,
@@ -46,6 +45,7 @@ from app.domain.search.sizing import (
     speed_bound,
     state_fits_bound,
 )
+from app.domain.search.spec import OFFLOADS_BY_FRAMEWORK, SearchCancelled, SearchSpec
 from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, StrictNumbers
 from app.services.documents import plan_document_from_request
 from app.services.errors import InputError

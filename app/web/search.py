@@ -17,7 +17,7 @@ from pydantic import ValidationError
 from app.deps import get_catalog
 from app.domain.catalog import Catalog
 from app.domain.cost.inputs import CostOption
-from app.domain.search.engine import Objective
+from app.domain.search.spec import Objective
 from app.schemas import PlanSearchRequest
 from app.services.errors import InputError
 from app.services.search import run_search

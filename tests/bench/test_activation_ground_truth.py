@@ -25,11 +25,8 @@ from app.bench.measure import saved_activation_bytes  # noqa: E402
 from app.bench.model import build_model, layer_scale, lm_loss, scaled_arch  # noqa: E402
 from app.domain.catalog.load import load_architectures  # noqa: E402
 from app.domain.catalog.toml_io import load_sources  # noqa: E402
-from app.domain.estimator.activations import (  # noqa: E402
-    embedding_activation_bytes,
-    head_activation_bytes,
-    layer_activation_bytes,
-)
+from app.domain.estimator.activations import layer_activation_bytes  # noqa: E402
+from app.domain.estimator.head_activations import embedding_activation_bytes, head_activation_bytes  # noqa: E402
 from app.domain.estimator.plan import Recompute  # noqa: E402
 from app.domain.model.architecture import Architecture, architecture_by_slug  # noqa: E402
 from app.domain.model.counts import parameter_counts  # noqa: E402

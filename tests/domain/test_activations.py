@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.estimator.activations import (
+from app.domain.estimator.activations import framework_style_for, layer_activation_bytes
+from app.domain.estimator.head_activations import (
     embedding_activation_bytes,
-    framework_style_for,
     head_activation_bytes,
-    layer_activation_bytes,
     logits_bytes,
 )
 from app.domain.estimator.plan import Recompute

@@ -868,7 +868,8 @@ def test_search_never_returns_a_plan_its_framework_refuses(framework: str) -> No
     from app.domain.estimator.capabilities import capability_violations
     from app.domain.estimator.compute import model_flops_per_token
     from app.domain.model.counts import parameter_counts
-    from app.domain.search.engine import SearchSpec, search
+    from app.domain.search.engine import search
+    from app.domain.search.spec import SearchSpec
 
     arch = CATALOG.architecture("llama3.1-8b")
     cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=32)

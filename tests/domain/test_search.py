@@ -11,7 +11,8 @@ from app.domain.estimator.compute import model_flops_per_token
 from app.domain.estimator.estimate import build_cluster, estimate
 from app.domain.estimator.plan import Framework, Offload, Recompute, Sharding
 from app.domain.model.counts import parameter_counts
-from app.domain.search.engine import Objective, SearchSpec, SearchTooLarge, evaluate_all, explain, search
+from app.domain.search.engine import evaluate_all, explain, search
+from app.domain.search.spec import Objective, SearchSpec, SearchTooLarge
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 SMALL = CATALOG.architecture("llama3.1-8b").model_copy(

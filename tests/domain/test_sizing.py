@@ -17,7 +17,6 @@ from app.domain.estimator.memory import host_capacity_bytes
 from app.domain.estimator.plan import Plan, Recompute, Sharding
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import HOURS_PER_MONTH
-from app.domain.search.engine import Candidate
 from app.domain.search.sizing import (
     REASON_DEADLINE,
     REASON_DOMINATED,
@@ -31,6 +30,7 @@ from app.domain.search.sizing import (
     speed_bound,
     state_fits_bound,
 )
+from app.domain.search.spec import Candidate
 from app.schemas import PlanSearchRequest
 from app.services.search import run_search
 from app.services.size import BOUND_READS, SizeRequest, run_size

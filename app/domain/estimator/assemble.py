@@ -8,12 +8,7 @@ from __future__ import annotations
 
 import math
 
-from app.domain.estimator.activations import (
-    embedding_activation_bytes,
-    framework_style_for,
-    head_activation_bytes,
-    logits_bytes,
-)
+from app.domain.estimator.activations import framework_style_for
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import head_times, layer_times
 from app.domain.estimator.evaluate import (
@@ -26,6 +21,11 @@ from app.domain.estimator.evaluate import (
     plan_comm,
     rank_memory,
     rank_time,
+)
+from app.domain.estimator.head_activations import (
+    embedding_activation_bytes,
+    head_activation_bytes,
+    logits_bytes,
 )
 from app.domain.estimator.memory import StageMemory, exact_fsdp2, layer_terms, state_bytes_per_param
 from app.domain.estimator.network import link_speeds, plan_groups

@@ -2,10 +2,10 @@
 
 The space (tp × cp × pp × vpp × ep × sharding × offload × micro-batch × recompute, dp derived, for every
 cluster size and global batch asked for) is laid out as numpy arrays and evaluated in one pass by the same
-per-rank formulas the estimator uses (:mod:`app.domain.evaluate`) — not one Python object per plan. Each plan's
+per-rank formulas the estimator uses (:mod:`app.domain.estimator.evaluate`) — not one Python object per plan. Each plan's
 memory is the worst of a few representative pipeline ranks (for every distinct layer count and first/last
 role, the lowest rank: it holds the most micro-batches in flight), which is exactly the estimator's maximum
-over all ranks. The top plans are then re-evaluated by :func:`app.domain.estimate.estimate` for their full
+over all ranks. The top plans are then re-evaluated by :func:`app.domain.estimator.estimate.estimate` for their full
 breakdown. Sequence parallelism is switched on whenever tp > 1: in the model it never costs memory or time.
 
 Rejected plans are counted by their first failing reason, so a user sees why nothing fits.
@@ -14,250 +14,44 @@ Rejected plans are counted by their first failing reason, so a user sees why not
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from enum import StrEnum
 from typing import Any
 
 import numpy as np
-from pydantic import Field
 
 from app.domain.estimator.assemble import consts, exact_state, key_q, model_q
-from app.domain.estimator.capabilities import Facts, capability_masks
 from app.domain.estimator.cluster import Cluster
-from app.domain.estimator.estimate import Estimate, estimate
+from app.domain.estimator.estimate import estimate
 from app.domain.estimator.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
 from app.domain.estimator.memory import host_capacity_bytes
 from app.domain.estimator.pipeline import rank_layers
 from app.domain.estimator.plan import (
-    AttentionKernel,
     Framework,
     Offload,
-    Optimizer,
     Plan,
-    Precision,
     Recompute,
     Sharding,
 )
 from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
-from app.domain.provenance import Frozen
 from app.domain.search.run_pricing import FlatRate, RunPricing
-
-GIB = 1024**3
-SHARDINGS_BY_FRAMEWORK = {
-    Framework.fsdp2: (Sharding.ddp, Sharding.fsdp_full, Sharding.fsdp_grad_op, Sharding.fsdp_hybrid),
-    Framework.megatron: (Sharding.ddp, Sharding.megatron_distopt, Sharding.fsdp_full),
-    Framework.deepspeed: (Sharding.ddp, Sharding.zero1, Sharding.zero2, Sharding.zero3),
-}
-OFFLOADS_BY_FRAMEWORK = {
-    Framework.fsdp2: (Offload.none, Offload.params_cpu),
-    Framework.megatron: (Offload.none, Offload.optimizer_cpu),
-    Framework.deepspeed: (Offload.none, Offload.optimizer_cpu, Offload.params_cpu, Offload.nvme),
-}
-SHARDINGS = list(Sharding)
-OFFLOADS = list(Offload)
-RECOMPUTES = list(Recompute)
-# Per-op selective activation checkpointing is torchtitan's (FSDP2 stack); the others recompute layers or the
-# attention core (the capability table refuses selective-op for them).
-RECOMPUTES_BY_FRAMEWORK = {
-    Framework.fsdp2: tuple(Recompute),
-    Framework.megatron: (Recompute.none, Recompute.selective, Recompute.full),
-    Framework.deepspeed: (Recompute.none, Recompute.selective, Recompute.full),
-}
-
-
-class Objective(StrEnum):
-    max_tokens_per_s = "max-tokens-per-s"
-    min_time = "min-time"
-    min_cost = "min-cost"
-    max_headroom = "max-headroom"
-
-
-class SearchTooLarge(ValueError):
-    """The space would take too long; the message says how to narrow it."""
-
-
-class SearchCancelled(RuntimeError):
-    """The caller's ``should_stop`` hook said stop (a deadline passed); the search gave up between grids."""
-
-
-class SearchSpec(Frozen):
-    """What to search over and under which constraints (everything the user can set)."""
-
-    gpus: tuple[int, ...] = Field(min_length=1, description="cluster sizes to consider (GPUs)")
-    global_batches: tuple[int, ...] = Field(min_length=1, description="global batch sizes, in sequences")
-    seq_len: int = Field(ge=1)
-    framework: Framework = Framework.fsdp2
-    precision: Precision = Precision.bf16
-    optimizer: Optimizer = Optimizer.adamw
-    flash_attention: bool = True
-    fused_kernels: bool | None = None
-    fused_cross_entropy: bool = False
-    attention_kernel: AttentionKernel = "auto"
-    shardings: tuple[Sharding, ...] | None = None  # None: every strategy the framework offers
-    offloads: tuple[Offload, ...] | None = None  # None: every offload the framework offers
-    micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
-    recomputes: tuple[Recompute, ...] = tuple(Recompute)
-    vpps: tuple[int, ...] = (1, 2, 4)
-    cps: tuple[int, ...] = (1, 2, 4, 8)
-    max_pp: int = Field(default=64, ge=1)
-    max_tp: int | None = None  # None: the NVLink domain (or any divisor of the GPUs when across nodes)
-    allow_tp_across_nodes: bool = False
-    hsdp_group: int | None = None  # HSDP shard group; None: one node
-    headroom_bytes: float = Field(default=0, ge=0)
-    headroom_fraction: float = Field(default=0, ge=0, lt=1)
-    tokens_to_train: float | None = Field(default=None, gt=0)
-    deadline_days: float | None = Field(default=None, gt=0)
-    budget_usd: float | None = Field(default=None, gt=0)
-    usd_per_gpu_hour: float | None = Field(default=None, gt=0, description="price used for cost objectives")
-    objective: Objective = Objective.max_tokens_per_s
-    top_k: int = Field(default=10, ge=1, le=100)
-    max_plans: int = Field(default=2_000_000, ge=1)
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One plan of the search with the figures it was ranked on."""
-
-    plan: Plan
-    gpus: int
-    tokens_per_s: float
-    step_time_s: float
-    peak_memory_bytes: float
-    margin_bytes: float
-    mfu: float
-    usd_per_hour: float | None
-    usd_per_million_tokens: float | None
-    time_to_train_days: float | None  # wall-clock days after failures (see goodput)
-    cost_to_train_usd: float | None
-    time_to_train_days_before_failures: float | None = None
-    goodput: float = 1.0
-
-
-class SearchResult(Frozen):
-    considered_plans: int = Field(description="points of the grid, including impossible degree combinations")
-    evaluated_plans: int = Field(description="valid plans evaluated by the model")
-    feasible_plans: int
-    elapsed_s: float
-    plans_per_s: float
-    plans: tuple[Candidate, ...]
-    best: Estimate | None = Field(default=None, description="the winner's full estimate")
-    pareto: tuple[Candidate, ...] = ()
-    best_by_gpus: tuple[Candidate, ...] = Field(
-        default=(), description="the fastest feasible plan of each cluster size (the sizing search's input)"
-    )
-    rejected: dict[str, int]
-    explanation: str
-    message: str | None = None
-    notes: tuple[str, ...] = ()
-
-
-# -- the space ---------------------------------------------------------------------------------------------
-
-
-@functools.lru_cache(maxsize=256)
-def _divisor_tuple(n: int) -> tuple[int, ...]:
-    small = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
-    return tuple(sorted({*small, *(n // d for d in small)}))
-
-
-def _divisors(n: int) -> list[int]:
-    """Divisors of ``n`` in increasing order (pairs d, n/d up to √n)."""
-    return list(_divisor_tuple(n))
-
-
-@dataclass
-class _Grid:
-    cols: dict[str, np.ndarray]
-    size: int
-
-
-def _axes(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int) -> dict[str, list[int]]:
-    domain = cluster.nvlink_domain
-    max_tp = spec.max_tp or (gpus if spec.allow_tp_across_nodes else min(domain, gpus))
-    tps = [t for t in _divisors(gpus) if t <= max_tp]
-    pps = [p for p in _divisors(gpus) if p <= min(spec.max_pp, arch.n_layers)]
-    cps = [c for c in spec.cps if gpus % c == 0]
-    eps = [e for e in _divisors(arch.n_experts) if e <= 64] if arch.is_moe else [1]
-    shardings = spec.shardings or SHARDINGS_BY_FRAMEWORK[spec.framework]
-    offloads = spec.offloads or OFFLOADS_BY_FRAMEWORK[spec.framework]
-    axes = {
-        "tp": tps, "cp": cps, "pp": pps, "vpp": list(spec.vpps), "ep": eps,
-        "sh": [SHARDINGS.index(s) for s in shardings], "off": [OFFLOADS.index(o) for o in offloads],
-        "mb": list(spec.micro_batches),
-        "rc": [RECOMPUTES.index(r) for r in spec.recomputes if r in RECOMPUTES_BY_FRAMEWORK[spec.framework]],
-    }  # fmt: skip
-    return axes
-
-
-def space_size(arch: Architecture, clusters: dict[int, Cluster], spec: SearchSpec) -> int:
-    """Grid points the search would visit over every cluster size and batch."""
-    per_batch = sum(math.prod(len(v) for v in _axes(arch, clusters[g], spec, g).values()) for g in spec.gpus)
-    return per_batch * len(spec.global_batches)
-
-
-def _grid(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int) -> _Grid:
-    axes = _axes(arch, cluster, spec, gpus)
-    size = math.prod(len(v) for v in axes.values())
-    # Only (tp, cp, pp) whose product divides the GPU count are laid out (the others are not plans and were
-    # never counted as rejected); the surviving points keep the full mesh's order, so ties rank the same.
-    triples = np.array(
-        [(t, c, p) for t in axes["tp"] for c in axes["cp"] for p in axes["pp"] if gpus % (t * c * p) == 0],
-        dtype=np.int64,
-    ).reshape(-1, 3)
-    rest = [k for k in axes if k not in ("tp", "cp", "pp")]
-    mesh = np.meshgrid(
-        np.arange(len(triples)), *[np.asarray(axes[k], dtype=np.int64) for k in rest], indexing="ij"
-    )
-    which = mesh[0].ravel()
-    cols = {"tp": triples[which, 0], "cp": triples[which, 1], "pp": triples[which, 2]}
-    cols.update({k: m.ravel() for k, m in zip(rest, mesh[1:], strict=True)})
-    return _Grid(cols={k: cols[k] for k in axes}, size=size)
-
-
-def _reject_masks(
-    arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int, g: dict
-) -> list:
-    """(reason, mask-of-failing) in priority order; every plan is charged to its first failing reason."""
-    tp, cp, pp, vpp, ep, mb = g["tp"], g["cp"], g["pp"], g["vpp"], g["ep"], g["mb"]
-    model_parallel = tp * cp * pp
-    dp = np.where(gpus % model_parallel == 0, gpus // np.maximum(model_parallel, 1), 0)
-    off = g["off"]  # offload codes (indices into OFFLOADS)
-    per_step = mb * np.maximum(dp, 1)
-    micro = batch // per_step
-    shards_params = np.array([s.shards_params for s in SHARDINGS])[g["sh"]]
-    hybrid = g["sh"] == SHARDINGS.index(Sharding.fsdp_hybrid)
-    group = spec.hsdp_group or cluster.gpus_per_node
-    return [
-        ("tp·cp·pp does not divide the GPU count", gpus % model_parallel != 0),
-        ("attention heads not divisible by tp", arch.n_heads % tp != 0),
-        ("KV heads neither divide nor are divisible by tp", (arch.n_kv_heads % tp != 0) & (tp % arch.n_kv_heads != 0)),
-        ("pp·vpp exceeds the layers", pp * vpp > arch.n_layers),
-        ("interleaving (vpp > 1) without pipeline parallelism", (vpp > 1) & (pp == 1)),
-        ("global batch not divisible by micro-batch·dp", batch % per_step != 0),
-        ("interleaving needs micro-batches to be a multiple of pp", (vpp > 1) & (micro % pp != 0)),
-        ("sequence not divisible by 2·cp", (cp > 1) & (spec.seq_len % (2 * cp) != 0)),
-        ("experts not divisible by ep, or ep not dividing dp·cp",
-         (ep > 1) & (((dp * cp) % ep != 0) | (arch.n_experts % np.maximum(ep, 1) != 0))),
-        ("HSDP shard group does not divide dp", hybrid & ((dp % group != 0) | (dp <= group))),
-        ("offload needs fully sharded parameters",
-         np.isin(off, [OFFLOADS.index(Offload.params_cpu), OFFLOADS.index(Offload.nvme)]) & ~shards_params),
-        *capability_masks(spec.framework, Facts(
-            tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batches=np.maximum(micro, 1), seq_len=spec.seq_len,
-            replicated=~np.array([s.shards_optimizer for s in SHARDINGS])[g["sh"]],
-            shards_grads=np.array([s.shards_grads for s in SHARDINGS])[g["sh"]], shards_params=shards_params,
-            offload_optimizer=off == OFFLOADS.index(Offload.optimizer_cpu), fp16=spec.precision is Precision.fp16,
-            sgd=spec.optimizer is Optimizer.sgd, tied_embeddings=arch.tied_embeddings,
-            selective_op=g["rc"] == RECOMPUTES.index(Recompute.selective_op),
-        )),
-    ]  # fmt: skip
-
+from app.domain.search.space import _grid, _reject_masks, space_size
+from app.domain.search.spec import (
+    GIB,
+    OFFLOADS,
+    RECOMPUTES,
+    SHARDINGS,
+    Candidate,
+    Objective,
+    SearchCancelled,
+    SearchResult,
+    SearchSpec,
+    SearchTooLarge,
+)
 
 # -- evaluation --------------------------------------------------------------------------------------------
 

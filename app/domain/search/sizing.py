@@ -30,7 +30,7 @@ from app.domain.estimator.evaluate import straggler_factor
 from app.domain.estimator.plan import Plan, Recompute
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture
-from app.domain.search.engine import Candidate
+from app.domain.search.spec import Candidate
 
 GIB = 1024**3
 HOURS_PER_YEAR = 8766.0

@@ -1,0 +1,116 @@
+"""Activation memory outside the transformer layers, per rank: what the embedding and the output head keep
+for the backward, and the ``b·s·V`` logits (or one chunk of them under a fused linear cross-entropy). The
+conventions (``framework_style``, notation) are those of :mod:`app.domain.estimator.activations`."""
+
+from __future__ import annotations
+
+from app.domain.estimator.activations import (
+    FP32_BYTES,
+    INDEX_BYTES,
+    MASK_BYTES,
+    FrameworkStyle,
+    _ceil_div,
+    _check,
+    _default_dropout,
+    _Shape,
+)
+from app.domain.model.architecture import Architecture
+
+
+def embedding_activation_bytes(
+    arch: Architecture,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    act_bytes: int = 2,
+    framework_style: FrameworkStyle = "torch",
+    dropout: bool | None = None,
+) -> int:
+    """Saved by the first stage before its first layer: token ids (int64, for the embedding backward),
+    position ids for learned positions (torch), the embedding-norm input + stats when ``embedding_norm``,
+    and Megatron's embedding dropout mask (``s·b·h`` bytes, ÷t with SP) when ``dropout``."""
+    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    style: FrameworkStyle = framework_style
+    if dropout is None:
+        dropout = _default_dropout(arch, style)
+    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+    total = sh.tokens * INDEX_BYTES
+    if arch.position == "learned" and style == "torch":
+        total += sh.s_local * INDEX_BYTES
+    if arch.embedding_norm:
+        stat = (2 * FP32_BYTES if arch.norm == "layernorm" else FP32_BYTES) if style == "torch" else 0
+        total += sh.tokens_rep * (arch.hidden_size * act_bytes + stat)
+    if style == "megatron" and dropout:
+        total += sh.tokens_rep * arch.hidden_size * MASK_BYTES
+    return total
+
+
+def head_activation_bytes(
+    arch: Architecture,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    sequence_parallel: bool = False,
+    act_bytes: int = 2,
+    framework_style: FrameworkStyle = "torch",
+) -> int:
+    """Saved by the last stage after its last layer, *excluding* the ``b·s·V`` tensors (see
+    :func:`logits_bytes`): the final-norm input (+ stats in torch), the output-GEMM input and the int64
+    targets. The output-GEMM input is replicated over TP unless SP."""
+    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+    stat = (2 * FP32_BYTES if arch.norm == "layernorm" else FP32_BYTES) if framework_style == "torch" else 0
+    return sh.tokens_rep * (2 * arch.hidden_size * act_bytes + stat) + sh.tokens * INDEX_BYTES
+
+
+def logits_bytes(
+    arch: Architecture,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    logits_dtype_bytes: int = 4,
+    act_bytes: int = 2,
+    fused_linear: bool = False,
+) -> int:
+    """The ``b·s·V`` logits and the loss's copy of them on the last stage, per rank (vocab-parallel ÷t, ÷c).
+
+    ``b·(s/c)·(V/t)·(act_bytes + logits_dtype_bytes)``: the output GEMM writes logits in the activation dtype
+    (bf16, 2 B); the loss upcasts them to fp32 (``logits_dtype_bytes=4``, the default — every mainstream recipe
+    computes cross-entropy in fp32) and autograd keeps the fp32 log-softmax output until backward. With a
+    bf16 cross-entropy pass ``logits_dtype_bytes=2``. Eager PyTorch briefly holds one more fp32 copy while
+    ``log_softmax`` runs or its gradient is formed (about ``b·s·V·4`` more at that instant); fused / chunked
+    cross-entropy kernels hold much less. Example: Llama 3 (V=128,256), b=1, s=8192, t=1 →
+    8192·128256·6 = 6,304,038,912 B ≈ 5.87 GiB.
+
+    ``fused_linear`` (Liger-Kernel's FusedLinearCrossEntropy): the output GEMM and the loss run over chunks of
+    ``ceil(b·s / ceil(V/h))`` tokens (rounded up to a power of two), each chunk's logits (activation dtype + the
+    fp32 loss copy) freed before the next, and the gradient of the GEMM's input (b·s·h in the activation dtype)
+    computed in the forward and kept for the backward. Llama 3 8B, b=1, s=262,144: chunk 8,192 tokens →
+    8192·128256·6 + 262144·4096·2 = 6.30 GB + 2.15 GB.
+    """
+    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    if logits_dtype_bytes not in (2, 4):
+        raise ValueError(f"logits_dtype_bytes must be 2 or 4, got {logits_dtype_bytes}")
+    if fused_linear:
+        tokens = micro_batch * _ceil_div(seq_len, cp)
+        chunk = min(
+            tokens,
+            1 << max(0, (_ceil_div(tokens, _ceil_div(arch.vocab_size, arch.hidden_size)) - 1).bit_length()),
+        )
+        return (
+            chunk * _ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
+            + tokens * arch.hidden_size * act_bytes
+        )
+    return (
+        micro_batch
+        * _ceil_div(seq_len, cp)
+        * _ceil_div(arch.vocab_size, tp)
+        * (act_bytes + logits_dtype_bytes)
+    )

@@ -1,0 +1,130 @@
+"""What a plan search is asked (SearchSpec) and what it answers (Candidate, SearchResult), with the
+framework tables of the space (shardings, offloads and recomputes each framework offers)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from pydantic import Field
+
+from app.domain.estimator.estimate import Estimate
+from app.domain.estimator.plan import (
+    AttentionKernel,
+    Framework,
+    Offload,
+    Optimizer,
+    Plan,
+    Precision,
+    Recompute,
+    Sharding,
+)
+from app.domain.provenance import Frozen
+
+GIB = 1024**3
+SHARDINGS_BY_FRAMEWORK = {
+    Framework.fsdp2: (Sharding.ddp, Sharding.fsdp_full, Sharding.fsdp_grad_op, Sharding.fsdp_hybrid),
+    Framework.megatron: (Sharding.ddp, Sharding.megatron_distopt, Sharding.fsdp_full),
+    Framework.deepspeed: (Sharding.ddp, Sharding.zero1, Sharding.zero2, Sharding.zero3),
+}
+OFFLOADS_BY_FRAMEWORK = {
+    Framework.fsdp2: (Offload.none, Offload.params_cpu),
+    Framework.megatron: (Offload.none, Offload.optimizer_cpu),
+    Framework.deepspeed: (Offload.none, Offload.optimizer_cpu, Offload.params_cpu, Offload.nvme),
+}
+SHARDINGS = list(Sharding)
+OFFLOADS = list(Offload)
+RECOMPUTES = list(Recompute)
+# Per-op selective activation checkpointing is torchtitan's (FSDP2 stack); the others recompute layers or the
+# attention core (the capability table refuses selective-op for them).
+RECOMPUTES_BY_FRAMEWORK = {
+    Framework.fsdp2: tuple(Recompute),
+    Framework.megatron: (Recompute.none, Recompute.selective, Recompute.full),
+    Framework.deepspeed: (Recompute.none, Recompute.selective, Recompute.full),
+}
+
+
+class Objective(StrEnum):
+    max_tokens_per_s = "max-tokens-per-s"
+    min_time = "min-time"
+    min_cost = "min-cost"
+    max_headroom = "max-headroom"
+
+
+class SearchTooLarge(ValueError):
+    """The space would take too long; the message says how to narrow it."""
+
+
+class SearchCancelled(RuntimeError):
+    """The caller's ``should_stop`` hook said stop (a deadline passed); the search gave up between grids."""
+
+
+class SearchSpec(Frozen):
+    """What to search over and under which constraints (everything the user can set)."""
+
+    gpus: tuple[int, ...] = Field(min_length=1, description="cluster sizes to consider (GPUs)")
+    global_batches: tuple[int, ...] = Field(min_length=1, description="global batch sizes, in sequences")
+    seq_len: int = Field(ge=1)
+    framework: Framework = Framework.fsdp2
+    precision: Precision = Precision.bf16
+    optimizer: Optimizer = Optimizer.adamw
+    flash_attention: bool = True
+    fused_kernels: bool | None = None
+    fused_cross_entropy: bool = False
+    attention_kernel: AttentionKernel = "auto"
+    shardings: tuple[Sharding, ...] | None = None  # None: every strategy the framework offers
+    offloads: tuple[Offload, ...] | None = None  # None: every offload the framework offers
+    micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
+    recomputes: tuple[Recompute, ...] = tuple(Recompute)
+    vpps: tuple[int, ...] = (1, 2, 4)
+    cps: tuple[int, ...] = (1, 2, 4, 8)
+    max_pp: int = Field(default=64, ge=1)
+    max_tp: int | None = None  # None: the NVLink domain (or any divisor of the GPUs when across nodes)
+    allow_tp_across_nodes: bool = False
+    hsdp_group: int | None = None  # HSDP shard group; None: one node
+    headroom_bytes: float = Field(default=0, ge=0)
+    headroom_fraction: float = Field(default=0, ge=0, lt=1)
+    tokens_to_train: float | None = Field(default=None, gt=0)
+    deadline_days: float | None = Field(default=None, gt=0)
+    budget_usd: float | None = Field(default=None, gt=0)
+    usd_per_gpu_hour: float | None = Field(default=None, gt=0, description="price used for cost objectives")
+    objective: Objective = Objective.max_tokens_per_s
+    top_k: int = Field(default=10, ge=1, le=100)
+    max_plans: int = Field(default=2_000_000, ge=1)
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One plan of the search with the figures it was ranked on."""
+
+    plan: Plan
+    gpus: int
+    tokens_per_s: float
+    step_time_s: float
+    peak_memory_bytes: float
+    margin_bytes: float
+    mfu: float
+    usd_per_hour: float | None
+    usd_per_million_tokens: float | None
+    time_to_train_days: float | None  # wall-clock days after failures (see goodput)
+    cost_to_train_usd: float | None
+    time_to_train_days_before_failures: float | None = None
+    goodput: float = 1.0
+
+
+class SearchResult(Frozen):
+    considered_plans: int = Field(description="points of the grid, including impossible degree combinations")
+    evaluated_plans: int = Field(description="valid plans evaluated by the model")
+    feasible_plans: int
+    elapsed_s: float
+    plans_per_s: float
+    plans: tuple[Candidate, ...]
+    best: Estimate | None = Field(default=None, description="the winner's full estimate")
+    pareto: tuple[Candidate, ...] = ()
+    best_by_gpus: tuple[Candidate, ...] = Field(
+        default=(), description="the fastest feasible plan of each cluster size (the sizing search's input)"
+    )
+    rejected: dict[str, int]
+    explanation: str
+    message: str | None = None
+    notes: tuple[str, ...] = ()
