@@ -121,7 +121,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
 # Per-rank terms (activation bytes, layer compute seconds) of a (tp, cp, recompute, micro-batch, ep) key depend on
 # the model, the plan settings and the cluster's accelerator and efficiency figures, never on its GPU count: they
 # are shared across cluster sizes and searches (the sizing search runs one node over many sizes). Keyed by the
-# JSON of everything they could read, so any difference (calibration, power cap, node) is a different entry.
+# JSON of everything they could read, so any difference (calibration, power cap) is a different entry.
 _KEY_Q_CACHE: dict[tuple[str, str, str], dict[tuple[int, ...], Any]] = {}
 _KEY_Q_CACHE_CONTEXTS = 64
 
@@ -129,7 +129,9 @@ _KEY_Q_CACHE_CONTEXTS = 64
 def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> dict[tuple[int, ...], Any]:
     ctx = (
         arch.model_dump_json(),
-        cluster.model_dump_json(exclude={"gpus"}),
+        # what key_q reads of a cluster: the GPU, its figures and the stacks — not its size, node or fabrics, so
+        # every node of one accelerator shares the entries (tests/domain/test_sizing.py checks the independence)
+        cluster.model_dump_json(include={"accelerator", "efficiency", "scale", "stacks", "power_limit_w", "runtime"}),
         spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
                                       "fused_kernels", "fused_cross_entropy", "attention_kernel"}),
     )  # fmt: skip
