@@ -73,7 +73,7 @@ def sizing_bench(catalog) -> None:
     ends) × the full plan space × every pricing option. Each run starts cold (the shared per-rank terms are
     cleared), so the figure is what a first request costs. "sizes" is (node, size) pairs searched of all: the
     others were dropped by the memory, speed and dominance bounds."""
-    from app.domain import search as search_module
+    from app.domain.search import engine as search_module
     from app.services.size import SizeRequest, run_size
 
     cases = {
