@@ -63,9 +63,40 @@ def main() -> None:
             lambda a=arch, c=cluster, p=plan: estimate(a, c, p, allow_tp_across_nodes=True)
         )
         print(f"{name:46s} {rate:12,.0f} {median_us:10.0f}")
+    planner_bench()
     search_bench(catalog)
     cli_bench()
     sizing_bench(catalog)
+
+
+def planner_bench(requests: int = 30) -> None:
+    """The planner's htmx partial for its default form (what the page fetches on every change): the app on a
+    temporary SQLite file, in process (no network), after one warm-up request."""
+    import tempfile
+    from pathlib import Path
+
+    from fastapi.testclient import TestClient
+
+    from app.db.migrate import upgrade
+    from app.main import create_app
+
+    with tempfile.TemporaryDirectory() as tmp:
+        settings = Settings(database_url=f"sqlite:///{Path(tmp) / 'bench.db'}", log_level="WARNING")
+        upgrade(settings.database_url)
+        headers = {"HX-Request": "true", "HX-Request-Type": "partial"}
+        with TestClient(create_app(settings)) as client:
+            client.get("/", headers=headers)
+            samples = []
+            for _ in range(requests):
+                t0 = time.perf_counter()
+                client.get("/", headers=headers)
+                samples.append(time.perf_counter() - t0)
+    samples.sort()
+    p95 = samples[max(0, int(0.95 * len(samples)) - 1)]
+    print(
+        f"\nplanner partial (default form, in process)       median {statistics.median(samples) * 1e3:.0f} ms, "
+        f"p95 {p95 * 1e3:.0f} ms over {requests} requests"
+    )
 
 
 def sizing_bench(catalog) -> None:
