@@ -90,7 +90,9 @@ async def _client(host: str, port: int, deadline: float, results: dict) -> None:
 
 
 def _percentile(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
+    return (
+        statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1] if len(values) > 1 else values[0]
+    )
 
 
 def _free_port() -> int:
@@ -101,8 +103,14 @@ def _free_port() -> int:
 
 def _start_server(workers: int) -> tuple[subprocess.Popen, str]:
     port = _free_port()
-    env = {**os.environ, "CAPPLAN_DATABASE_URL": f"sqlite:///{tempfile.mkdtemp()}/load.db", "CAPPLAN_LOG_LEVEL": "WARNING"}
-    subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], env=env, check=True, capture_output=True)
+    env = {
+        **os.environ,
+        "CAPPLAN_DATABASE_URL": f"sqlite:///{tempfile.mkdtemp()}/load.db",
+        "CAPPLAN_LOG_LEVEL": "WARNING",
+    }
+    subprocess.run(
+        [sys.executable, "-m", "app.cli", "db", "upgrade"], env=env, check=True, capture_output=True
+    )
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "app.main:create_app", "--factory", "--host", "127.0.0.1",
          "--port", str(port), "--workers", str(workers), "--log-level", "warning", "--no-access-log"],
@@ -120,7 +128,9 @@ def _start_server(workers: int) -> tuple[subprocess.Popen, str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--url")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--concurrency", type=int, default=32)
@@ -145,7 +155,9 @@ def main() -> None:
         deadline = start + args.seconds
 
         async def run() -> None:
-            await asyncio.gather(*(_client(host, parsed.port or 80, deadline, results) for _ in range(args.concurrency)))
+            await asyncio.gather(
+                *(_client(host, parsed.port or 80, deadline, results) for _ in range(args.concurrency))
+            )
 
         asyncio.run(run())
         wall = time.perf_counter() - start
@@ -155,7 +167,9 @@ def main() -> None:
             proc.wait(timeout=20)
     print(f"capplan load test {time.strftime('%Y-%m-%d')}: {args.concurrency} clients, {wall:.1f} s, "
           f"{args.workers if proc else '?'} workers, {os.cpu_count()} CPUs")  # fmt: skip
-    print(f"{'kind':10s} {'requests':>9s} {'req/s':>8s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} {'errors':>7s}")
+    print(
+        f"{'kind':10s} {'requests':>9s} {'req/s':>8s} {'p50 ms':>8s} {'p95 ms':>8s} {'p99 ms':>8s} {'errors':>7s}"
+    )
     total_errors = 0
     for kind, rows in sorted(results.items()):
         latencies = [t * 1000 for t, _ in rows]

@@ -17,7 +17,7 @@ from pathlib import Path
 from app.domain.catalog import load_catalog
 from app.domain.export import EXPORT_FORMATS, PlanDocumentError, export_plan, parse_plan_document
 from app.schemas import EstimateRequest
-from app.services import plan_document_from_request
+from app.services.documents import plan_document_from_request
 
 H100 = {"gpu": "h100-sxm", "seq_len": 8192, "tokens": 1e12}
 
