@@ -338,6 +338,13 @@ class PlanSearchRequest(StrictNumbers):
     optimizer: Optimizer = Optimizer.adamw
     flash_attention: bool = True
     fused_kernels: bool | None = None
+    fused_cross_entropy: bool = Field(
+        default=False,
+        description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
+    )
+    attention_kernel: AttentionKernel = Field(
+        default="auto", description="fused attention kernel: auto = the framework's own"
+    )
     shardings: list[Sharding] | None = Field(default=None, max_length=len(Sharding))
     offloads: list[Offload] | None = Field(default=None, max_length=len(Offload))
     micro_batches: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(default=None, max_length=12)

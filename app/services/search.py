@@ -201,6 +201,7 @@ def _run_search(
         gpus=tuple(sizes), global_batches=tuple(batch_sizes(request)), seq_len=request.seq_len,
         framework=request.framework, precision=request.precision, optimizer=request.optimizer,
         flash_attention=request.flash_attention, fused_kernels=request.fused_kernels,
+        fused_cross_entropy=request.fused_cross_entropy, attention_kernel=request.attention_kernel,
         shardings=tuple(request.shardings) if request.shardings else None,
         offloads=tuple(request.offloads) if request.offloads else None,
         micro_batches=tuple(request.micro_batches or defaults["micro_batches"].default),

@@ -76,3 +76,22 @@ def test_search_uses_the_figure_overrides_the_estimate_uses(client: TestClient) 
     assert est["tokens_per_s"] == body["plans"][0]["tokens_per_s"]
     bad = client.post("/api/v1/plans/search", json={**fast, "figure_overrides": {"efficiency.nope": 1}})
     assert bad.status_code == 422 and "figure_overrides" in bad.text
+
+
+def test_search_takes_the_attention_kernel_and_fused_cross_entropy_like_the_estimate(
+    client: TestClient,
+) -> None:
+    """The winner of a search with FlashAttention-3 and fused cross-entropy carries both, and estimating that plan
+    gives the same tokens/s and memory; a kernel that does not exist is a 422 naming the field."""
+    req = {"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": 8, "global_batch": 16, "seq_len": 8192,
+           "attention_kernel": "fa3", "fused_cross_entropy": True, "top_k": 1}  # fmt: skip
+    body = client.post("/api/v1/plans/search", json=req).json()
+    best = body["plans"][0]
+    assert best["plan"]["attention_kernel"] == "fa3" and best["plan"]["fused_cross_entropy"] is True
+    plan = {k: v for k, v in best["plan"].items() if k != "gpus"}
+    est = client.post("/api/v1/estimate", json={"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": 8, **plan})
+    assert est.status_code == 200, est.text
+    assert est.json()["tokens_per_s"] == best["tokens_per_s"]
+    assert est.json()["peak_memory_bytes"] == best["peak_memory_bytes"]
+    bad = client.post("/api/v1/plans/search", json={**req, "attention_kernel": "fa9"})
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"][-1] == "attention_kernel"
