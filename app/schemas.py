@@ -181,6 +181,13 @@ class EstimateRequest(StrictNumbers):
     global_batch: int = Field(ge=1, le=16_777_216, description="sequences per optimizer step")
     seq_len: int = Field(ge=1, le=4_194_304)
     recompute: Recompute = Recompute.none
+    recompute_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="with full recompute: layers per pipeline chunk that recompute (the rest keep their "
+        "activations); empty = every layer",
+    )
     sequence_parallel: bool = False
     flash_attention: bool = True
     attention_kernel: AttentionKernel = Field(

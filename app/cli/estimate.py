@@ -110,8 +110,9 @@ def print_estimate(est) -> None:
     echo(f"{est.model} on {est.gpus} × {est.accelerator} ({est.nodes} × {est.node}, {est.scale_out_fabric})")
     echo(
         f"plan: tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} ep={p.ep} {p.sharding.value} "
-        f"micro-batch={p.micro_batch} global-batch={p.global_batch} seq={p.seq_len} recompute={p.recompute.value} "
-        f"{p.precision.value} {p.framework.value}"
+        f"micro-batch={p.micro_batch} global-batch={p.global_batch} seq={p.seq_len} recompute={p.recompute.value}"
+        + (f" ({p.recompute_layers} layers per chunk)" if p.recompute_layers is not None else "")
+        + f" {p.precision.value} {p.framework.value}"
     )
     echo(f"parameters: {est.parameters_total:,} total, {est.parameters_active:,} active per token")
     verdict = "FITS" if est.fits else "DOES NOT FIT"

@@ -83,7 +83,7 @@ def plan_q(arch: Architecture, plan: Plan) -> PlanQ:
         grad_op=sh is Sharding.fsdp_grad_op, hybrid=sh is Sharding.fsdp_hybrid, ddp=sh is Sharding.ddp,
         fsdp2=plan.framework is Framework.fsdp2, deepspeed=plan.framework is Framework.deepspeed,
         offload_optimizer=plan.offload is Offload.optimizer_cpu, offload_params=plan.offload is Offload.params_cpu,
-        offload_nvme=plan.offload is Offload.nvme, recompute_full=plan.recompute is Recompute.full,
+        offload_nvme=plan.offload is Offload.nvme, recompute_full=plan.recompute_share(arch.n_layers),
         sequence_parallel=plan.sequence_parallel, exact=exact, exact_params=e_params, exact_grads=e_grads,
         exact_optimizer=e_opt,
     )  # fmt: skip
@@ -94,15 +94,31 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
     act_bytes = 4 if plan.precision is Precision.fp32 else 2
     style = framework_style_for(plan.framework.value)
     terms = layer_terms(arch, plan)
+    # Full recompute of only some layers (recompute_layers): that share of the layers keeps its input and
+    # repeats its forward; the others keep every activation (the saved bytes are the share-weighted mean).
+    share = plan.recompute_share(arch.n_layers)
+    kept = layer_terms(arch, plan.model_copy(update={"recompute": Recompute.none, "recompute_layers": None}))
+
+    def saved(kind: str) -> float:
+        if kind not in terms:
+            return 0.0
+        if plan.recompute is not Recompute.full or share >= 1.0:
+            return terms[kind].saved_bytes
+        return share * terms[kind].saved_bytes + (1 - share) * kept[kind].saved_bytes
+
+    peak_extra = max(t.peak_extra_bytes for t in terms.values())
+    if plan.recompute is Recompute.full and share < 1.0:
+        peak_extra = max(peak_extra, *(t.peak_extra_bytes for t in kept.values()))
+    rec = share if plan.recompute is Recompute.full else 1.0
     shape = dict(micro_batch=plan.micro_batch, seq_len=plan.seq_len, tp=plan.tp, cp=plan.cp)
     dense = layer_times(arch, "dense", plan, cluster) if arch.n_dense_layers else None
     moe = layer_times(arch, "moe", plan, cluster) if arch.n_moe_layers else None
     head_fwd, head_bwd = head_times(arch, plan, cluster)
     zero = 0.0
     return KeyQ(
-        saved_dense=terms["dense"].saved_bytes if "dense" in terms else zero,
-        saved_moe=terms["moe"].saved_bytes if "moe" in terms else zero,
-        peak_extra=max(t.peak_extra_bytes for t in terms.values()),
+        saved_dense=saved("dense"),
+        saved_moe=saved("moe"),
+        peak_extra=peak_extra,
         embedding_act=embedding_activation_bytes(
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
@@ -111,9 +127,9 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
         ),
         logits=logits_bytes(arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy),
         fwd_dense=dense.fwd_s if dense else zero, bwd_dense=dense.bwd_s if dense else zero,
-        rec_dense=dense.recompute_s if dense else zero, attn_dense=dense.attention_fwd_s if dense else zero,
+        rec_dense=rec * dense.recompute_s if dense else zero, attn_dense=dense.attention_fwd_s if dense else zero,
         fwd_moe=moe.fwd_s if moe else zero, bwd_moe=moe.bwd_s if moe else zero,
-        rec_moe=moe.recompute_s if moe else zero, attn_moe=moe.attention_fwd_s if moe else zero,
+        rec_moe=rec * moe.recompute_s if moe else zero, attn_moe=moe.attention_fwd_s if moe else zero,
         head_fwd=head_fwd, head_bwd=head_bwd,
     )  # fmt: skip
 

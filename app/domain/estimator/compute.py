@@ -80,9 +80,11 @@ def model_flops_per_token(
 def hardware_flops_per_token(
     model: FlopsPerToken, arch: Architecture, plan: Plan, head_weights: int
 ) -> float:
-    """Model FLOPs plus what recompute repeats (forward = 1/3 of forward+backward)."""
+    """Model FLOPs plus what recompute repeats (forward = 1/3 of forward+backward); full recompute of only
+    ``recompute_layers`` per chunk repeats that share of the layers' forward."""
     if plan.recompute is Recompute.full:
-        return model.total + (model.matmul - 6.0 * head_weights) / 3 + model.attention / 3
+        share = plan.recompute_share(arch.n_layers)
+        return model.total + share * ((model.matmul - 6.0 * head_weights) / 3 + model.attention / 3)
     if plan.recompute is Recompute.selective:
         return model.total + model.attention / 3
     if plan.recompute is Recompute.selective_op:

@@ -351,10 +351,18 @@ def rank_time(
         once_per_step, 0.0, exposed_dp(xp, gathers * gather + scatter, mb_compute, n_layers + 1, c)
     )
     fsdp_step = xp.where(once_per_step, exposed_dp(xp, gather + scatter, mb_compute, n_layers + 1, c), 0.0)
+    # HSDP all-reduces each unit's reduce-scattered gradient shard across the replicas as soon as it is ready,
+    # during the last micro-batch's backward, like DDP's buckets
     hsdp_dp = xp.where(
         pq.hybrid,
-        collective_seconds(
-            xp, Collective.all_reduce, total_local / pq.shard * c.grad_reduce_b, *comm["dp_replicate"]
+        exposed_dp(
+            xp,
+            collective_seconds(
+                xp, Collective.all_reduce, total_local / pq.shard * c.grad_reduce_b, *comm["dp_replicate"]
+            ),
+            compute * 2 / 3,
+            n_layers + 1,
+            c,
         ),
         0,
     )

@@ -102,6 +102,14 @@ class Plan(Frozen):
     global_batch: int = Field(default=1, ge=1, le=16_777_216, description="sequences per optimizer step")
     seq_len: int = Field(default=4096, ge=1, le=4_194_304, description="tokens per sequence")
     recompute: Recompute = Recompute.none
+    recompute_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="with full recompute: layers per pipeline chunk that recompute (Megatron's --recompute-method "
+        "block --recompute-num-layers; torchtitan's and fms-fsdp's every-n-th-layer checkpointing); the other "
+        "layers keep their activations. None = every layer",
+    )
     sequence_parallel: bool = False
     flash_attention: bool = True
     attention_kernel: AttentionKernel = Field(
@@ -129,6 +137,16 @@ class Plan(Frozen):
         if self.fused_kernels is not None:
             return self.fused_kernels
         return self.framework is not Framework.fsdp2
+
+    def recompute_share(self, n_layers: int) -> float:
+        """Share of the layers that recompute fully: 1 for full recompute of every layer, 0 without full
+        recompute, else recompute_layers / (layers per pipeline chunk)."""
+        if self.recompute is not Recompute.full:
+            return 0.0
+        if self.recompute_layers is None:
+            return 1.0
+        per_chunk = max(1, -(-n_layers // (self.pp * self.vpp)))
+        return min(1.0, self.recompute_layers / per_chunk)
 
     @property
     def model_parallel(self) -> int:
@@ -273,6 +291,23 @@ def plan_violations(
             f"{plan.seq_len} is not divisible by 2·cp = {2 * plan.cp}",
             "choose cp with seq_len divisible by 2·cp",
         )
+    if plan.recompute_layers is not None:
+        per_chunk = -(-n_layers // (plan.pp * plan.vpp))
+        if plan.recompute is not Recompute.full:
+            add(
+                "recompute_layers",
+                "recompute-layers-without-full",
+                "recompute_layers counts the layers that recompute fully; it needs recompute = full",
+                "set recompute = full, or leave recompute_layers empty",
+            )
+        elif plan.recompute_layers > per_chunk:
+            add(
+                "recompute_layers",
+                "recompute-layers-exceed-chunk",
+                f"recompute_layers={plan.recompute_layers} exceeds the {per_chunk} layers of a pipeline chunk "
+                f"({n_layers} layers / pp·vpp = {plan.pp * plan.vpp})",
+                f"use recompute_layers ≤ {per_chunk}, or leave it empty to recompute every layer",
+            )
     if plan.sequence_parallel and plan.tp == 1:
         add(
             "sequence_parallel",

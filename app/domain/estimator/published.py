@@ -138,6 +138,7 @@ _INFERABLE = {
     "global_batch",
     "grad_accum",
     "recompute",
+    "recompute_layers",
     "precision",
     "sequence_parallel",
     "sharding",
@@ -210,6 +211,12 @@ class PublishedRun(CatalogEntry):
     node: str | None = Field(
         default=None, description="node slug the run ran on (default: the reference server of its GPU)"
     )
+    scale_out_gbit_per_s_per_node: float | None = Field(
+        default=None,
+        gt=0,
+        description="compute-fabric bandwidth per node, one direction, as the source states it, when it differs "
+        "from the node's (e.g. 4 x 100 Gb/s Omni-Path on Jean Zay against a DGX's 8 x 200 Gb/s)",
+    )
 
     # plan
     model_parallel_size: int | None = Field(default=None, gt=0)
@@ -223,6 +230,12 @@ class PublishedRun(CatalogEntry):
     global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step")
     grad_accum: int | None = Field(default=None, gt=0)
     recompute: Recompute
+    recompute_layers: int | None = Field(
+        default=None,
+        ge=0,
+        description="with full recompute: layers per pipeline chunk that recompute (block-level checkpointing of "
+        "only some layers); absent = every layer",
+    )
     sequence_parallel: bool
     sharding: Sharding
     shard_group_size: int | None = Field(default=None, gt=0, description="HSDP shard group (GPUs)")

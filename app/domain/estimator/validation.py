@@ -13,6 +13,7 @@ import statistics
 from app.domain.catalog.store import Catalog
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.estimate import Estimate, InvalidPlan, build_cluster, estimate
+from app.domain.estimator.overrides import apply_overrides
 from app.domain.estimator.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
 from app.domain.estimator.published import (
     FlopsAccounting,
@@ -116,8 +117,13 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     if flash and dated_before_fa2 and "flash-attention-2" not in run.optimizations:
         kernel = "fa1"
         notes.append("FlashAttention-1-class kernel: published before FlashAttention-2 (2023-07)")
-    # A run that names a newer kernel (FlashAttention-3 on Hopper, -4 on Blackwell) ran it
-    for name, slug in (("flash-attention-3", "fa3"), ("flash-attention-4", "fa4")):
+    # A run that names its kernel ran it: FlashAttention-3 on Hopper, -4 on Blackwell; FlashAttention-1 or the
+    # FA1-era Triton port (llm-foundry's attn_impl triton) run at the FA1 class's rate
+    named = (
+        ("flash-attention-1", "fa1"), ("triton-flash-attention", "fa1"),
+        ("flash-attention-3", "fa3"), ("flash-attention-4", "fa4"),
+    )  # fmt: skip
+    for name, slug in named:
         if flash and name in run.optimizations:
             kernel = slug
     # Composer (MPT) trains with FlashAttention, fused LayerNorm and fused cross-entropy kernels; torchtitan
@@ -137,6 +143,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     plan = Plan(
         tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
+        recompute_layers=run.recompute_layers if recompute is Recompute.full else None,
         sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
@@ -168,11 +175,16 @@ def published_iteration_s(run: PublishedRun, peak_tflops: float) -> tuple[str, f
 
 
 def run_cluster(run: PublishedRun, catalog: Catalog) -> Cluster:
-    """The cluster the run ran on: its node (or its GPU's reference server) with the catalog's efficiencies."""
-    return build_cluster(
+    """The cluster the run ran on: its node (or its GPU's reference server) with the catalog's efficiencies, and
+    the scale-out bandwidth the source states when it differs from the node's (spread over the node's NICs)."""
+    cluster = build_cluster(
         catalog.hardware, catalog.efficiency, accelerator=run.accelerator, gpus=run.n_gpus,
         node=run.node or DEFAULT_NODE.get(run.accelerator), power_limit_w=run.gpu_power_limit_w,
     )  # fmt: skip
+    if run.scale_out_gbit_per_s_per_node:
+        per_nic = run.scale_out_gbit_per_s_per_node / cluster.node.scale_out_nics
+        cluster = apply_overrides(cluster, {"node.scale_out_gbit_per_s_per_nic": per_nic})
+    return cluster
 
 
 def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:

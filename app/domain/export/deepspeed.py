@@ -102,6 +102,11 @@ def deepspeed_config(doc: PlanDocument) -> tuple[dict[str, Any], list[str]]:
             "synchronize_checkpoint_boundary": False,
             "profile": False,
         }
+        if p.recompute is Recompute.full and p.recompute_layers is not None:
+            notes.append(
+                f"the plan recomputes {p.recompute_layers} layers per pipeline chunk: wrap only those layers "
+                "with deepspeed.checkpointing.checkpoint (the others keep their activations)"
+            )
         if p.recompute is Recompute.selective:
             notes.append(
                 "DeepSpeed checkpoints whole layers: selective recompute needs the model to checkpoint only "

@@ -205,6 +205,13 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         args.append(("--sequence-parallel", None))
     if p.recompute is Recompute.selective:
         args.append(("--recompute-granularity", "selective"))
+    elif p.recompute is Recompute.full and p.recompute_layers is not None:
+        # block: the first N layers of each pipeline chunk recompute, the rest keep their activations
+        args += [
+            ("--recompute-granularity", "full"),
+            ("--recompute-method", "block"),
+            ("--recompute-num-layers", str(p.recompute_layers)),
+        ]
     elif p.recompute is Recompute.full:
         args += [
             ("--recompute-granularity", "full"),

@@ -170,6 +170,11 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
             "recomputes only the attention core, so "
             "expect torchtitan to hold less activation memory and recompute more than this estimate"
         )
+    if p.recompute is Recompute.full and p.recompute_layers is not None:
+        notes.append(
+            f"the plan recomputes {p.recompute_layers} layers per pipeline chunk; the config checkpoints every "
+            "layer (FullAC): expect less activation memory and more recompute than this estimate"
+        )
     if p.offload is not Offload.none and p.offload is not Offload.params_cpu:
         notes.append(
             f"FSDP2 CPU offload moves params, grads and optimizer state; the plan asked for {p.offload.value}"
