@@ -36,6 +36,7 @@ from app.services.errors import InputError
 from app.services.search import SearchBudget, SearchBusy
 from app.settings import REPO_ROOT, Settings
 from app.web import benchmarks as web_benchmarks
+from app.web import cost_view as web_cost_view
 from app.web import planner as web_planner
 from app.web import routes as web_routes
 from app.web import scenarios as web_scenarios
@@ -376,6 +377,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(api_plans.router, **api)
     app.include_router(api_scenarios.router, **api)
     app.include_router(web_planner.router)
+    app.include_router(web_cost_view.router)
     app.include_router(web_scenarios.router)
     app.include_router(web_search.router)
     app.include_router(web_size.router)

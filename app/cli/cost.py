@@ -168,7 +168,8 @@ def print_training_cost(result) -> None:
     for ranking in result.rankings:
         best = ranking.winner or ("tie: " + " = ".join(ranking.tied) if ranking.tied else "—")
         echo(f"cheapest, {ranking.basis} basis: {best} ({ranking.description})")
-    echo(f"cheapest: {result.cheapest or '—'} ({result.cheapest_basis}); fastest: {result.fastest}")
+    fastest = result.fastest or ("tie: " + " = ".join(result.fastest_tied) if result.fastest_tied else "—")
+    echo(f"cheapest: {result.cheapest or '—'} ({result.cheapest_basis}); fastest: {fastest}")
     for note in result.notes:
         echo(f"note: {note}")
     serving = result.serving

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from app.domain.catalog import Catalog
+from app.domain.cost.inputs import CostOverrides
 from app.domain.export import (
     ExportedFile,
     ExportFormat,
@@ -16,10 +17,14 @@ from app.services.errors import InputError
 from app.services.scenario import run_scenario
 
 
-def plan_document_from_request(catalog: Catalog, request: EstimateRequest) -> PlanDocument:
+def plan_document_from_request(
+    catalog: Catalog, request: EstimateRequest, overrides: CostOverrides | None = None
+) -> PlanDocument:
     """Estimate ``request`` and wrap plan, hardware and estimate in a plan document (raises InputError): the
-    pipeline's document, with the reliability model's checkpoint interval for the job (catalog defaults)."""
-    doc = run_scenario(catalog, request, cost=False).document
+    pipeline's document, with the reliability model's checkpoint interval for the job and, when the request has
+    tokens, the run's cost per pricing option (``overrides``, or a CostRequest's own, replace cost figures). A plan
+    that cannot be priced (a GPU without an AWS instance) gets a document without ``cost``."""
+    doc = run_scenario(catalog, request, overrides=overrides, cost=bool(request.tokens)).document
     assert doc is not None
     return doc
 

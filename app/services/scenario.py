@@ -17,9 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from app.domain.catalog import Catalog
+from app.domain.catalog.clock import today
 from app.domain.cost.cloud import instance_for_accelerator
 from app.domain.cost.inputs import CostInputError, CostOption, CostOverrides
 from app.domain.cost.selfbuild import self_build_node_for
+from app.domain.cost.summary import CostSummary, cost_summary
 from app.domain.cost.training import OptionCost, TrainingCost, TrainingJob, training_cost
 from app.domain.estimator.estimate import Estimate
 from app.domain.export import PlanDocument, build_plan_document
@@ -92,12 +94,26 @@ class ScenarioResult:
             usd_per_million_tokens=usd_per_million_tokens(row.total_usd, self.cost.tokens),
         )  # fmt: skip
 
+    @property
+    def cost_summary(self) -> CostSummary | None:
+        """The cost per option as a buyer reads it (cash and amortised, $/M tokens, days, ties), prices dated."""
+        if self.cost is None:
+            return None
+        if self.document is not None and self.document.cost is not None:
+            return self.document.cost
+        return buyer_cost(self.cost)
+
     def raise_cost_errors(self) -> TrainingCost:
         if self.cost is None:
             raise InputError(
                 list(self.cost_errors) or [field_error("tokens", "no cost without tokens", "value_error")]
             )
         return self.cost
+
+
+def buyer_cost(cost: TrainingCost) -> CostSummary:
+    """:func:`cost_summary` of ``cost``: prices dated by the day asked for (``prices_as_of``), else today."""
+    return cost_summary(cost, prices_as_of=today())
 
 
 def priced_instance(catalog: Catalog, accelerator: str, node: str, overrides: CostOverrides) -> str:
@@ -172,7 +188,7 @@ def run_scenario(
         except InputError as exc:
             errors = tuple(exc.errors)
     rel = training.reliability if training is not None else _reliability(catalog, est, o)
-    doc = _document(catalog, request, est, calibration, rel) if document else None
+    doc = _document(catalog, request, est, calibration, rel, training) if document else None
     return ScenarioResult(
         request=request, estimate=est, calibration=calibration, overrides=o, cloud_estimate=cloud,
         self_build_estimate=own, cost=training, cost_errors=errors, reliability=rel, document=doc,
@@ -248,9 +264,11 @@ def _document(
     est: Estimate,
     calibration: Calibration,
     rel: ReliabilityReport | None,
+    training: TrainingCost | None,
 ) -> PlanDocument:
     """The plan document (capplan.plan/v1): plan, hardware and estimate, with the reliability model's checkpoint
-    interval, which every export turns into its checkpoint cadence in steps."""
+    interval, which every export turns into its checkpoint cadence in steps, and the run's cost per pricing option
+    when it was priced."""
     return build_plan_document(
         arch=resolve_architecture(catalog, request),
         node=catalog.hardware.node(est.node),
@@ -266,4 +284,5 @@ def _document(
         calibrated=request.calibrated,
         checkpoint_interval_s=rel.checkpoint_interval_s if rel else None,
         calibration=calibration.label,
+        cost=buyer_cost(training) if training is not None else None,
     )

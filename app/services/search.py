@@ -134,17 +134,22 @@ def run_search(
 
 def search_pick_request(request: PlanSearchRequest, result: SearchResult, pick: int = 1) -> EstimateRequest:
     """The estimate request that reproduces the search's ``pick``-th plan (1 = the winner) on its cluster: what
-    ``capplan plan --output`` turns into a plan document. InputError when there is no such plan."""
+    ``capplan plan --output`` turns into a plan document. With tokens it is a CostRequest carrying the search's
+    cost overrides, so the document's cost is priced as the search priced it. InputError when there is no such
+    plan."""
     if not 1 <= pick <= len(result.plans):
         found = f"it found {len(result.plans)}" if result.plans else "it found none that fits"
         raise InputError([field_error("pick", f"no plan #{pick}: {found}", "value_error")])
     cand = result.plans[pick - 1]
     fields = {f: getattr(cand.plan, f) for f in (*PLAN_FIELDS, "dp")}
-    return EstimateRequest(
+    common = dict(
         model=request.model, hf_config=request.hf_config, gpu=request.gpu, node=request.node,
-        fabric=request.fabric, gpus=cand.gpus, tokens=request.tokens, calibrated=request.calibrated,
+        fabric=request.fabric, gpus=cand.gpus, calibrated=request.calibrated,
         allow_tp_across_nodes=request.allow_tp_across_nodes, figure_overrides=request.figure_overrides, **fields,
     )  # fmt: skip
+    if request.tokens:
+        return CostRequest(**common, tokens=request.tokens, overrides=request.overrides)
+    return EstimateRequest(**common)
 
 
 def _run_search(
@@ -240,7 +245,7 @@ def winner_scenario(
     if not request.tokens:
         return run_scenario(catalog, est_request, cost=False, document=False)
     cost_request = CostRequest(
-        **est_request.model_dump(exclude_none=True),
+        **est_request.model_dump(exclude_none=True, exclude={"overrides", "options"}),
         overrides=request.overrides.model_copy(
             update={"other_clouds": False}
         ),  # the option's row is all it needs

@@ -160,20 +160,52 @@ def gantt_option(schedule: Schedule, whole: ScheduleFigures | None = None) -> di
     return option
 
 
+def _short_usd(value: float) -> str:
+    for size, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(value) >= size:
+            scaled = value / size
+            return f"${scaled:,.{2 if abs(scaled) < 10 else 1 if abs(scaled) < 100 else 0}f}{suffix}"
+    return f"${value:,.0f}"
+
+
 def cost_options_option(options: Sequence[Any]) -> dict[str, Any]:
-    """Total $ (bars, left axis) and calendar days (points, right axis) per available pricing option."""
-    avail = [o for o in options if o.available and o.total_usd is not None]
+    """The cost attributable to this run (amortised $: bars, left axis) and days after failures (points, right
+    axis) per available pricing option (:class:`~app.domain.cost.summary.OptionSummary`). A commitment longer than
+    the run, or a self-build's capex, is not drawn to the scale of the run: its cash outlay is written on its bar
+    and in the subtitle, so it cannot dominate the chart unannounced."""
+    avail = [o for o in options if o.available and o.amortised_usd is not None]
     names = [o.option.value for o in avail]
-    option = _base("Cost and time to train, per pricing option")
+    outlays = [o for o in avail if o.outlay_exceeds_run]
+    bars = []
+    for o in avail:
+        bar: dict[str, Any] = {
+            "value": _r(o.amortised_usd, 0),
+            "itemStyle": {"color": OPTION_COLORS.get(o.option.value, "#888")},
+        }
+        if o.outlay_exceeds_run:
+            bar["label"] = {
+                "show": True,
+                "position": "top",
+                "fontSize": 10,
+                "formatter": f"cash {_short_usd(o.cash_usd)}",
+            }
+        bars.append(bar)
+    option = _base("Cost of this run (amortised $) and days, per pricing option")
+    if outlays:
+        option["title"]["subtext"] = (
+            "Bars: this run's share. Cash paid out is larger for "
+            + ", ".join(f"{o.option.value} ({_short_usd(o.cash_usd)})" for o in outlays)
+            + ": whole commitment terms and capex, written on the bar, not drawn to scale."
+        )
+        option["title"]["subtextStyle"] = {"fontSize": 11, "width": 640, "overflow": "break"}
+        option["grid"] = {**option["grid"], "top": 104}
     option.update({
         "tooltip": {"trigger": "axis"},
-        "legend": {"top": 28},
+        "legend": {"top": 28 if not outlays else 62},
         "xAxis": {"type": "category", "data": names, "axisLabel": {"interval": 0, "rotate": 20}},
         "yAxis": [{"type": "value", "name": "$"}, {"type": "value", "name": "days after failures", "splitLine": {"show": False}}],
         "series": [
-            {"name": "total $", "type": "bar", "data": [
-                {"value": _r(o.total_usd, 0), "itemStyle": {"color": OPTION_COLORS.get(o.option.value, "#888")}}
-                for o in avail]},
+            {"name": "this run's cost (amortised $)", "type": "bar", "data": bars},
             {"name": "days after failures", "type": "line", "yAxisIndex": 1, "symbolSize": 9, "lineStyle": {"width": 0},
              "itemStyle": {"color": "#1d232a"}, "data": [_r(o.days or 0, 1) for o in avail]},
         ],
@@ -281,6 +313,28 @@ def compare_cost_option(
     return _months_option("Cumulative on-demand cost of each scenario's cluster", months, series)
 
 
+def compare_options_option(names: Sequence[str], options: Sequence[Sequence[Any]]) -> dict[str, Any]:
+    """This run's cost (amortised $) per pricing option, one bar per scenario side by side; ``options`` holds each
+    scenario's :class:`~app.domain.cost.summary.OptionSummary` rows (AWS and self-build)."""
+    order = [
+        o for o in OPTION_COLORS if any(r.option.value == o and r.available for rows in options for r in rows)
+    ]
+    series = []
+    for i, (name, rows) in enumerate(zip(names, options, strict=True)):
+        by = {r.option.value: r for r in rows if r.available and r.amortised_usd is not None}
+        series.append({"name": name, "type": "bar", "itemStyle": {"color": SCENARIO_COLORS[i % len(SCENARIO_COLORS)]},
+                       "data": [_r(by[o].amortised_usd, 0) if o in by else None for o in order]})  # fmt: skip
+    option = _base("This run's cost (amortised $) per pricing option, per scenario")
+    option.update({
+        "tooltip": {"trigger": "axis", "axisPointer": {"type": "shadow"}},
+        "legend": {"top": 28, "type": "scroll"},
+        "xAxis": {"type": "category", "data": order, "axisLabel": {"interval": 0, "rotate": 20}},
+        "yAxis": {"type": "value", "name": "$"},
+        "series": series,
+    })  # fmt: skip
+    return option
+
+
 def _months_option(title: str, months: Sequence[int], series: list[dict[str, Any]]) -> dict[str, Any]:
     """Dollar lines over months (the cumulative-cost charts of the planner and the scenario comparison)."""
     option = _base(title)
@@ -383,4 +437,6 @@ def describe_chart(option: dict[str, Any]) -> str:
             parts.append(f"{name} {_fmt(values[0][1], unit)}")
         else:
             parts.append(f"{name}: " + ", ".join(f"{c} {_fmt(v, unit)}" for c, v in values))
-    return f"{title}. " + ("; ".join(parts) + "." if parts else "No data.")
+    subtext = str((option.get("title") or {}).get("subtext") or "")
+    described = f"{title}. " + ("; ".join(parts) + "." if parts else "No data.")
+    return f"{described} {subtext}" if subtext else described

@@ -7,8 +7,6 @@ exports are plain form posts / links, so everything works without JavaScript.
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -28,13 +26,14 @@ from app.domain.estimator.schedule_sample import ScheduleFigures, sampled_schedu
 from app.domain.export import EXPORT_FORMATS, ExportFormat, PlanDocumentError, export_plan
 from app.domain.model.counts import parameter_counts
 from app.domain.model.hf_import import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS
-from app.schemas import CostRequest, MonthlyCostRequest, load_json_text
-from app.services.cost import run_cost, run_monthly_cost
+from app.schemas import MonthlyCostRequest, load_json_text
+from app.services.cost import run_monthly_cost
 from app.services.documents import export_document, plan_document_from_request
 from app.services.errors import InputError
 from app.services.estimate import resolve_architecture
-from app.services.scenario import ScenarioResult, run_scenario, usd_per_million_tokens
+from app.services.scenario import ScenarioResult, run_scenario
 from app.web import charts
+from app.web.cost_view import aws_and_self_build, ranking_lines
 from app.web.forms import (
     DEFAULTS,
     FORM_FIELDS,
@@ -294,8 +293,9 @@ def compute_results(
     }
     if schedule is not None:
         chart_options["gantt"] = charts.gantt_option(schedule, schedule_figures)
-    if cost is not None:
-        chart_options["cost"] = charts.cost_options_option(cost.options)
+    summary = scenario.cost_summary
+    if summary is not None:
+        chart_options["cost"] = charts.cost_options_option(aws_and_self_build(summary))
     if monthly is not None:
         chart_options["cumulative"] = charts.cumulative_cost_option(
             monthly.cumulative.months, monthly.cumulative.usd,
@@ -307,6 +307,7 @@ def compute_results(
         assumptions += [a for a in assumption_rows(cost.assumptions, catalog) if a["name"] not in seen]
     return {
         "est": est, "scenario": scenario, "calibration": scenario.calibration, "node": node, "cost": cost,
+        "cost_summary": summary, "rankings": ranking_lines(summary) if summary else [],
         "cost_error": _messages(scenario.cost_errors) or None, "monthly": monthly,
         "monthly_error": monthly_error, "schedule": schedule, "schedule_figures": schedule_figures,
         "charts": chart_options,
@@ -450,81 +451,20 @@ def planner_export(
     catalog: CatalogDep,
     fmt: Annotated[ExportFormat, Query(alias="format")] = ExportFormat.json,
 ) -> Response:
-    """The plan of the planner URL's inputs as a launch file (the same bytes as POST /api/v1/plans/export)."""
+    """The plan of the planner URL's inputs as a launch file (the same bytes as POST /api/v1/plans/export); the plan
+    document (format json) carries the run's cost per option, priced with the URL's overrides."""
     params = {k: v for k, v in request.query_params.items() if k != "format"}
     form = parse_planner(params)
     if not form.ok or form.request is None:
         raise InputError(
             [{"loc": ["query", k], "msg": m, "type": "value_error"} for k, m in form.errors.items()]
         )
-    exported = export_document(plan_document_from_request(catalog, form.request), fmt)
+    exported = export_document(plan_document_from_request(catalog, form.request, form.overrides), fmt)
     return Response(
         content=exported.content.encode("utf-8"),
         media_type=exported.media_type,
         headers={"Content-Disposition": f'attachment; filename="{exported.filename}"'},
     )
-
-
-COST_COLUMNS = ("provider", "instance", "option", "available", "total_usd", "days", "usd_per_gpu_hour", "goodput",
-                "cash_usd", "amortised_usd", "usd_per_m_tokens", "run_usd", "committed_usd", "storage_usd",
-                "data_transfer_usd", "instances", "price_confidence", "reason", "notes")  # fmt: skip
-"""The cost table's export columns: what the table shows, then the parts of the total. ``days`` are wall-clock days
-after failures (goodput); cost per token in $ per million tokens, as everywhere."""
-
-
-def cost_rows(cost: TrainingCost, tokens: float) -> list[dict[str, Any]]:
-    rows = []
-    for o in (*cost.options, *cost.other_clouds):
-        row = o.model_dump(mode="json")
-        row["option"] = o.option.value
-        row["usd_per_m_tokens"] = usd_per_million_tokens(o.total_usd, tokens)
-        row["notes"] = "; ".join(o.notes)
-        rows.append({k: row.get(k) for k in COST_COLUMNS})
-    return rows
-
-
-@router.get("/planner/cost")
-def planner_cost_export(
-    request: Request,
-    catalog: CatalogDep,
-    fmt: Annotated[str, Query(alias="format", pattern="^(csv|json)$")] = "csv",
-) -> Response:
-    """The planner's cost table for the URL's inputs, as CSV or JSON (every option, AWS and other clouds)."""
-    params = {k: v for k, v in request.query_params.items() if k != "format"}
-    form = parse_planner(params)
-    if not form.ok or form.request is None:
-        raise InputError(
-            [{"loc": ["query", k], "msg": m, "type": "value_error"} for k, m in form.errors.items()]
-        )
-    body = form.request.model_dump(exclude={"tokens"})
-    cost = run_cost(catalog, CostRequest(**body, tokens=form.tokens, overrides=form.overrides))
-    rows = cost_rows(cost, form.tokens)
-    if fmt == "json":
-        doc = {
-            "tokens": cost.tokens, "instance": cost.instance, "instances": cost.instances,
-            "self_build_node": cost.self_build_node, "cheapest": cost.cheapest, "cheapest_basis": cost.cheapest_basis,
-            "fastest": cost.fastest, "planner_url": "/?" + form.query(), "options": rows,
-        }  # fmt: skip
-        return Response(
-            content=json.dumps(doc, indent=2), media_type="application/json",
-            headers={"Content-Disposition": 'attachment; filename="cost.json"'},
-        )  # fmt: skip
-    out = io.StringIO()
-    writer = csv.DictWriter(out, fieldnames=COST_COLUMNS, lineterminator="\n")
-    writer.writeheader()
-    for row in rows:
-        writer.writerow({k: _csv_cell(v) for k, v in row.items()})
-    return Response(
-        content=out.getvalue(), media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": 'attachment; filename="cost.csv"'},
-    )  # fmt: skip
-
-
-def _csv_cell(value: Any) -> Any:
-    """Plain values; text that a spreadsheet would run as a formula is quoted with a leading apostrophe."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@"):
-        return "'" + value
-    return "" if value is None else value
 
 
 def planner_url(values: dict[str, str], **changes: Any) -> str:

@@ -14,7 +14,6 @@ from sqlalchemy.orm import Session
 from app.db.tables import Scenario
 from app.deps import MAX_ROW_ID, RowId, get_catalog, get_session
 from app.domain.catalog import Catalog
-from app.domain.cost.inputs import CostOption
 from app.schemas import MonthlyCostRequest
 from app.services.cost import run_monthly_cost
 from app.services.errors import InputError
@@ -32,10 +31,12 @@ from app.services.saved_scenarios import (
 )
 from app.services.scenario import run_scenario
 from app.web import charts
+from app.web.cost_view import CompareRow, aws_and_self_build, compare_cost_rows, compare_row
 from app.web.forms import FORM_FIELDS, OVERRIDES, parse_planner, to_query, values_from_inputs
 from app.web.htmx import render
 from app.web.planner import planner_context
 from app.web.security import require_ui_writer
+from app.web.templating import fmt_gib, fmt_number, fmt_usd, plan_degrees
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -117,6 +118,62 @@ def save_scenario(
     return RedirectResponse(f"/scenarios/{scenario.id}", status_code=303)
 
 
+def _compare_column(catalog: Catalog, s: Scenario) -> dict[str, Any]:
+    """One scenario through the pipeline: its estimate, its cost (the buyer's summary) and its monthly bill."""
+    form = parse_planner(scenario_values(s))
+    col: dict[str, Any] = {"s": s, "query": scenario_query(s), "overrides": overridden_figures(s), "est": None,
+                           "error": None, "monthly": None, "summary": None}  # fmt: skip
+    if not form.ok or form.request is None:
+        col["error"] = "; ".join(f"{k}: {m}" for k, m in form.errors.items())
+        return col
+    try:
+        scenario = run_scenario(
+            catalog,
+            form.request.model_copy(update={"tokens": form.tokens}),
+            overrides=form.overrides,
+            document=False,
+        )
+        est = col["est"] = scenario.estimate
+        col["summary"] = scenario.cost_summary
+        if scenario.cost_errors:
+            col["error"] = "cost: " + "; ".join(e["msg"] for e in scenario.cost_errors)
+        node = catalog.hardware.node(est.node)
+        col["monthly"] = run_monthly_cost(catalog, MonthlyCostRequest(
+            node=est.node, nodes=max(1, -(-est.gpus // node.accelerators_per_node)),
+            overrides=form.overrides, months=36))  # fmt: skip
+    except InputError as exc:
+        col["error"] = str(exc)
+    return col
+
+
+def _general_rows(cols: list[dict[str, Any]]) -> list[CompareRow]:
+    """What each scenario is (model, hardware, plan) and what its estimate says, one row per figure."""
+
+    def each(fn: Any) -> list[Any]:
+        return [fn(c["est"]) if c["est"] is not None else None for c in cols]
+
+    def row(label: str, texts: list[Any], values: list[Any] | None = None, better: Any = None) -> CompareRow:
+        return compare_row(label, [t if t is not None else "—" for t in texts], values, better=better)
+
+    days = each(lambda e: e.time_to_train_days)
+    monthly = [c["monthly"].on_demand_usd_per_month if c["monthly"] else None for c in cols]
+    return [
+        row("model", [c["est"].model if c["est"] else (c["s"].inputs.get("model") or "config.json") for c in cols]),
+        row("hardware", each(lambda e: f"{e.gpus} × {e.accelerator} ({e.nodes} × {e.node})")),
+        row("plan", each(lambda e: f"{plan_degrees(e.plan)} · {e.plan.sharding.value} · mb {e.plan.micro_batch} · "
+                                   f"{e.plan.recompute.value}")),  # fmt: skip
+        row("fits", each(lambda e: f"{'yes' if e.fits else 'no'}, margin {fmt_gib(e.margin_bytes)}")),
+        row("peak memory", each(lambda e: fmt_gib(e.peak_memory_bytes))),
+        row("step time", each(lambda e: f"{e.step_time_s:.3g} s"), each(lambda e: e.step_time_s), "lower"),
+        row("tokens/s", each(lambda e: fmt_number(e.tokens_per_s)), each(lambda e: e.tokens_per_s), "higher"),
+        row("MFU", each(lambda e: f"{e.mfu * 100:.1f} %"), each(lambda e: e.mfu), "higher"),
+        row("time to train, before failures", [f"{d:.1f} days" if d else None for d in days], days, "lower"),
+        row("on-demand $/month (the whole cluster)", [fmt_usd(m) if m is not None else None for m in monthly],
+            monthly, "lower"),
+        row("overrides", [", ".join(f"{k} = {v}" for k, v in c["overrides"]) or "—" for c in cols]),
+    ]  # fmt: skip
+
+
 @router.get("/scenarios/compare", response_class=HTMLResponse)
 def compare_page(
     request: Request,
@@ -124,7 +181,9 @@ def compare_page(
     session: SessionDep,
     ids: Annotated[list[Annotated[int, Field(ge=1, le=MAX_ROW_ID)]], Query(max_length=4)] = [],  # noqa: B006
 ) -> HTMLResponse:
-    """2–4 scenarios side by side: key figures in a table, step time and memory, and cumulative cost overlaid."""
+    """2–4 scenarios side by side: what each is and its estimate, then per pricing option (AWS and self-build)
+    days after failures, cash and amortised $ and $ per million tokens, the cheapest on each basis and the fastest
+    (ties as ties); rows that differ are marked, the best figure is bold, changes are against the first scenario."""
     chosen = [_scenario(session, i) for i in dict.fromkeys(ids)]
     if not 2 <= len(chosen) <= 4:
         return render(
@@ -133,30 +192,7 @@ def compare_page(
              "pages": max(1, -(-count_scenarios(session) // PAGE_SIZE))},
             status_code=422,
         )  # fmt: skip
-    cols: list[dict[str, Any]] = []
-    for s in chosen:
-        form = parse_planner(scenario_values(s))
-        col: dict[str, Any] = {"s": s, "query": scenario_query(s), "overrides": overridden_figures(s), "est": None,
-                               "error": None, "monthly": None, "on_demand": None}  # fmt: skip
-        if form.ok and form.request is not None:
-            try:
-                scenario = run_scenario(
-                    catalog,
-                    form.request.model_copy(update={"tokens": form.tokens}),
-                    overrides=form.overrides,
-                    document=False,
-                )
-                est = col["est"] = scenario.estimate
-                col["on_demand"] = scenario.figures(CostOption.on_demand)
-                node = catalog.hardware.node(est.node)
-                col["monthly"] = run_monthly_cost(catalog, MonthlyCostRequest(
-                    node=est.node, nodes=max(1, -(-est.gpus // node.accelerators_per_node)),
-                    overrides=form.overrides, months=36))  # fmt: skip
-            except InputError as exc:
-                col["error"] = str(exc)
-        else:
-            col["error"] = "; ".join(f"{k}: {m}" for k, m in form.errors.items())
-        cols.append(col)
+    cols = [_compare_column(catalog, s) for s in chosen]
     ok = [c for c in cols if c["est"] is not None]
     chart_options = {}
     if ok:
@@ -165,6 +201,11 @@ def compare_page(
             [c["est"].step for c in ok],
             [c["est"].peak_memory_bytes / GIB for c in ok],
         )
+        priced = [c for c in ok if c["summary"] is not None]
+        if priced:
+            chart_options["options"] = charts.compare_options_option(
+                [c["s"].name for c in priced], [aws_and_self_build(c["summary"]) for c in priced]
+            )
         with_monthly = [c for c in ok if c["monthly"] is not None]
         if with_monthly:
             months = with_monthly[0]["monthly"].cumulative.months
@@ -172,7 +213,9 @@ def compare_page(
                 [c["s"].name for c in with_monthly], months,
                 [c["monthly"].cumulative.usd.get("on-demand") for c in with_monthly],
             )  # fmt: skip
-    return render(request, "pages/scenario_compare.html", {"cols": cols, "charts": chart_options})
+    ctx = {"cols": cols, "charts": chart_options, "general": _general_rows(cols),
+           "cost_rows": compare_cost_rows([c["summary"] for c in cols])}  # fmt: skip
+    return render(request, "pages/scenario_compare.html", ctx)
 
 
 @router.get("/scenarios/{scenario_id}", response_class=HTMLResponse)

@@ -311,7 +311,11 @@ def test_self_build_frontend_spares_and_lead_time(catalog) -> None:
     own = option(more, "self-build")
     assert own.lead_time_days == pytest.approx(6 * 730 / 24)
     assert any("arrives after 6 months" in n for n in own.notes)
-    assert more.fastest == "on-demand"  # the same run, but the cloud starts now
+    # the same run, but the cloud starts now: on-demand is fastest, tied with the clouds that run as fast
+    assert more.fastest is None and "on-demand" in more.fastest_tied and "self-build" not in more.fastest_tied
+    alone = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build, CostOption.on_demand],
+                          overrides=o.model_copy(update={"other_clouds": False}))  # fmt: skip
+    assert alone.fastest == "on-demand" and alone.fastest_tied == ()
     # one node: no fabric and no frontend network
     one = training_cost(catalog.cost, catalog.hardware, job(gpus=8), options=[CostOption.self_build])
     assert one.self_build.frontend_usd == 0

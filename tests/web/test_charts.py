@@ -73,16 +73,42 @@ def test_cumulative_cost_marks_break_even_on_the_self_build_line(catalog) -> Non
     assert option["series"][names.index("self-build")]["data"][0] > 0  # capex up front
 
 
-def test_cost_options_chart_skips_unavailable_options() -> None:
-    from types import SimpleNamespace as NS
+def _option(option: str, amortised: float | None, cash: float | None, days: float | None = 10.0):
+    from app.domain.cost.inputs import CostOption
+    from app.domain.cost.summary import OptionSummary
 
-    opts = [
-        NS(option=NS(value="on-demand"), available=True, total_usd=1000.0, days=10.0),
-        NS(option=NS(value="spot"), available=False, total_usd=None, days=None),
-    ]
+    return OptionSummary(label=option, option=CostOption(option), provider="aws", available=amortised is not None,
+                         days=days, amortised_usd=amortised, cash_usd=cash)  # fmt: skip
+
+
+def test_cost_options_chart_skips_unavailable_options() -> None:
+    opts = [_option("on-demand", 1000.0, 1000.0), _option("spot", None, None, None)]
     option = charts.cost_options_option(opts)
     assert option["xAxis"]["data"] == ["on-demand"]
     assert option["series"][0]["data"][0]["value"] == 1000 and option["series"][1]["data"] == [10.0]
+    assert "subtext" not in option["title"]  # nothing paid out beyond the run: nothing to announce
+
+
+def test_cost_chart_draws_the_run_and_labels_a_longer_commitment() -> None:
+    """An 81-day run on a 3-year commitment: the bar is the run's share, the whole term is written on it and in the
+    subtitle (and so in the chart's accessible name), never drawn to the run's scale."""
+    opts = [_option("on-demand", 489_411.0, 489_411.0, 81.0), _option("commit-3yr", 176_237.0, 4_165_856.0, 81.0),
+            _option("self-build", 136_519.0, 2_738_622.0, 80.0)]  # fmt: skip
+    option = charts.cost_options_option(opts)
+    bars = option["series"][0]["data"]
+    assert [b["value"] for b in bars] == [489_411, 176_237, 136_519]
+    assert max(b["value"] for b in bars) == 489_411  # the run's share, not the $4.17M term, sets the scale
+    assert "label" not in bars[0] and bars[1]["label"]["formatter"] == "cash $4.17M"
+    assert bars[2]["label"]["formatter"] == "cash $2.74M"
+    assert (
+        "commit-3yr ($4.17M)" in option["title"]["subtext"]
+        and "self-build ($2.74M)" in option["title"]["subtext"]
+    )
+    described = charts.describe_chart(option)
+    assert (
+        "this run's cost (amortised $): on-demand $489,411" in described
+        and "commit-3yr ($4.17M)" in described
+    )
 
 
 def test_pareto_and_compare_options() -> None:

@@ -174,8 +174,9 @@ def test_surfaces_agree_on_days_and_dollars(client) -> None:
     assert page.status_code == 200, page.text[:2000]
     cost_json = client.get("/planner/cost?" + query + "&format=json").json()
     on_demand = next(r for r in cost_json["options"] if r["option"] == "on-demand")
-    days, usd = on_demand["days"], on_demand["total_usd"]
-    assert on_demand["usd_per_m_tokens"] == pytest.approx(usd / 1e6)  # 1e12 tokens: $ per million tokens
+    days, usd = on_demand["days"], on_demand["cash_usd"]
+    assert on_demand["amortised_usd"] == usd  # on-demand owes nothing beyond the run: cash = amortised
+    assert on_demand["usd_per_m_tokens_amortised"] == pytest.approx(usd / 1e6)  # 1e12 tokens: $ per million
     table = page.text[page.text.index('id="cost-table"') :]
     row = table[table.index(">on-demand<") : table.index("</tr>", table.index(">on-demand<"))]
     assert fmt_usd(usd) in row and f"{days:.1f}" in row
@@ -206,7 +207,7 @@ def test_surfaces_agree_on_days_and_dollars(client) -> None:
     url = load.group(1).replace("&amp;", "&")
     loaded = client.get(url.replace("/?", "/planner/cost?", 1) + "&format=json").json()
     loaded_row = next(r for r in loaded["options"] if r["option"] == "on-demand")
-    assert f"{loaded_row['days']:.1f}" in first and f">{fmt_usd(loaded_row['total_usd'])}<" in first
+    assert f"{loaded_row['days']:.1f}" in first and f">{fmt_usd(loaded_row['cash_usd'])}<" in first
 
     ids = []
     for name in ("a", "b"):

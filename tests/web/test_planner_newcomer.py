@@ -96,11 +96,11 @@ def test_cost_table_exports_as_csv_and_json(client: TestClient) -> None:
     options = {r["option"] for r in rows if r["provider"] == "aws"}
     assert {"on-demand", "spot", "self-build"} <= options
     on_demand = next(r for r in rows if r["option"] == "on-demand" and r["provider"] == "aws")
-    assert float(on_demand["total_usd"]) > 0 and float(on_demand["days"]) > 0
+    assert float(on_demand["cash_usd"]) > 0 and float(on_demand["days"]) > 0
     doc = client.get(f"/planner/cost?{query}&format=json").json()
     assert doc["tokens"] == 1e10 and len(doc["options"]) == len(rows)
     json_on_demand = next(o for o in doc["options"] if o["option"] == "on-demand" and o["provider"] == "aws")
-    assert abs(json_on_demand["total_usd"] - float(on_demand["total_usd"])) < 0.01
+    assert abs(json_on_demand["cash_usd"] - float(on_demand["cash_usd"])) < 0.01
     assert client.get(f"/planner/cost?{query}&format=xml").status_code == 422
     assert client.get("/planner/cost?" + to_query({**SMALL, "tp": "x"})).status_code == 422
 
@@ -119,7 +119,7 @@ def test_chart_descriptions_read_numbers(client: TestClient) -> None:
     assert len(labels) >= 4
     for label in labels:
         assert "NaN" not in label and "[" not in label and "None" not in label, label
-    cost = next(x for x in labels if x.startswith("Cost and time to train"))
+    cost = next(x for x in labels if x.startswith("Cost of this run (amortised $)"))
     assert re.search(r"on-demand \$[\d,]+", cost) and "days" in cost
     memory = next(x for x in labels if x.startswith("Memory per GPU"))
     assert re.search(r"params [\d.]+ GiB", memory)

@@ -42,6 +42,8 @@ What lives where (import from the module; this package exports nothing itself):
 - ``storage``: S3 storage of the dataset and checkpoints, egress and inter-region transfer.
 - ``serving``: whether the trained model serves on the priced node.
 - ``training``: train N tokens under every option, ranked (:func:`training_cost`).
+- ``summary``: that cost as a buyer reads it — cash and amortised side by side, $ per million tokens, the
+  rankings with their ties, the prices' day and region (:func:`cost_summary`).
 - ``monthly``: the monthly bill of a cluster, rented or owned (:func:`monthly_cost`).
 - ``gpu_hour``: one price per GPU-hour per option, for the plan search.
 """

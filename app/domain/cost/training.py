@@ -122,7 +122,10 @@ class TrainingCost(Frozen):
     cheapest: str | None = Field(description="the amortised ranking's winner (None on a tie); see rankings")
     cheapest_basis: str = "amortised"
     rankings: tuple[Ranking, ...] = ()
-    fastest: str | None
+    fastest: str | None = Field(description="the option with the fewest days to results (None on a tie)")
+    fastest_tied: tuple[str, ...] = Field(
+        default=(), description="options tied for the fewest days (within 0.01 day or 0.01 %)"
+    )
     other_clouds: tuple[OptionCost, ...] = Field(
         default=(),
         description="on-demand and commitments on Google Cloud, Azure and GPU clouds with this GPU",
@@ -374,6 +377,20 @@ def rank_options(options: Sequence[OptionCost], basis: str) -> Ranking:
                    winner=tied[0] if len(tied) == 1 else None, tied=tied if len(tied) > 1 else ())  # fmt: skip
 
 
+TIE_DAYS = 0.01
+
+
+def fastest_options(options: Sequence[OptionCost]) -> tuple[str | None, tuple[str, ...]]:
+    """(winner, tied): the available option with the fewest days to results (the run after failures plus a
+    self-build's lead time); on a tie (within 0.01 day or 0.01 %) no winner and every tied option."""
+    timed = sorted((r.days + r.lead_time_days, option_label(r)) for r in options if r.available and r.days)
+    if not timed:
+        return None, ()
+    best = timed[0][0]
+    tied = tuple(name for d, name in timed if d - best <= max(TIE_DAYS, TIE_FRACTION * best))
+    return (tied[0], ()) if len(tied) == 1 else (None, tied)
+
+
 def training_cost(
     cost_catalog: CostCatalog,
     hardware: HardwareCatalog,
@@ -455,12 +472,9 @@ def training_cost(
         reports = {n: base if n == instances else rel_on(n) for n in counts}
         others = other_cloud_options(cost_catalog, hardware, job, wanted=wanted, o=o, storage=storage,
                                      reliability=reports)  # fmt: skip
-    available = [r for r in results if r.available and r.total_usd is not None]
     rankings = (rank_options((*results, *others), "cash"), rank_options((*results, *others), "amortised"))
     cheapest = rankings[1].winner
-    fastest = (
-        min(available, key=lambda r: (r.days or 0.0) + r.lead_time_days).option.value if available else None
-    )
+    fastest, fastest_tied = fastest_options((*results, *others))
     compute_h = job.tokens / job.cloud_tokens_per_s / SECONDS_PER_HOUR
     wall_h = compute_h / base.goodput
     extra_h = wall_h * base.rule_of_thumb.extra_wall_clock_fraction
@@ -501,7 +515,7 @@ def training_cost(
         self_build_nodes=sb_nodes, tokens_per_s=job.cloud_tokens_per_s, compute_hours=compute_h,
         job_mtbf_hours=base.job_mtbf_hours, checkpoint_interval_s=base.checkpoint_interval_s, goodput=base.goodput,
         expected_failures=expected_failures(wall_h, base.job_mtbf_hours), reliability=base, options=tuple(results),
-        cheapest=cheapest, rankings=rankings, fastest=fastest, other_clouds=others, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
+        cheapest=cheapest, rankings=rankings, fastest=fastest, fastest_tied=fastest_tied, other_clouds=others, rule_of_thumb_extra_days=extra_h / 24.0, rule_of_thumb_extra_usd=extra_usd,
         prices=prices, self_build=tco, storage=storage, serving=serving, assumptions=tuple(assumptions),
         notes=tuple(notes),
     )  # fmt: skip

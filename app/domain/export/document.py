@@ -4,8 +4,10 @@ It holds what an estimate needs to be repeated — the model (a preset slug, or 
 was imported from), the hardware, the :class:`~app.domain.plan.Plan` and the tokens to train — plus two
 snapshots that make every export a pure function of the document: the resolved architecture (layer count,
 widths, heads… for Megatron and torchtitan) and the node facts the launchers need (GPUs per host, fabric
-kind, EFA interfaces, vCPUs). ``estimate`` is the summary at export time; it is informative and is not
-re-checked when the document is read back.
+kind, EFA interfaces, vCPUs). ``estimate`` is the summary at export time and ``cost`` (when tokens were given
+and the plan could be priced) the run's cost per pricing option — cash and amortised $, $ per million tokens, days
+after failures, the cheapest on each basis and the fastest, with the prices' day, region and every figure used;
+both are informative and are not re-checked when the document is read back.
 
 :func:`request_fields` turns a document back into the fields of an estimate request, so that estimating a
 saved plan reproduces the estimate it was saved with (same catalog, same numbers).
@@ -19,6 +21,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, ValidationError
 
+from app.domain.cost.summary import CostSummary
 from app.domain.estimator.estimate import Estimate
 from app.domain.estimator.hardware import Fabric, Node
 from app.domain.estimator.overrides import OVERRIDE_KEYS
@@ -131,6 +134,10 @@ class PlanDocument(Frozen):
     )
     calibrated: bool = Field(default=True, description="estimated with the calibration from benchmark runs")
     estimate: EstimateSummary
+    cost: CostSummary | None = Field(
+        default=None,
+        description="the run's cost per pricing option when the plan was exported (needs tokens)",
+    )
 
     @property
     def arch(self) -> Architecture:
@@ -164,6 +171,7 @@ def build_plan_document(
     calibrated: bool = True,
     checkpoint_interval_s: float | None = None,
     calibration: str | None = None,
+    cost: CostSummary | None = None,
 ) -> PlanDocument:
     """The document for an estimate that was just made (``node`` and ``fabric`` as the estimate resolved them);
     ``calibration`` says which calibration its figures carry (e.g. "calibrated by run 3")."""
@@ -214,6 +222,7 @@ def build_plan_document(
             calibration=calibration,
             checkpoint_interval_s=checkpoint_interval_s,
         ),
+        cost=cost,
     )
 
 
