@@ -153,7 +153,10 @@ class EstimateRequest(StrictNumbers):
     model_config = ConfigDict(extra="forbid")
 
     model: str | None = Field(
-        default=None, max_length=64, description="architecture preset slug, e.g. llama3.1-70b"
+        default=None,
+        max_length=200,
+        description="architecture preset slug, e.g. llama3.1-70b, or a Hugging Face id (org/name[@revision]) "
+        "whose config.json is in the server's local Hugging Face cache (never downloaded)",
     )
     hf_config: HfConfig | None = Field(
         default=None,
@@ -314,7 +317,11 @@ class PlanSearchRequest(StrictNumbers):
 
     model_config = ConfigDict(extra="forbid")
 
-    model: str | None = Field(default=None, max_length=64)
+    model: str | None = Field(
+        default=None,
+        max_length=200,
+        description="preset slug or Hugging Face id (org/name), as in the estimate",
+    )
     hf_config: HfConfig | None = None
     gpu: str = Field(max_length=64)
     node: str | None = Field(default=None, max_length=64)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -115,3 +116,57 @@ def catalog_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def _catalog_cache(catalog_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CAPPLAN_CATALOG_CACHE", str(catalog_cache_dir))
+
+
+@pytest.fixture(scope="session")
+def hub_cache_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The Hugging Face hub cache every test sees (app/services/hub_cache.py): empty unless a test fills it,
+    never the user's ~/.cache/huggingface."""
+    return tmp_path_factory.mktemp("hf-hub")
+
+
+@pytest.fixture(autouse=True)
+def _hub_cache(hub_cache_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HF_HUB_CACHE", str(hub_cache_dir))
+
+
+HUB_LLAMA_CONFIG = {
+    "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256, "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-5, "tie_word_embeddings": False, "hidden_act": "silu",
+}  # fmt: skip
+"""A Llama 3.1 8B-shaped config.json (8.0 B parameters) for the Hugging Face cache tests."""
+
+
+class FakeHub:
+    """A Hugging Face hub cache laid out as huggingface_hub writes it: refs/<ref> holds the commit, the
+    snapshot's config.json links into blobs/."""
+
+    llama = HUB_LLAMA_CONFIG
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def add(self, repo_id: str, config: dict | None = None, *, commit: str = "3f1b2c4d5e6f7a8b9c0d",
+            ref: str | None = "main") -> Path:  # fmt: skip
+        org, name = repo_id.split("/")
+        repo = self.root / f"models--{org}--{name}"
+        blob = repo / "blobs" / f"blob-{commit}"
+        blob.parent.mkdir(parents=True, exist_ok=True)
+        blob.write_text(json.dumps(HUB_LLAMA_CONFIG if config is None else config))
+        snapshot = repo / "snapshots" / commit
+        snapshot.mkdir(parents=True, exist_ok=True)
+        (snapshot / "config.json").symlink_to(Path("..") / ".." / "blobs" / blob.name)
+        if ref is not None:
+            (repo / "refs").mkdir(exist_ok=True)
+            (repo / "refs" / ref).write_text(commit)
+        return snapshot / "config.json"
+
+
+@pytest.fixture
+def hub_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> FakeHub:
+    """An empty Hugging Face cache of this test's own (HF_HUB_CACHE); ``hub_cache.add("org/name")`` fills it."""
+    root = tmp_path / "hf-hub"
+    root.mkdir()
+    monkeypatch.setenv("HF_HUB_CACHE", str(root))
+    return FakeHub(root)

@@ -124,13 +124,14 @@ def given_on_command_line(ctx: typer.Context, names: Iterable[str]) -> list[str]
 
 
 def model_argument(model: str) -> dict[str, Any]:
-    """A preset slug, or the path of a Hugging Face config.json (read as data, never executed)."""
+    """A preset slug, the path of a Hugging Face config.json (read as data, never executed), or a Hugging Face id
+    (``org/name``) whose config.json is in the local Hugging Face cache (app/services/hub_cache.py; no network)."""
     if model.endswith(".json") or "/" in model:
         from app.schemas import load_json_text
 
         path = Path(model)
         if not path.is_file():
-            raise UsageError(f"--model: no such file {model}")
+            return _hub_model(model)
         if path.stat().st_size > MAX_CONFIG_BYTES:
             raise UsageError(f"--model: {model} is larger than {MAX_CONFIG_BYTES} bytes; not a config.json")
         try:
@@ -141,6 +142,19 @@ def model_argument(model: str) -> dict[str, Any]:
             raise UsageError(f"--model: {model} must hold a JSON object")
         return {"hf_config": config}
     return {"model": model}
+
+
+def _hub_model(model: str) -> dict[str, Any]:
+    """``--model org/name`` that is not a file: the config.json in the Hugging Face cache, or one line naming the
+    paths looked at (and, for what looks like a path, that there is no such file)."""
+    from app.services.hub_cache import HUB_ID_PATTERN, HubConfigError, read_hub_config
+
+    if not HUB_ID_PATTERN.fullmatch(model):
+        raise UsageError(f"--model: no such file {model}")
+    try:
+        return {"hf_config": read_hub_config(model)}
+    except HubConfigError as exc:
+        raise UsageError(f"--model: {exc} (and there is no file {model})") from None
 
 
 def figure_overrides(assignments: list[str]) -> dict[str, float]:

@@ -1,5 +1,6 @@
-"""`capplan db export` / `capplan db import`: every saved scenario, custom catalog entry and benchmark run as one
-JSON document (``capplan.backup/v1``), restorable into an empty or existing database in one transaction."""
+"""`capplan db export` / `capplan db import`: every saved scenario, custom catalog entry, benchmark run and shared
+config.json as one JSON document (``capplan.backup/v1``), restorable into an empty or existing database in one
+transaction."""
 
 from __future__ import annotations
 
@@ -10,7 +11,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from sqlalchemy import delete, func, insert, select, text
 from sqlalchemy.orm import Session, selectinload
 
-from app.db.tables import BenchmarkRun, BenchmarkSample, CustomCatalogEntry, CustomKind, Scenario
+from app.db.tables import (
+    BenchmarkRun,
+    BenchmarkSample,
+    CustomCatalogEntry,
+    CustomKind,
+    Scenario,
+    SharedConfig,
+)
 
 BACKUP_SCHEMA = "capplan.backup/v1"
 
@@ -61,12 +69,19 @@ class BenchmarkRunRow(_Row):
     samples: list[SampleRow]
 
 
+class SharedConfigRow(_Row):
+    id: str = Field(pattern=r"^[0-9a-f]{20}$")
+    body: str = Field(max_length=64_000)
+    created_at: datetime
+
+
 class Backup(_Row):
     schema_id: str = Field(alias="schema", pattern=r"^capplan\.backup/v1$")
     exported_at: datetime
     scenarios: list[ScenarioRow] = []
     custom_catalog_entries: list[CustomEntryRow] = []
     benchmark_runs: list[BenchmarkRunRow] = []
+    shared_configs: list[SharedConfigRow] = []  # absent from backups made before planner links stored configs
 
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
 
@@ -81,6 +96,7 @@ def export_backup(session: Session) -> Backup:
     runs = session.scalars(
         select(BenchmarkRun).options(selectinload(BenchmarkRun.samples)).order_by(BenchmarkRun.id)
     ).all()
+    shared = session.scalars(select(SharedConfig).order_by(SharedConfig.id)).all()
     return Backup(
         schema_id=BACKUP_SCHEMA,
         exported_at=datetime.now(UTC),
@@ -95,6 +111,7 @@ def export_backup(session: Session) -> Backup:
             )
             for r in runs
         ],
+        shared_configs=[SharedConfigRow(**_columns(c, list(SharedConfigRow.model_fields))) for c in shared],
     )
 
 
@@ -118,7 +135,8 @@ def import_backup(session: Session, backup: Backup, *, replace: bool = False) ->
 
     Rows go in through Core inserts: the ORM would restart each scenario's ``version`` (its optimistic-locking
     counter) at 1, and a client holding version 3 could then overwrite a change. NUL characters, which SQLite
-    stores and PostgreSQL refuses, are replaced by U+FFFD (counted in ``nul_characters_replaced``)."""
+    stores and PostgreSQL refuses, are replaced by U+FFFD (counted in ``nul_characters_replaced``). Shared
+    configs are named by their content, so one already present is left as it is."""
     nul = [0]
 
     def rows(items: list[Any], **exclude: Any) -> list[dict[str, Any]]:
@@ -126,7 +144,7 @@ def import_backup(session: Session, backup: Backup, *, replace: bool = False) ->
 
     try:
         if replace:
-            for table in (BenchmarkSample, BenchmarkRun, CustomCatalogEntry, Scenario):
+            for table in (BenchmarkSample, BenchmarkRun, CustomCatalogEntry, Scenario, SharedConfig):
                 session.execute(delete(table))
         if backup.scenarios:
             session.execute(insert(Scenario.__table__), rows(backup.scenarios))
@@ -141,6 +159,10 @@ def import_backup(session: Session, backup: Backup, *, replace: bool = False) ->
             ]
             if samples:
                 session.execute(insert(BenchmarkSample.__table__), samples)
+        present = set(session.scalars(select(SharedConfig.id))) if backup.shared_configs else set()
+        configs = [c for c in backup.shared_configs if c.id not in present]
+        if configs:
+            session.execute(insert(SharedConfig.__table__), rows(configs))
         session.flush()
         _reset_sequences(session)
         session.commit()
@@ -152,6 +174,7 @@ def import_backup(session: Session, backup: Backup, *, replace: bool = False) ->
         "custom_catalog_entries": len(backup.custom_catalog_entries),
         "benchmark_runs": len(backup.benchmark_runs),
         "benchmark_samples": sum(len(r.samples) for r in backup.benchmark_runs),
+        "shared_configs": len(backup.shared_configs),
         "nul_characters_replaced": nul[0],
     }
 

@@ -1,4 +1,4 @@
-"""ORM tables: saved scenarios, user catalog additions, benchmark runs and their samples."""
+"""ORM tables: saved scenarios, shared config.json files, user catalog additions, benchmark runs and their samples."""
 
 from __future__ import annotations
 
@@ -37,6 +37,18 @@ class Scenario(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow, onupdate=utcnow)
 
     __mapper_args__ = {"version_id_col": version}
+
+
+class SharedConfig(Base):
+    """A config.json a planner link names by ``config=<id>`` instead of carrying it (an upload made URLs 100 KB).
+    The id is the start of the SHA-256 of the compact JSON text, so the same config always gets the same id and
+    a row is never changed; ``body`` is that text."""
+
+    __tablename__ = "shared_configs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    body: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class CustomCatalogEntry(Base):

@@ -13,4 +13,6 @@ use-case without SQLAlchemy):
 - ``saved_scenarios``  saved scenarios in the database (SQLAlchemy)
 - ``benchmarks``       benchmark runs and the calibration they give (SQLAlchemy)
 - ``size``             the sizing search: every accelerator, cluster size, plan and pricing option
+- ``hub_cache``        a Hugging Face id's config.json from the local Hugging Face cache (no network)
+- ``shared_configs``   config.json files stored for short planner links (SQLAlchemy)
 """

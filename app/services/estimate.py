@@ -26,23 +26,35 @@ from app.domain.model.hf_config import ArchitectureImportError
 from app.domain.model.hf_import import architecture_from_hf_config
 from app.schemas import EstimateRequest, PlanSearchRequest
 from app.services.errors import InputError, field_error
+from app.services.hub_cache import hub_config_for
 
 PLAN_FIELDS = tuple(f for f in Plan.model_fields if f != "dp")
 
 
-def resolve_architecture(catalog: Catalog, request: EstimateRequest) -> Architecture:
+def model_source(request: EstimateRequest | PlanSearchRequest) -> tuple[str | None, dict[str, Any] | None]:
+    """(preset slug, config.json) of the request: a Hugging Face id in ``model`` (``org/name``) is read from the
+    local hub cache and becomes the config (app/services/hub_cache.py), so plan documents carry the config."""
     if request.hf_config is not None:
+        return None, request.hf_config
+    config = hub_config_for(request.model)
+    return (None, config) if config is not None else (request.model, None)
+
+
+def resolve_architecture(catalog: Catalog, request: EstimateRequest) -> Architecture:
+    preset, config = model_source(request)
+    if config is not None:
+        where = "hf_config" if request.hf_config is not None else "model"
         try:
-            return architecture_from_hf_config(request.hf_config)
+            return architecture_from_hf_config(config)
         except ArchitectureImportError as exc:
-            field = f"hf_config.{exc.field}" if exc.field else "hf_config"
+            field = f"{where}.{exc.field}" if exc.field and where == "hf_config" else where
             raise InputError([field_error(field, str(exc), "value_error.hf_config")]) from None
         except (ValueError, TypeError) as exc:
             raise InputError(
-                [field_error("hf_config", f"not a usable config.json: {exc}", "value_error.hf_config")]
+                [field_error(where, f"not a usable config.json: {exc}", "value_error.hf_config")]
             ) from None
     try:
-        return catalog.architecture(request.model or "")
+        return catalog.architecture(preset or "")
     except UnknownSlugError as exc:
         raise InputError([field_error("model", str(exc), "value_error.unknown_slug")]) from None
 

@@ -30,7 +30,13 @@ from app.domain.reliability.report import ReliabilityReport, reliability_report
 from app.domain.search.run_pricing import RunFigures
 from app.schemas import CostRequest, EstimateRequest
 from app.services.errors import InputError, field_error
-from app.services.estimate import Calibration, calibrated_estimate, resolve_architecture, with_calibration
+from app.services.estimate import (
+    Calibration,
+    calibrated_estimate,
+    model_source,
+    resolve_architecture,
+    with_calibration,
+)
 
 MILLION = 1e6
 
@@ -269,13 +275,14 @@ def _document(
     """The plan document (capplan.plan/v1): plan, hardware and estimate, with the reliability model's checkpoint
     interval, which every export turns into its checkpoint cadence in steps, and the run's cost per pricing option
     when it was priced."""
+    preset, hf_config = model_source(request)
     return build_plan_document(
         arch=resolve_architecture(catalog, request),
         node=catalog.hardware.node(est.node),
         fabric=catalog.hardware.fabric(est.scale_out_fabric),
         estimate=est,
-        preset=request.model,
-        hf_config=request.hf_config,
+        preset=preset,
+        hf_config=hf_config,
         oversubscription=request.oversubscription,
         power_limit_w=request.power_limit_w,
         tokens=request.tokens,

@@ -153,7 +153,8 @@ def gantt_option(schedule: Schedule, whole: ScheduleFigures | None = None) -> di
     option.update({
         "tooltip": {"trigger": "item", "formatter": "{a}: micro-batch {@[3]}, chunk {@[4]}, {@[1]}–{@[2]} s"},
         "legend": {"top": 28, "data": ["forward", "backward"]},
-        "xAxis": {"type": "value", "name": "s", "min": 0, "max": _r(schedule.makespan_s, 5)},
+        "xAxis": {"type": "value", "name": "s", "min": 0, "max": _r(schedule.makespan_s, 5),
+                  "axisLabel": {"showMaxLabel": False}},  # the end is the makespan, not a round tick
         "yAxis": {"type": "category", "data": stages, "inverse": True},
         "series": series,
     })  # fmt: skip

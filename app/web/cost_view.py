@@ -17,8 +17,9 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.responses import Response
+from sqlalchemy.orm import Session
 
-from app.deps import get_catalog
+from app.deps import get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.domain.cost.inputs import TERM_YEARS, CostOption
 from app.domain.cost.summary import CostSummary, OptionSummary, RankingSummary
@@ -26,7 +27,7 @@ from app.schemas import CostRequest
 from app.services.cost import run_cost
 from app.services.errors import InputError
 from app.services.scenario import buyer_cost
-from app.web.forms import parse_planner
+from app.web.share import planner_form
 from app.web.templating import fmt_usd
 
 router = APIRouter(include_in_schema=False)
@@ -167,12 +168,14 @@ def cost_csv(summary: CostSummary) -> str:
 def planner_cost_export(
     request: Request,
     catalog: CatalogDep,
+    session: Annotated[Session, Depends(get_session)],
     fmt: Annotated[str, Query(alias="format", pattern="^(csv|json)$")] = "csv",
 ) -> Response:
     """The planner's cost table for the URL's inputs, as CSV or JSON (every option, AWS and other clouds, cash and
-    amortised, with the rankings, the prices' day and region, and every figure the cost used)."""
+    amortised, with the rankings, the prices' day and region, and every figure the cost used). A stored config.json
+    named by id in the link (``config=``) is read back as the planner reads it."""
     params = {k: v for k, v in request.query_params.items() if k != "format"}
-    form = parse_planner(params)
+    form = planner_form(session, params)
     if not form.ok or form.request is None:
         raise InputError(
             [{"loc": ["query", k], "msg": m, "type": "value_error"} for k, m in form.errors.items()]

@@ -2,7 +2,9 @@
 
 Every input travels in the query string (GET), so a planner URL is the whole scenario and can be shared. Blank
 fields mean "the default" (auto dp, the accelerator's reference node, the node's fabric, catalog figures).
-Values are kept as the user typed them, so an invalid form re-renders exactly as submitted.
+Values are kept as the user typed them, so an invalid form re-renders exactly as submitted. A planner URL names
+only what differs from the defaults (:func:`to_query`), and a config.json by ``config=<id>`` once it is stored
+(app/web/share.py).
 """
 
 from __future__ import annotations
@@ -18,13 +20,19 @@ from pydantic import ValidationError
 
 from app.domain.cost.inputs import CostOverrides
 from app.schemas import EstimateRequest, load_json_text
+from app.services.hub_cache import HubConfigError, parse_hub_id
 
 HF = "hf"
 """The ``model`` value meaning "use the config.json in ``hf_config``"."""
+HUB = "hub"
+"""The ``model`` value meaning "the Hugging Face id in ``hf_id``, read from the server's Hugging Face cache"."""
+CONFIG_REF = "config"
+"""The query parameter naming a stored config.json by id (instead of ``hf_config`` with the whole file)."""
 
 DEFAULTS: dict[str, str] = {
     "model": "llama3.1-70b",
     "hf_config": "",
+    "hf_id": "",
     "gpu": "h100-sxm",
     "node": "",
     "fabric": "",
@@ -113,8 +121,11 @@ class PlannerInput:
     def ok(self) -> bool:
         return not self.errors and self.request is not None
 
+    config_id: str | None = None
+    """The stored config.json's id when ``values["hf_config"]`` is one (app/web/share.py), for short links."""
+
     def query(self) -> str:
-        return to_query(self.values)
+        return to_query(self.values, self.config_id)
 
     def overridden(self) -> dict[str, str]:
         return {k: v for k, v in self.values.items() if k.startswith("o.") and v.strip()}
@@ -152,6 +163,8 @@ def form_values(params: Mapping[str, Any]) -> dict[str, str]:
     """The form's values: the query's, blanks for absent fields filled with the defaults (when the query names
     no field at all, every default)."""
     given = {k: str(params[k]) for k in FORM_FIELDS if k in params}
+    if "/" in given.get("model", "") and not given.get("hf_id", "").strip():  # ?model=org/name typed by hand
+        given.update(model=HUB, hf_id=given["model"])
     values = {k: given.get(k, v) for k, v in DEFAULTS.items()}
     values.update({k: given.get(k, "") for k in OVERRIDES})
     values.update({k: str(v) for k, v in params.items() if k.startswith("o.") and k not in OVERRIDES})
@@ -188,7 +201,7 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
     body: dict[str, Any] = {}
     for name in DEFAULTS:
         text = values[name].strip()
-        if name in ("model", "hf_config"):
+        if name in ("model", "hf_config", "hf_id"):
             continue
         if not text:
             if name not in OPTIONAL_FIELDS:
@@ -249,6 +262,16 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
                     body["hf_config"] = cfg
                 else:
                     out.errors["hf_config"] = "a config.json is a JSON object"
+    elif model == HUB:
+        hub_id = values["hf_id"].strip()
+        try:
+            parse_hub_id(hub_id)
+        except HubConfigError as exc:
+            out.errors["hf_id"] = (
+                str(exc) if hub_id else "type a Hugging Face id (org/name), or pick a preset"
+            )
+        else:
+            body["model"] = hub_id
     elif model:
         body["model"] = model
     else:
@@ -302,15 +325,25 @@ def add_service_errors(form: PlannerInput, errors: list[dict[str, Any]]) -> None
             key = FIGURE_PREFIX + ".".join(loc[1:])
         if key.startswith("hf_config"):
             key = "hf_config"
+        if key == "model" and form.values.get("model") == HUB:
+            key = "hf_id"
         if key not in FORM_FIELDS and not key.startswith("o."):
             key = "model"
         form.errors.setdefault(key, str(e.get("msg", "")))
     form.request = None
 
 
-def to_query(values: Mapping[str, str]) -> str:
-    """The URL query of a form: every field in form order; blank overrides left out."""
-    pairs = [(k, values.get(k, DEFAULTS[k])) for k in DEFAULTS]
+def to_query(values: Mapping[str, str], config_id: str | None = None) -> str:
+    """The URL query of a form, in form order, naming only what differs from :data:`DEFAULTS` (a field cleared
+    by the user stays, blank) and the overrides that are set: :func:`form_values` of it gives ``values`` back.
+    With ``config_id`` the config.json is named by its stored id instead of carried whole."""
+    pairs: list[tuple[str, str]] = []
+    for key, default in DEFAULTS.items():
+        value = values.get(key, default)
+        if key == "hf_config" and config_id:
+            pairs.append((CONFIG_REF, config_id))
+        elif value != default:
+            pairs.append((key, value))
     pairs += [(k, values[k]) for k in override_names(values) if values.get(k, "").strip()]
     return urlencode(pairs)
 
@@ -346,7 +379,9 @@ def values_from_inputs(
     values = dict(DEFAULTS)
     values.update({k: "" for k in OVERRIDES})
     for key, value in inputs.items():
-        if key == "hf_config" and value is not None:
+        if key == "model" and isinstance(value, str) and "/" in value:
+            values["model"], values["hf_id"] = HUB, value
+        elif key == "hf_config" and value is not None:
             values["model"] = HF
             values["hf_config"] = json.dumps(value, separators=(",", ":"), sort_keys=True)
         elif key in DEFAULTS and value is not None:

@@ -14,8 +14,9 @@ from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from sqlalchemy.orm import Session
 
-from app.deps import get_catalog
+from app.deps import get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.domain.cost.monthly import MonthlyCost
 from app.domain.cost.training import TrainingCost
@@ -35,23 +36,25 @@ from app.services.scenario import ScenarioResult, run_scenario
 from app.web import charts
 from app.web.cost_view import aws_and_self_build, ranking_lines
 from app.web.forms import (
+    CONFIG_REF,
     DEFAULTS,
     FORM_FIELDS,
     HF,
+    HUB,
     LAYOUT_FIELDS,
     MAX_HF_CONFIG_CHARS,
     OVERRIDES,
     PlannerInput,
     add_service_errors,
-    form_values,
-    parse_planner,
     to_query,
 )
 from app.web.htmx import is_partial, render
 from app.web.security import verify_csrf
+from app.web.share import canonical_url, link_config, planner_form, shorter_url
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+SessionDep = Annotated[Session, Depends(get_session)]
 GIB = 1024**3
 
 STEP_FORMULA = (
@@ -358,17 +361,10 @@ def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> d
         "search_offer": bool(form.errors) and set(form.errors) <= set(LAYOUT_FIELDS),
         "form": form, "v": form.values, "errors": form.errors, "query": form.query(), "results": results,
         "exports": exports_for(scenario), "model": model,
-        "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,
+        "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF, "HUB": HUB,
         "partial": is_partial(request), "defaults": DEFAULTS, "upload_error": None,
         "upload_max_bytes": MAX_HF_UPLOAD_BYTES,
     }  # fmt: skip
-
-
-def render_planner(request: Request, catalog: Catalog, params: dict[str, Any]) -> HTMLResponse:
-    form = parse_planner(params)
-    ctx = planner_context(request, catalog, form)
-    status = 422 if form.errors else 200
-    return render(request, "pages/planner.html", ctx, block="results", status_code=status)
 
 
 MAX_HF_UPLOAD_BYTES = MAX_HF_CONFIG_CHARS * 4
@@ -390,33 +386,46 @@ def upload_too_large_message(n_bytes: int | None) -> str:
 
 
 @router.get("/", response_class=HTMLResponse)
-def planner_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
+def planner_page(request: Request, catalog: CatalogDep, session: SessionDep) -> Response:
+    """The planner. Its URL is kept short: htmx updates replace the address with the inputs that differ from the
+    defaults (HX-Replace-Url), and a form sent without JavaScript (every field, blanks too) is redirected there."""
     params = dict(request.query_params)
     # the body-size guard (app.main.BodyLimit) sends an over-limit upload back here with upload_too_large=<bytes>
     too_large = params.pop("upload_too_large", None)
-    if too_large is None:
-        return render_planner(request, catalog, params)
-    form = parse_planner(params)
+    form = planner_form(session, params)
+    link_config(session, form)
+    url = canonical_url("/", form.query())
+    if too_large is not None:
+        ctx = planner_context(request, catalog, form)
+        ctx["upload_error"] = upload_too_large_message(int(too_large) if too_large.isdigit() else None)
+        return render(request, "pages/planner.html", ctx, status_code=413)
+    if not is_partial(request) and (target := shorter_url(request, url)):
+        return RedirectResponse(target, status_code=303)
     ctx = planner_context(request, catalog, form)
-    ctx["upload_error"] = upload_too_large_message(int(too_large) if too_large.isdigit() else None)
-    return render(request, "pages/planner.html", ctx, status_code=413)
+    status = 422 if form.errors else 200
+    response = render(request, "pages/planner.html", ctx, block="results", status_code=status)
+    if is_partial(request):
+        response.headers["HX-Replace-Url"] = url
+    return response
 
 
 @router.post("/planner/hf-config", dependencies=[Depends(verify_csrf)])
 async def upload_hf_config(
     request: Request,
     catalog: CatalogDep,
+    session: SessionDep,
     file: Annotated[UploadFile | None, File(description="a Hugging Face config.json")] = None,
     current: Annotated[str, Form(max_length=200_000)] = "",
 ) -> Response:
     """Read an uploaded config.json into the form (model = config.json) and show the planner for it.
-    A readable config redirects (303) to the planner URL holding it; an unreadable or too large one re-renders
-    the planner with the user's inputs unchanged and a message at the upload (422, or 413 for size)."""
+    A readable config is stored and redirects (303) to the planner URL naming it (``config=<id>``; the whole file
+    when the database cannot store it); an unreadable or too large one re-renders the planner with the user's
+    inputs unchanged and a message at the upload (422, or 413 for size)."""
     params = dict(parse_qsl(current, keep_blank_values=True))
     raw = b"" if file is None else await file.read(MAX_HF_UPLOAD_BYTES + 1)
 
     def keep_inputs(message: str, status: int) -> HTMLResponse:
-        form = parse_planner(params)
+        form = planner_form(session, params)
         ctx = planner_context(request, catalog, form)
         ctx["upload_error"] = message
         return render(request, "pages/planner.html", ctx, status_code=status)
@@ -441,20 +450,23 @@ async def upload_hf_config(
             413,
         )
     params.update({"model": HF, "hf_config": text})
-    values = form_values(params)
-    return RedirectResponse(f"/?{to_query(values)}", status_code=303)
+    params.pop(CONFIG_REF, None)
+    form = planner_form(session, params)
+    link_config(session, form)
+    return RedirectResponse(canonical_url("/", form.query()), status_code=303)
 
 
 @router.get("/planner/export")
 def planner_export(
     request: Request,
     catalog: CatalogDep,
+    session: SessionDep,
     fmt: Annotated[ExportFormat, Query(alias="format")] = ExportFormat.json,
 ) -> Response:
     """The plan of the planner URL's inputs as a launch file (the same bytes as POST /api/v1/plans/export); the plan
     document (format json) carries the run's cost per option, priced with the URL's overrides."""
     params = {k: v for k, v in request.query_params.items() if k != "format"}
-    form = parse_planner(params)
+    form = planner_form(session, params)
     if not form.ok or form.request is None:
         raise InputError(
             [{"loc": ["query", k], "msg": m, "type": "value_error"} for k, m in form.errors.items()]

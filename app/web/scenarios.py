@@ -32,10 +32,11 @@ from app.services.saved_scenarios import (
 from app.services.scenario import run_scenario
 from app.web import charts
 from app.web.cost_view import CompareRow, aws_and_self_build, compare_cost_rows, compare_row
-from app.web.forms import FORM_FIELDS, OVERRIDES, parse_planner, to_query, values_from_inputs
+from app.web.forms import CONFIG_REF, FORM_FIELDS, OVERRIDES, parse_planner, to_query, values_from_inputs
 from app.web.htmx import render
 from app.web.planner import planner_context
 from app.web.security import require_ui_writer
+from app.web.share import link_config, planner_form
 from app.web.templating import fmt_gib, fmt_number, fmt_usd, plan_degrees
 
 router = APIRouter(include_in_schema=False)
@@ -106,11 +107,13 @@ def save_scenario(
     query: Annotated[str, Form(max_length=200_000)] = "",
 ) -> Response:
     """Save the planner inputs in ``query`` under ``name`` and open the saved scenario (303)."""
-    form = parse_planner(dict(parse_qsl(query, keep_blank_values=True)))
-    if not name.strip():
-        form.errors.setdefault("name", "give the scenario a name")
-    if not form.ok or form.request is None:
+    form = planner_form(session, dict(parse_qsl(query, keep_blank_values=True)))
+    save_error = "" if name.strip() else "give the scenario a name"
+    if save_error and not form.ok:
+        form.errors.setdefault("name", save_error)  # no results, so no save form: say it in "What to fix"
+    if save_error or not form.ok or form.request is None:
         ctx = planner_context(request, catalog, form)
+        ctx["save_error"] = save_error  # shown at the name field of the save form, beside the results
         return render(request, "pages/planner.html", ctx, status_code=422)
     req = form.request.model_copy(update={"tokens": form.tokens})
     check_scenario_inputs(catalog, req)
@@ -226,8 +229,13 @@ def scenario_page(
     With planner fields in the query (the user edited the form here) it shows those, unsaved, with a "save
     changes" action."""
     s = _scenario(session, scenario_id)
-    edited = {k: v for k, v in request.query_params.items() if k in FORM_FIELDS or k.startswith("o.")}
-    form = parse_planner(edited if edited else scenario_values(s))
+    edited = {
+        k: v
+        for k, v in request.query_params.items()
+        if k in FORM_FIELDS or k == CONFIG_REF or k.startswith("o.")
+    }
+    form = planner_form(session, edited) if edited else parse_planner(scenario_values(s))
+    link_config(session, form)  # the share link names a config.json by id
     ctx = planner_context(request, catalog, form)
     ctx.update({"scenario": s, "scenario_overrides": overridden_figures(s), "edited": bool(edited),
                 "form_action": f"/scenarios/{s.id}", "message": request.query_params.get("msg", "")})  # fmt: skip
@@ -245,7 +253,7 @@ def update_scenario_inputs(
 ) -> Response:
     """Save the edited planner inputs into the scenario (optimistic: a stale version is a 409)."""
     s = _scenario(session, scenario_id)
-    form = parse_planner(dict(parse_qsl(query, keep_blank_values=True)))
+    form = planner_form(session, dict(parse_qsl(query, keep_blank_values=True)))
     if not form.ok or form.request is None:
         ctx = planner_context(request, catalog, form)
         ctx.update({"scenario": s, "scenario_overrides": overridden_figures(s), "edited": True,

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import math
 from typing import Annotated, Any
+from urllib.parse import urlencode
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import HTMLResponse
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from pydantic import ValidationError
+from sqlalchemy.orm import Session
 
-from app.deps import get_catalog
+from app.deps import get_catalog, get_session
 from app.domain.catalog import Catalog
 from app.domain.cost.inputs import CostOption
 from app.domain.search.spec import Objective
@@ -27,14 +29,15 @@ from app.web.forms import (
     LAYOUT_FIELDS,
     PlannerInput,
     form_values,
-    parse_planner,
     read_number,
     to_query,
 )
-from app.web.htmx import render
+from app.web.htmx import is_partial, render
+from app.web.share import canonical_url, expand_config, link_config, planner_form, shorter_url
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
+SessionDep = Annotated[Session, Depends(get_session)]
 
 SEARCH_DEFAULTS = {
     "objective": Objective.max_tokens_per_s.value,
@@ -45,7 +48,7 @@ SEARCH_DEFAULTS = {
     "price_option": CostOption.on_demand.value,
     "top_k": "10",
 }
-SHARED = ("model", "hf_config", "gpu", "node", "fabric", "seq_len", "global_batch", "tokens", "precision",
+SHARED = ("model", "hf_config", "hf_id", "gpu", "node", "fabric", "seq_len", "global_batch", "tokens", "precision",
           "optimizer", "framework", "flash_attention", "calibrated")  # fmt: skip
 """Planner inputs the search keeps fixed; the parallel layout (tp, pp, dp, …) is what it searches."""
 
@@ -83,12 +86,13 @@ def search_request(
                 body[key] = int(number) if kind is int else number
             except (ValueError, OverflowError):
                 errors[key] = "a finite number"
-    if errors:
-        return None, errors
-    try:
-        return PlanSearchRequest.model_validate(body), {}
+    try:  # every field's message at once: the numbers refused above are left out of the body
+        request = PlanSearchRequest.model_validate(body)
     except ValidationError as exc:
-        return None, {str(e["loc"][0]) if e["loc"] else "objective": _plain(e) for e in exc.errors()}
+        for e in exc.errors():
+            errors.setdefault(str(e["loc"][0]) if e["loc"] else "objective", _plain(e))
+        return None, errors
+    return (None, errors) if errors else (request, {})
 
 
 PLAIN_WORDS = {
@@ -115,17 +119,17 @@ def _range_digits(text: str) -> str:
         return text.strip()
 
 
-def load_url(values: dict[str, str], c: Any) -> str:
+def load_url(values: dict[str, str], c: Any, config_id: str | None = None) -> str:
     """The planner URL of one candidate: the search's fixed inputs plus the candidate's layout."""
-    return "/?" + _row_query(values, c)
+    return "/?" + _row_query(values, c, config_id)
 
 
-def export_url(values: dict[str, str], c: Any) -> str:
+def export_url(values: dict[str, str], c: Any, config_id: str | None = None) -> str:
     """The candidate as a plan document (capplan.plan/v1), the file ``capplan plan --output --pick N`` writes."""
-    return "/planner/export?" + _row_query(values, c) + "&format=json"
+    return "/planner/export?" + _row_query(values, c, config_id) + "&format=json"
 
 
-def _row_query(values: dict[str, str], c: Any) -> str:
+def _row_query(values: dict[str, str], c: Any, config_id: str | None = None) -> str:
     p = c.plan
     layout = {
         "gpus": c.gpus, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "dp": p.dp, "cp": p.cp, "ep": p.ep,
@@ -133,16 +137,22 @@ def _row_query(values: dict[str, str], c: Any) -> str:
         "micro_batch": p.micro_batch, "global_batch": p.global_batch, "recompute": p.recompute.value,
         "sequence_parallel": "on" if p.sequence_parallel else "off",
     }  # fmt: skip
-    return to_query({**values, **{k: str(v) for k, v in layout.items()}})
+    return to_query({**values, **{k: str(v) for k, v in layout.items()}}, config_id)
 
 
 @router.get("/search", response_class=HTMLResponse)
-def search_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
+def search_page(request: Request, catalog: CatalogDep, session: SessionDep) -> Response:
     params = dict(request.query_params)
-    hand_set = form_values(params)  # the planner's inputs as given, for the way back
+    # the planner's inputs as given (a config=<id> read), for the way back
+    hand_set = form_values(expand_config(session, params)[0])
     # the search chooses the layout: a hand-set layout that is invalid must not block it
-    form = parse_planner({**params, **{k: DEFAULTS[k] for k in LAYOUT_FIELDS}})
+    form = planner_form(session, {**params, **{k: DEFAULTS[k] for k in LAYOUT_FIELDS}})
+    link_config(session, form)
     opts = {k: params.get(k, v) for k, v in SEARCH_DEFAULTS.items()}
+    planner_query = to_query(hand_set, form.config_id)
+    url = canonical_url("/search", urlencode_join(planner_query, opts))
+    if not is_partial(request) and (target := shorter_url(request, url)):
+        return RedirectResponse(target, status_code=303)
     req, errors = search_request(form, opts)
     result = None
     if req is not None:
@@ -157,16 +167,31 @@ def search_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
     option = None
     if result is not None:
         rows = [
-            {"c": c, "url": load_url(form.values, c), "export": export_url(form.values, c)}
+            {"c": c, "url": load_url(form.values, c, form.config_id),
+             "export": export_url(form.values, c, form.config_id)}
             for c in result.plans
-        ]
+        ]  # fmt: skip
         if result.plans:
             option = charts.pareto_option(result.plans, result.pareto)
     ctx = {
         "v": form.values, "opts": opts, "errors": errors, "result": result, "rows": rows, "pareto": option,
         "shared": SHARED, "objectives": [o.value for o in Objective], "price_options": [o.value for o in CostOption],
-        "planner_query": to_query(hand_set), "defaults": DEFAULTS,
+        "planner_query": planner_query, "defaults": DEFAULTS, "search_defaults": SEARCH_DEFAULTS,
+        "config_id": form.config_id, "search_url": url, "search_fields": SEARCH_FIELDS, "partial": is_partial(request),
     }  # fmt: skip
-    return render(
+    response = render(
         request, "pages/search.html", ctx, block="search_results", status_code=422 if errors else 200
     )
+    if is_partial(request):
+        response.headers["HX-Replace-Url"] = url
+    return response
+
+
+SEARCH_FIELDS = ("gpus", *SEARCH_DEFAULTS)
+"""The search form's own fields (each with its message in the page)."""
+
+
+def urlencode_join(planner_query: str, opts: dict[str, str]) -> str:
+    """The planner's query plus the search options that differ from their defaults."""
+    extra = urlencode([(k, v) for k, v in opts.items() if v != SEARCH_DEFAULTS[k]])
+    return "&".join(q for q in (planner_query, extra) if q)

@@ -1,6 +1,8 @@
 // capplan's only script. <x-chart> renders an ECharts option given as JSON in a child
 // <script type="application/json">; it manages its own lifecycle, so it works with any htmx swap.
-// Plus three small behaviours: the pipeline Gantt renderer, copy buttons, and the node list following the GPU.
+// Plus small behaviours: the pipeline Gantt renderer, copy buttons, the node list following the GPU, the model
+// choice following a typed Hugging Face id, a stored config.json sent by its id until edited, and aria-invalid
+// following the field messages htmx swaps in.
 
 function ganttItem(params, api) {
   // One bar of the pipeline schedule: value = [stage, start_s, end_s, micro_batch, chunk].
@@ -123,7 +125,65 @@ function convertBatch(event) {
   batch.value = Number.isInteger(converted) ? String(converted) : converted.toFixed(2);
 }
 
+function followHubId(event) {
+  // Typing a Hugging Face id chooses "Hugging Face id" as the model (capture phase: before htmx reads the form).
+  const input = event.target;
+  if (!input || input.id !== 'f-hf_id' || !input.value.trim()) { return; }
+  const model = document.getElementById('f-model');
+  if (model && model.value !== 'hub') { model.value = 'hub'; }
+}
+
+function syncInvalid() {
+  // htmx swaps in each field's message (out of band), not the field itself: mark the field invalid while its
+  // message (the element its aria-describedby names, class field-error) says something.
+  for (const field of document.querySelectorAll('form [aria-describedby]')) {
+    const messages = field.getAttribute('aria-describedby').split(/\s+/)
+      .map((id) => document.getElementById(id))
+      .filter((m) => m && m.classList.contains('field-error'));
+    if (!messages.length) { continue; }
+    const invalid = messages.some((m) => m.textContent.trim() !== '');
+    if (invalid) { field.setAttribute('aria-invalid', 'true'); } else { field.removeAttribute('aria-invalid'); }
+    const box = field.closest('.field');
+    if (box) { box.classList.toggle('invalid', invalid); }
+  }
+}
+
+function sendStoredConfig() {
+  // A config.json the server has stored travels by its id (config=<id>), not whole (a large one would make
+  // every update's URL too long), until the user edits it: then the text goes, and the server stores it anew
+  // (the results panel says under which id: data-config-id).
+  const area = document.getElementById('f-hf_config');
+  const ref = document.getElementById('f-config');
+  if (!area || !ref) { return; }
+  const results = document.getElementById('results');
+  if (results && results.dataset.configId !== undefined) {
+    ref.value = results.dataset.configId;
+    ref.name = 'config';
+  }
+  const sent = area.dataset.sent !== undefined ? area.dataset.sent : area.defaultValue;
+  if (ref.value && area.value === sent) { area.removeAttribute('name'); }
+}
+
+function editConfig(event) {
+  const area = event.target;
+  if (!area || area.id !== 'f-hf_config') { return; }
+  area.name = 'hf_config';
+  const ref = document.getElementById('f-config');
+  if (ref) { ref.removeAttribute('name'); }
+}
+
+function rememberSentConfig() {
+  const area = document.getElementById('f-hf_config');
+  if (area) { area.dataset.sent = area.value; }
+}
+
 window.addEventListener('DOMContentLoaded', () => {
+  sendStoredConfig();
+  document.addEventListener('input', editConfig, true);
+  document.addEventListener('htmx:before:request', rememberSentConfig);
+  document.addEventListener('htmx:after:swap', sendStoredConfig);
+  document.addEventListener('input', followHubId, true);
+  document.addEventListener('htmx:after:swap', syncInvalid);
   document.addEventListener('submit', checkUpload);
   const unit = document.getElementById('f-batch_unit');
   if (unit) { unit.dataset.unit = unit.value; }

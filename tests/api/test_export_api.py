@@ -178,7 +178,8 @@ def test_saved_scenario_exports_the_same_bytes(client: TestClient) -> None:
 
 def test_planner_marks_formats_the_framework_refuses() -> None:
     from app.domain.catalog import load_catalog
-    from app.web.planner import exports_for, parse_planner, planner_scenario
+    from app.web.forms import parse_planner
+    from app.web.planner import exports_for, planner_scenario
 
     catalog = load_catalog(Path(__file__).resolve().parents[2] / "data")
     form = parse_planner({"model": "llama3.1-70b", "gpu": "h100-sxm", "gpus": "64", "tp": "8", "pp": "2",

@@ -13,10 +13,17 @@ from sqlalchemy.exc import IntegrityError
 from app.db.backup import Backup, export_backup, import_backup
 from app.db.engine import build_engine, session_factory
 from app.db.migrate import downgrade, upgrade
-from app.db.tables import BenchmarkRun, BenchmarkSample, CustomCatalogEntry, CustomKind, Scenario
+from app.db.tables import (
+    BenchmarkRun,
+    BenchmarkSample,
+    CustomCatalogEntry,
+    CustomKind,
+    Scenario,
+    SharedConfig,
+)
 
 
-def seed(factory) -> None:
+def seed(factory, shared_config: bool = True) -> None:
     with factory() as session:
         session.add(Scenario(name="405B <on> H100", inputs={"model": "llama3.1-405b", "gpus": 16384},
                              overrides={"prices.p5.48xlarge": 40.0}))  # fmt: skip
@@ -28,6 +35,8 @@ def seed(factory) -> None:
         run.samples = [BenchmarkSample(rank=r, metric="step_time_s", unit="s", measured=0.1 * (r + 1), predicted=0.12)
                        for r in range(2)]  # fmt: skip
         session.add(run)
+        if shared_config:  # its table arrives with migration 0003
+            session.add(SharedConfig(id="0123456789abcdef0123", body='{"model_type":"llama"}'))
         session.commit()
 
 
@@ -36,6 +45,17 @@ def snapshot(factory) -> dict:
         data = export_backup(session).model_dump(mode="json", by_alias=True)
     data.pop("exported_at")
     return data
+
+
+def first_tables(factory) -> dict:
+    """Every row of the first revision's tables (the backup reads tables later revisions add)."""
+    from app.db.base import Base
+
+    names = ("scenarios", "custom_catalog_entries", "benchmark_runs", "benchmark_samples")
+    with factory() as session:
+        return {
+            n: [dict(r._mapping) for r in session.execute(select(Base.metadata.tables[n]))] for n in names
+        }
 
 
 def test_round_trip_keeps_every_row(database_url: str, tmp_path) -> None:
@@ -58,6 +78,7 @@ def test_round_trip_keeps_every_row(database_url: str, tmp_path) -> None:
         "custom_catalog_entries": 1,
         "benchmark_runs": 1,
         "benchmark_samples": 2,
+        "shared_configs": 1,
         "nul_characters_replaced": 0,
     }
     assert snapshot(factory) == before
@@ -97,9 +118,9 @@ def test_upgrading_a_database_with_data_keeps_every_row(database_url: str) -> No
     upgrade(database_url, revisions[0])
     engine = build_engine(database_url)
     factory = session_factory(engine)
-    seed(factory)
-    before = snapshot(factory)
+    seed(factory, shared_config=False)
+    before = first_tables(factory)
     for revision in revisions[1:] + ["head"]:
         upgrade(database_url, revision)
-        assert snapshot(factory) == before
+        assert first_tables(factory) == before
     engine.dispose()

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from live_server import serve
 
 from app.settings import REPO_ROOT
 
@@ -50,37 +48,10 @@ def browser_type_launch_args(browser_type_launch_args: dict) -> dict:
     }
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def live_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    import uvicorn
-
-    from app.db.migrate import upgrade
-    from app.main import create_app
-    from app.settings import Settings
-
-    db = tmp_path_factory.mktemp("e2e") / "e2e.db"
-    settings = Settings(database_url=f"sqlite:///{db}", api_token="e2e-token", log_level="WARNING")
-    upgrade(settings.database_url)
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(timeout=10)
+    with serve(tmp_path_factory.mktemp("e2e")) as url:
+        yield url
 
 
 @pytest.fixture

@@ -129,5 +129,16 @@ def test_chart_descriptions_read_numbers(client: TestClient) -> None:
 
 def test_search_fields_in_error_are_marked_invalid(client: TestClient) -> None:
     page = client.get("/search?" + to_query(SMALL) + "&gpus_range=lots").text
-    assert '<input id="s-gpus_range" name="gpus_range" aria-invalid="true"' in page
-    assert '<input id="s-top_k" name="top_k" value=' in page  # fields without an error are not marked
+    field = page[page.index('<input id="s-gpus_range"') :]
+    field = field[: field.index(">")]
+    assert 'aria-invalid="true"' in field and 'aria-describedby="s-err-gpus_range"' in field
+    message = page[page.index('id="s-err-gpus_range"') :]
+    assert "e.g. 512:4096" in message[: message.index("</span>")]  # the message is where the field points
+    top_k = page[page.index('<input id="s-top_k"') :]
+    assert "aria-invalid" not in top_k[: top_k.index(">")]  # fields without an error are not marked
+    # an htmx update swaps the messages in out of band (the page's script marks the fields from them)
+    partial = client.get(
+        "/search?" + to_query(SMALL) + "&gpus_range=lots",
+        headers={"HX-Request": "true", "HX-Request-Type": "partial"},
+    ).text
+    assert '<span class="field-error" id="s-err-gpus_range" hx-swap-oob="true"' in partial
