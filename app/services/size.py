@@ -364,7 +364,10 @@ def run_size(
     def search_pair(pair: _Pair) -> None:
         node, gpn = pair.node, pair.node.accelerators_per_node
         try:
-            found = run_search(catalog, PlanSearchRequest(**base, gpu=node.accelerator, node=node.slug, gpus=pair.gpus),
+            # no tokens: with them the search would move the plans to the node its default price option pays
+            # for (an AWS instance), and a self-build server or another cloud's node would be modelled on EFA
+            found = run_search(catalog, PlanSearchRequest(**{**base, "tokens": None}, gpu=node.accelerator,
+                                                          node=node.slug, gpus=pair.gpus),
                                max_plans=max_plans or 10**12)  # fmt: skip
         except InputError as exc:
             lost[REASON_NOT_SEARCHED] += len(pair.live)

@@ -264,3 +264,19 @@ def test_a_self_build_cluster_the_cost_model_cannot_price_is_named_not_raised(ca
                                            options=["self-build"], gpus_range="16384:16384", calibrated=False))  # fmt: skip
     assert not result.ranked and result.lost.get("no price for this option")
     assert any("self-build dgx-a100-80gb at 16,384 GPUs not priced" in n for n in result.notes)
+
+
+def test_each_node_is_searched_on_its_own_fabric(catalog) -> None:
+    """A self-build DGX H100 (InfiniBand) and the AWS p5 (EFA) carry the same GPU but not the same network: each
+    (node, size) is searched on that node, as `capplan plan --node` searches it, not on the instance the search's
+    default price option would pay for."""
+    result = run_size(catalog, SizeRequest(model="llama3.1-8b", tokens=1e12, accelerators=["h100-sxm"],
+                                           options=["on-demand", "self-build"], gpus_range="256:256",
+                                           calibrated=False, top_k=50))  # fmt: skip
+    speed = {r.node: r.tokens_per_s for r in result.ranked}
+    assert set(speed) == {"dgx-h100", "p5.48xlarge"}
+    for node in speed:
+        found = run_search(catalog, PlanSearchRequest(model="llama3.1-8b", gpu="h100-sxm", node=node, gpus=256,
+                           global_batch=2048, seq_len=8192, top_k=1, calibrated=False), max_plans=10**9)  # fmt: skip
+        assert speed[node] == found.best_by_gpus[0].tokens_per_s
+    assert speed["dgx-h100"] != speed["p5.48xlarge"]
