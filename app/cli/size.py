@@ -19,9 +19,10 @@ def print_size(result) -> None:
     s = result.searched
     echo(
         f"searched {len(s['accelerators'])} accelerators on {s['nodes']} nodes, {s['offers']} offers: "
-        f"{s['evaluated_plans']:,} valid plans ({s['grid_points']:,} grid points) in {s['elapsed_s']:.1f} s "
-        f"({s['plans_per_s']:,.0f} plans/s); {s['feasible_points']:,} of {s['priced_points']:,} priced "
-        "(accelerator, size, option) points meet the constraints"
+        f"{s['valid_plans']:,} valid plans ({s['grid_points']:,} grid points) in {s['elapsed_s']:.1f} s "
+        f"({s['plans_per_s']:,.0f} plans/s; {s['evaluated_plans']:,} evaluated, the rest bounded); "
+        f"{s['feasible_points']:,} of {s['priced_points']:,} priced (accelerator, size, option) points meet the "
+        "constraints"
     )
     for note in result.notes:
         echo(f"note: {note}")
@@ -95,9 +96,10 @@ def size_command(
     if output is not None:
         writable_output(output)
 
-    def progress(node: str, done: int, total: int) -> None:
-        typer.echo(f"\rsizing: {done}/{total} cluster sizes searched" + (f", now {node}" if done < total else "") + " " * 20,
-                   err=True, nl=done >= total)  # fmt: skip
+    def progress(p) -> None:  # noqa: ANN001 - app.services.size.SizingProgress
+        if p.phase != "bounds":
+            typer.echo(f"\rsizing: {p.done}/{p.total} cluster sizes searched" + (f", now {p.label}" if p.phase != "done"
+                       else "") + " " * 20, err=True, nl=p.phase == "done")  # fmt: skip
 
     result = run_size(load_catalog(calibration), request, progress=progress,
                       max_plans=settings().search_max_plans)  # fmt: skip
