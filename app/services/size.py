@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from app.domain.catalog import Catalog
 from app.domain.cost.gpu_hour import usd_per_gpu_hour
@@ -63,6 +63,7 @@ DEFAULT_OPTIONS = (
     CostOption.capacity_block, CostOption.self_build,
 )  # fmt: skip
 DEFAULT_GPUS_RANGE = "8:65536"
+MAX_GPUS = 1 << 20  # the largest end of gpus_range
 # What the speed bound's per-rank compute terms read of a cluster besides its NVLink domain (tested).
 BOUND_READS = {"accelerator", "efficiency", "scale", "stacks", "power_limit_w"}
 
@@ -85,6 +86,14 @@ class SizeRequest(StrictNumbers):
     global_batch_tokens: int = Field(default=16_777_216, ge=1024, le=1 << 30, description="tokens per step")
     top_k: int = Field(default=20, ge=1, le=200)
     calibrated: bool = True
+
+    @field_validator("gpus_range")
+    @classmethod
+    def _range(cls, text: str) -> str:
+        ends = [float(x) for x in text.split(":")]
+        if not all(math.isfinite(x) and x <= MAX_GPUS for x in ends):
+            raise ValueError(f"the ends of the range must be at most {MAX_GPUS:,} GPUs")
+        return text
 
     @model_validator(mode="after")
     def _batch(self) -> SizeRequest:
