@@ -272,6 +272,29 @@ def _bound_cluster(catalog: Catalog, node: Any, calibrated: bool) -> Any:
     return apply_calibration(cluster, catalog.calibrations if calibrated else None)[0]
 
 
+def check_size_request(
+    catalog: Catalog, request: SizeRequest
+) -> tuple[Any, set[str], dict[str, list[Offer]]]:
+    """The model, the accelerators and the offers by node of ``request``; InputError naming the field when the
+    catalog has no such model or accelerator, or no offer for them (checked before any search starts)."""
+    try:
+        arch = catalog.architecture(request.model)
+    except KeyError as exc:
+        raise InputError([_error("model", str(exc), "value_error.unknown_slug")]) from None
+    known = sorted({n.accelerator for n in catalog.hardware.nodes})
+    if request.accelerators:
+        unknown = [a for a in request.accelerators if a not in known]
+        if unknown:
+            raise InputError([_error("accelerators", f"no node or instance in the catalog carries "
+                                     f"{', '.join(unknown)}; known: {', '.join(known)}", "value_error.unknown_slug")])  # fmt: skip
+    accelerators = set(request.accelerators or known)
+    offers = offers_by_node(catalog, accelerators, set(request.options or DEFAULT_OPTIONS))
+    if not offers:
+        raise InputError([_error("options", "no offer in the catalog for these accelerators and options",
+                                 "value_error.price")])  # fmt: skip
+    return arch, accelerators, offers
+
+
 @dataclass(frozen=True, slots=True)
 class SizingProgress:
     """Where a sizing run stands: ``phase`` "bounds" (``done`` of ``total`` nodes bounded), "search" (``done`` of
@@ -302,22 +325,8 @@ def run_size(
     wall time of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once. ``prune=False``
     searches every pair with the planner's exhaustive search (:func:`run_search`), no bound applied: the
     reference the tests compare the pruned search with."""
-    try:
-        arch = catalog.architecture(request.model)
-    except KeyError as exc:
-        raise InputError([_error("model", str(exc), "value_error.unknown_slug")]) from None
+    arch, accelerators, offers = check_size_request(catalog, request)
     known = sorted({n.accelerator for n in catalog.hardware.nodes})
-    if request.accelerators:
-        unknown = [a for a in request.accelerators if a not in known]
-        if unknown:
-            raise InputError([_error("accelerators", f"no node or instance in the catalog carries "
-                                     f"{', '.join(unknown)}; known: {', '.join(known)}", "value_error.unknown_slug")])  # fmt: skip
-    accelerators = set(request.accelerators or known)
-    options = set(request.options or DEFAULT_OPTIONS)
-    offers = offers_by_node(catalog, accelerators, options)
-    if not offers:
-        raise InputError([_error("options", "no offer in the catalog for these accelerators and options",
-                                 "value_error.price")])  # fmt: skip
     batch = max(1, request.global_batch_tokens // request.seq_len)
     # no tokens: with them the planner's search moves the plans to the node its default price option pays for
     # (an AWS instance), and a self-build server or another cloud's node would be modelled on EFA
