@@ -218,6 +218,13 @@ def _sizes(request: SizeRequest, gpus_per_node: int) -> list[int]:
     return sorted(n * gpus_per_node for n in picks)
 
 
+class _Dominated:
+    """A pair the fastest-plan search's bound shows cannot enter the answer (it is not searched)."""
+
+
+DOMINATED = _Dominated()
+
+
 @dataclass
 class _Pair:
     """One (node, cluster size) and the offers still in the running, with each offer's bound: (offer, goodput,
@@ -416,8 +423,12 @@ def run_size(
                 pairs.append(pair)
     pairs.sort(key=lambda p: p.key)
 
-    def fastest(pair: _Pair, should_stop: Callable[[], bool] | None) -> Candidate | None | str:
-        """The pair's fastest plan that fits (None: none fits), or why it was not searched."""
+    def fastest(
+        pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool
+    ) -> Candidate | None | str:
+        """The pair's fastest plan that fits (None: none fits), why it was not searched, or DOMINATED when (with
+        ``dominance``) the fastest-plan search's own bound — tighter than the speed bound: communication, every
+        rank, memory — shows it can neither be ranked nor be on the front."""
         node, gpus = pair.node, pair.gpus
         if not prune:  # the planner's own exhaustive search, as `capplan plan --node … --gpus …` runs it
             try:
@@ -434,24 +445,39 @@ def run_size(
             check_space(arch, {gpus: cluster}, spec.model_copy(update={"gpus": (gpus,)}))
         except SearchTooLarge as exc:
             return str(too_large(exc))
+        if dominance:
+            tps = finder.upper_tokens_per_s(cluster, gpus, batch)
+            pair.tps_bound = min(pair.tps_bound, tps) if tps > 0 else pair.tps_bound
+            gpn = node.accelerators_per_node
+            if tps > 0 and all(
+                frontier.beats(wall_h / 24, usd)
+                for wall_h, usd, _ in (
+                    money(o, gpus, gpn, request.tokens, tps, g) for o, g, _, _ in pair.live
+                )
+            ):
+                return DOMINATED
         found = finder.find(cluster, gpus, batch, should_stop=should_stop)
+        stats["broken"] += found.bound_broken  # the bounds are unsafe: what they dropped is searched
         stats["valid"] += found.valid_plans
         stats["evaluated"] += found.evaluated_plans
         stats["considered"] += found.grid_points
         stats["plan_bound_broken"] += found.bound_broken
         return found.candidate
 
-    def search_pair(pair: _Pair, should_stop: Callable[[], bool] | None) -> None:
+    def search_pair(pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool = False) -> bool:
+        """Search the pair and price its plan under each offer; False when it turned out dominated (unsearched)."""
         node, gpn = pair.node, pair.node.accelerators_per_node
-        cand = fastest(pair, should_stop)
+        cand = fastest(pair, should_stop, dominance)
+        if cand is DOMINATED:
+            return False
         if isinstance(cand, str):
             lost[REASON_NOT_SEARCHED] += len(pair.live)
             notes.append(f"{node.slug} at {pair.gpus:,} GPUs: not searched ({cand})")
-            return
+            return True
         stats["searched"] += 1
         if cand is None:
             lost[REASON_MEMORY] += len(pair.live)
-            return
+            return True
         if cand.tokens_per_s > pair.tps_bound * (1 + 1e-9):
             stats["broken"] += 1
         for offer, g, _, _ in pair.live:
@@ -459,6 +485,7 @@ def run_size(
             priced.append((pair.order, p))
             if ok(p):
                 frontier.add(p.days, p.usd_amortised)
+        return True
 
     def search_all(should_stop: Callable[[], bool] | None) -> None:
         dominated: list[_Pair] = []
@@ -471,7 +498,10 @@ def run_size(
                 lost[REASON_DOMINATED] += len(pair.live)
                 continue
             report("search", i, total, f"{pair.node.slug} at {pair.gpus:,} GPUs ({pair.node.accelerator})")
-            search_pair(pair, should_stop)
+            if not search_pair(pair, should_stop, dominance=prune and not stats["broken"]):
+                stats["dominated_by_plan_bound"] += 1
+                dominated.append(pair)
+                lost[REASON_DOMINATED] += len(pair.live)
         if stats[
             "broken"
         ]:  # a searched plan beat its speed bound: the bounds are unsafe, search what they dropped
@@ -515,6 +545,7 @@ def run_size(
         searched={"accelerators": sorted(accelerators), "nodes": len(offers), "offers": sum(map(len, offers.values())),
                   "sizes": stats["sizes"], "sizes_searched": stats["searched"],
                   "sizes_pruned_by_memory_bound": stats["memory"], "sizes_pruned_by_dominance": stats["dominated"],
+                  "sizes_pruned_by_dominance_of_the_plan_bound": stats["dominated_by_plan_bound"],
                   "points_pruned_by_deadline_or_budget_bound": sum(len(r) for _, r in bound_pruned),
                   "priced_points": len(priced), "feasible_points": outcome.feasible, "grid_points": stats["considered"],
                   "valid_plans": stats["valid"], "evaluated_plans": stats["evaluated"], "elapsed_s": elapsed,

@@ -155,7 +155,11 @@ SLICES = {
                           options=["on-demand", "spot", "self-build"], gpus_range="8:256", top_k=5),
     "mla moe, memory-tight": dict(model="deepseek-v3", tokens=1e12, accelerators=["h200-sxm"],
                                   options=["on-demand", "self-build"], gpus_range="32:256", top_k=3),
+    "dense, large sizes": dict(model="llama3.1-8b", tokens=1e12, accelerators=["h100-sxm", "b200"],
+                               options=["on-demand", "self-build"], gpus_range="1024:65536", top_k=2),
 }  # fmt: skip
+# slices where a pair the speed bound keeps is dropped by the fastest-plan search's own bound (communication)
+PLAN_BOUND_SLICES = {"dense, large sizes"}
 
 
 @pytest.mark.parametrize("case", SLICES)
@@ -169,6 +173,8 @@ def test_pruned_sizing_returns_the_exhaustive_winner_ranking_and_front(catalog, 
     assert _rows(pruned.pareto) == _rows(full.pareto)
     assert pruned.plan_document == full.plan_document
     assert pruned.lost[REASON_DOMINATED] > 0
+    if case in PLAN_BOUND_SLICES:
+        assert pruned.searched["sizes_pruned_by_dominance_of_the_plan_bound"] > 0
 
 
 def test_a_speed_bound_a_plan_beats_is_caught_and_the_dropped_sizes_are_searched(

@@ -81,6 +81,21 @@ class FastestPlan:
     bound_broken: bool = False
 
 
+@dataclass
+class _Grid:
+    """One cluster size's grid: its axes, the (tp, cp, pp) triples dividing the GPUs, the shape of the grid over
+    (triple, vpp, ep, sharding, offload, micro-batch, recompute), its valid plans, and (once bounded) its shapes."""
+
+    axes: dict
+    triples: np.ndarray
+    values: dict
+    shape: tuple
+    grid_points: int
+    valid: np.ndarray
+    n_valid: int
+    space: _Space | None = None
+
+
 class FastestPlanFinder:
     """Finds :class:`FastestPlan` for one model and search settings over many clusters and sizes. The per-key
     bound coefficients are kept between calls, keyed on everything of the cluster but its size."""
@@ -96,6 +111,7 @@ class FastestPlanFinder:
                                offload=Offload.none, micro_batch=1, batch=1, recompute=Recompute.none)  # fmt: skip
         self._coefficients: dict[str, dict[tuple[int, ...], tuple[float, float, float]]] = {}
         self._ranks: dict[tuple[int, int], list[tuple[int, int, bool]]] = {}
+        self._last: tuple[tuple, _Grid] | None = None
 
     # -- the bound -----------------------------------------------------------------------------------------
 
@@ -170,31 +186,61 @@ class FastestPlanFinder:
     ) -> FastestPlan:
         """The plan ``search`` ranks first on ``gpus`` GPUs of ``cluster`` at a global batch of ``batch``
         sequences. ``exhaustive`` evaluates every valid plan (no bound): the reference the tests compare with."""
-        arch, spec = self.arch, self.spec
-        axes = _axes(arch, cluster, spec, gpus)
-        grid_points = math.prod(len(v) for v in axes.values())
+        g = self._grid(cluster, gpus, batch)
+        if not g.n_valid:
+            return FastestPlan(None, g.grid_points, 0, 0)
+        found = _Found(self, cluster, gpus, batch, g.triples, g.values, g.shape)
+        if not exhaustive:
+            if self._branch_and_bound(found, self._space(g, cluster, gpus, batch), should_stop):
+                return FastestPlan(found.best(), g.grid_points, g.n_valid, found.evaluated)
+            found = _Found(self, cluster, gpus, batch, g.triples, g.values, g.shape)  # a bound failed: all
+        found.evaluate(np.flatnonzero(g.valid.ravel()), None)
+        return FastestPlan(
+            found.best(), g.grid_points, g.n_valid, found.evaluated, bound_broken=not exhaustive
+        )
+
+    def upper_tokens_per_s(self, cluster: Cluster, gpus: int, batch: int) -> float:
+        """An upper bound of the tokens/s of every plan that can fit on ``gpus`` GPUs of ``cluster`` (0: none can):
+        the coarse step bound over the shapes whose memory floor fits. Costs part of what :meth:`find` costs, and
+        that part is kept for the :meth:`find` of the same size that may follow."""
+        g = self._grid(cluster, gpus, batch)
+        if not g.n_valid:
+            return 0.0
+        coarse = self._space(g, cluster, gpus, batch).coarse
+        fastest = float(coarse.min()) if coarse.size else np.inf
+        return batch * self.spec.seq_len / fastest if np.isfinite(fastest) and fastest > 0 else 0.0
+
+    def _grid(self, cluster: Cluster, gpus: int, batch: int) -> _Grid:
+        """The grid of one cluster size and its valid plans (the last one asked is kept)."""
+        key = (cluster.model_dump_json(), gpus, batch)
+        if self._last is not None and self._last[0] == key:
+            return self._last[1]
+        axes = _axes(self.arch, cluster, self.spec, gpus)
         triples = np.array(
             [(t, c, p) for t in axes["tp"] for c in axes["cp"] for p in axes["pp"] if gpus % (t * c * p) == 0],
             dtype=np.int64,
         ).reshape(-1, 3)  # fmt: skip
         values = {k: np.asarray(axes[k], dtype=np.int64) for k in REST}
         shape = (len(triples), *(len(values[k]) for k in REST))
-        if not all(shape):
-            return FastestPlan(None, grid_points, 0, 0)
-        valid = self._valid(cluster, gpus, batch, triples, values, shape)
-        n_valid = int(valid.sum())
-        if not n_valid:
-            return FastestPlan(None, grid_points, 0, 0)
-        found = _Found(self, cluster, gpus, batch, triples, values, shape)
-        if not exhaustive:
-            floor = self._state_floor(cluster, gpus, batch, triples, values, valid)
-            space = _Space(self, cluster, gpus, batch, axes, triples, values, valid & (floor <= found.limit))
-            space.floor = floor
-            if self._branch_and_bound(found, space, should_stop):
-                return FastestPlan(found.best(), grid_points, n_valid, found.evaluated)
-            found = _Found(self, cluster, gpus, batch, triples, values, shape)  # a bound failed: evaluate all
-        found.evaluate(np.flatnonzero(valid.ravel()), None)
-        return FastestPlan(found.best(), grid_points, n_valid, found.evaluated, bound_broken=not exhaustive)
+        valid = (
+            self._valid(cluster, gpus, batch, triples, values, shape) if all(shape) else np.zeros(shape, bool)
+        )
+        g = _Grid(
+            axes, triples, values, shape, math.prod(len(v) for v in axes.values()), valid, int(valid.sum())
+        )
+        self._last = (key, g)
+        return g
+
+    def _space(self, g: _Grid, cluster: Cluster, gpus: int, batch: int) -> _Space:
+        if g.space is None:
+            floor = self._state_floor(cluster, gpus, batch, g.triples, g.values, g.valid)
+            usable = cluster.accelerator.memory_usable_bytes
+            limit = usable - max(self.spec.headroom_bytes, self.spec.headroom_fraction * usable)
+            g.space = _Space(
+                self, cluster, gpus, batch, g.axes, g.triples, g.values, g.valid & (floor <= limit)
+            )
+            g.space.floor = floor
+        return g.space
 
     def _valid(self, cluster, gpus, batch, triples, values, shape) -> np.ndarray:
         """The valid plans of the grid as a boolean array over its axes: the search's own masks, broadcast."""
@@ -232,7 +278,7 @@ class FastestPlanFinder:
         """Evaluate shapes by their coarse bound, fastest first, until none left can beat the best plan found;
         within each chunk only the shapes whose exact bound still can. False when an evaluated plan beat a bound
         (the caller then evaluates everything)."""
-        coarse = space.coarse_lower_bound().ravel()
+        coarse = space.coarse.ravel()
         order = np.argsort(coarse, kind="stable")
         order = order[np.isfinite(coarse[order])]
         ascending = coarse[order]
@@ -291,6 +337,8 @@ class _Space:
         micro_batches = np.maximum(1, batch // (values["mb"][None, None, :] * dp))
         stretch = 1 + straggler_factor(VECTOR, gpus, cluster.scale.straggler_cv)
         self.factor = (micro_batches + (pp - 1) / values["vpp"][None, :, None]) * stretch  # (nt, nv, nm)
+        self.floor: np.ndarray | None = None
+        self.coarse = self.coarse_lower_bound()
 
     def _coefficients(self, tp_i, cp_i, r, m, e) -> np.ndarray:
         """(per dense layer, per MoE layer, head) coefficients of each key given by axis indices."""
