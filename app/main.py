@@ -34,6 +34,7 @@ from app.metrics import build_metrics
 from app.schemas import JSON_MAX_DEPTH, ErrorOut
 from app.services.errors import InputError
 from app.services.search import SearchBudget, SearchBusy
+from app.services.size_jobs import SizingJobs
 from app.settings import REPO_ROOT, Settings
 from app.web import benchmarks as web_benchmarks
 from app.web import cost_view as web_cost_view
@@ -358,6 +359,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.metrics = metrics
     app.state.login_limiter = LoginLimiter()
     app.state.search_budget = SearchBudget(settings.search_concurrency, settings.search_timeout_s)
+    app.state.sizing_jobs = SizingJobs()  # the size page's background runs (app/services/size_jobs.py)
     app.state.templates = build_templates()
 
     app.add_middleware(GZipMiddleware, minimum_size=1024)

@@ -4,6 +4,8 @@ plan × pricing option, with failures and checkpoints counted."""
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -14,14 +16,44 @@ from app.cli.common import JsonOpt, enum_list, fail_validation, load_catalog, se
 size_app = typer.Typer(add_completion=False)
 
 
+class ProgressLine:
+    """Where the sizing stands, on one line of stderr rewritten in place (at most ten times a second, and at each
+    new phase), ended with a summary line. Only stderr: stdout keeps the table or the --json object alone."""
+
+    def __init__(self, interval_s: float = 0.1) -> None:
+        self.interval_s, self.last, self.width, self.phase = interval_s, 0.0, 0, ""
+
+    def __call__(self, p) -> None:  # noqa: ANN001 - app.services.size.SizingProgress
+        now = time.monotonic()
+        if p.phase == self.phase and now - self.last < self.interval_s:  # each phase's first report is shown
+            return
+        self.last, self.phase = now, p.phase
+        plans = f"{_count(p.valid_plans)} valid plans, {p.evaluated_plans:,} evaluated"
+        if p.phase == "bounds":
+            line = f"sizing: bounding node {p.done + 1}/{p.total} ({p.label})"
+        elif p.phase == "search":
+            line = (
+                f"sizing: (node, size) pair {p.done + 1}/{p.total}, {p.label} · {plans} · {p.elapsed_s:.1f} s"
+            )
+        else:
+            line = f"sizing: {p.total} (node, size) pairs settled · {plans} · {p.elapsed_s:.1f} s"
+        typer.echo("\r" + line.ljust(self.width), err=True, nl=p.phase == "done")
+        self.width = len(line)
+
+
+def _count(n: int) -> str:
+    return f"{n / 1e6:.2f} M" if n >= 1e6 else f"{n:,}"
+
+
 def print_size(result) -> None:
     echo = typer.echo
     s = result.searched
     echo(
         f"searched {len(s['accelerators'])} accelerators on {s['nodes']} nodes, {s['offers']} offers: "
-        f"{s['evaluated_plans']:,} valid plans ({s['grid_points']:,} grid points) in {s['elapsed_s']:.1f} s "
-        f"({s['plans_per_s']:,.0f} plans/s); {s['feasible_points']:,} of {s['priced_points']:,} priced "
-        "(accelerator, size, option) points meet the constraints"
+        f"{s['valid_plans']:,} valid plans ({s['grid_points']:,} grid points) in {s['elapsed_s']:.1f} s "
+        f"({s['plans_per_s']:,.0f} plans/s; {s['evaluated_plans']:,} evaluated, the rest bounded); "
+        f"{s['feasible_points']:,} of {s['priced_points']:,} priced (accelerator, size, option) points meet the "
+        "constraints"
     )
     for note in result.notes:
         echo(f"note: {note}")
@@ -75,6 +107,12 @@ def size_command(
         Path | None, typer.Option(help="write the winner's plan document (capplan.plan/v1) here")
     ] = None,
     as_json: JsonOpt = False,
+    show_progress: Annotated[
+        bool | None,
+        typer.Option(
+            "--progress/--no-progress", help="progress on stderr (default: when stderr is a terminal)"
+        ),
+    ] = None,
 ) -> None:
     """Size a cluster: every accelerator × whole-node cluster size × plan × pricing option, with failures
     and checkpoints counted; the cheapest that meets the deadline and budget first, and the Pareto front."""
@@ -95,11 +133,8 @@ def size_command(
     if output is not None:
         writable_output(output)
 
-    def progress(node: str, done: int, total: int) -> None:
-        typer.echo(f"\rsizing: {done}/{total} cluster sizes searched" + (f", now {node}" if done < total else "") + " " * 20,
-                   err=True, nl=done >= total)  # fmt: skip
-
-    result = run_size(load_catalog(calibration), request, progress=progress,
+    show = sys.stderr.isatty() if show_progress is None else show_progress
+    result = run_size(load_catalog(calibration), request, progress=ProgressLine() if show else None,
                       max_plans=settings().search_max_plans)  # fmt: skip
     if output is not None and result.plan_document is not None:
         output.write_text(json.dumps(result.plan_document, indent=2, ensure_ascii=False) + "\n")

@@ -201,8 +201,38 @@ def _run_search(
     elif pricing is not None:
         notes.append(f"days after failures (goodput) and dollars of {request.price_option.value} on {node}, with "
                      "storage and your price overrides, as the cost table states them; cost per token in $/M tokens")  # fmt: skip
+    spec = search_spec(request, sizes, usd_gpu_h, max_plans)
+    flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
+    try:
+        result = search(arch, clusters, spec, flops, should_stop, pricing=pricing)
+    except SearchTooLarge as exc:
+        raise too_large(exc) from None
+    message = result.message if result.plans else constraint_message(request, result)
+    pareto = pareto_front(result.pareto)
+    result = result.model_copy(update={"message": message, "pareto": pareto})
+    best = result.best
+    if result.plans:  # the winner re-estimated by the pipeline, on the node the search modelled it on
+        try:
+            best = winner_scenario(catalog, request, result).modelled_estimate(request.price_option)
+        except InputError as exc:
+            notes.append(f"the winner's full estimate: {exc}")
+            best = best.model_copy(update={"assumptions": (*best.assumptions, cal)}) if best else None
+    return result.model_copy(update={"notes": tuple(notes), "best": best})
+
+
+def too_large(exc: SearchTooLarge) -> InputError:
+    return InputError([field_error("gpus", str(exc), "value_error.search_too_large")])
+
+
+def search_spec(
+    request: PlanSearchRequest,
+    sizes: Sequence[int],
+    usd_gpu_h: float | None = None,
+    max_plans: int | None = None,
+) -> SearchSpec:
+    """The domain search's space and constraints for ``request`` on cluster sizes ``sizes``."""
     defaults = SearchSpec.model_fields
-    spec = SearchSpec(
+    return SearchSpec(
         gpus=tuple(sizes), global_batches=tuple(batch_sizes(request)), seq_len=request.seq_len,
         framework=request.framework, precision=request.precision, optimizer=request.optimizer,
         flash_attention=request.flash_attention, fused_kernels=request.fused_kernels,
@@ -218,22 +248,6 @@ def _run_search(
         usd_per_gpu_hour=usd_gpu_h, objective=request.objective, top_k=request.top_k,
         **({"max_plans": max_plans} if max_plans else {}),
     )  # fmt: skip
-    flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
-    try:
-        result = search(arch, clusters, spec, flops, should_stop, pricing=pricing)
-    except SearchTooLarge as exc:
-        raise InputError([field_error("gpus", str(exc), "value_error.search_too_large")]) from None
-    message = result.message if result.plans else constraint_message(request, result)
-    pareto = pareto_front(result.pareto)
-    result = result.model_copy(update={"message": message, "pareto": pareto})
-    best = result.best
-    if result.plans:  # the winner re-estimated by the pipeline, on the node the search modelled it on
-        try:
-            best = winner_scenario(catalog, request, result).modelled_estimate(request.price_option)
-        except InputError as exc:
-            notes.append(f"the winner's full estimate: {exc}")
-            best = best.model_copy(update={"assumptions": (*best.assumptions, cal)}) if best else None
-    return result.model_copy(update={"notes": tuple(notes), "best": best})
 
 
 def winner_scenario(

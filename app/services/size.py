@@ -1,10 +1,12 @@
 """Sizing use-case (issue 16, part 1): every accelerator × whole-node cluster size × plan × pricing option.
 
 For each node that some offer pays for (an AWS instance, the node another cloud's instance stands for, a
-self-build server), the plan search runs exactly as ``capplan plan`` does (:func:`app.services.search.run_search`,
-same arrays, rules, calibration and fabric) over the cluster sizes, and hands back each size's fastest
-feasible plan. Each is then priced under every offer for that node with the reliability model's goodput
-(spot adds its interruptions), and :mod:`app.domain.sizing` ranks them and draws the Pareto front.
+self-build server), each cluster size's fastest feasible plan is found on that node's own cluster (calibrated, its
+own fabric) by :class:`app.domain.search.fastest.FastestPlanFinder`: the plan ``capplan plan --node … --gpus …``
+ranks first (same arrays, rules, capability table and ordering), found by branch and bound instead of evaluating
+every plan. Each is then priced under every offer for that node with the reliability model's goodput (spot adds
+its interruptions), and :mod:`app.domain.search.sizing` ranks them and draws the Pareto front. ``prune=False``
+runs the planner's exhaustive search on every pair instead: the reference the tests compare with.
 """
 
 from __future__ import annotations
@@ -16,19 +18,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from app.domain.catalog import Catalog
 from app.domain.cost.gpu_hour import usd_per_gpu_hour
 from app.domain.cost.inputs import CostInputError, CostOption
 from app.domain.cost.selfbuild import self_build_inputs, self_build_tco
 from app.domain.estimator.calibration import apply_calibration
+from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.compute import model_flops_per_token
 from app.domain.estimator.estimate import build_cluster
 from app.domain.estimator.memory import host_capacity_bytes
 from app.domain.estimator.plan import Offload, Plan, Sharding
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
 from app.domain.reliability.report import reliability_report
+from app.domain.search.engine import check_space
+from app.domain.search.fastest import FastestPlanFinder
 from app.domain.search.sizing import (
     REASON_BUDGET,
     REASON_DEADLINE,
@@ -45,18 +51,19 @@ from app.domain.search.sizing import (
     speed_bound,
     state_fits_bound,
 )
-from app.domain.search.spec import OFFLOADS_BY_FRAMEWORK, SearchCancelled, SearchSpec
+from app.domain.search.spec import OFFLOADS_BY_FRAMEWORK, Candidate, SearchCancelled, SearchTooLarge
 from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, StrictNumbers
 from app.services.documents import plan_document_from_request
 from app.services.errors import InputError
 from app.services.errors import field_error as _error
-from app.services.search import SearchBudget, SearchBusy, run_search
+from app.services.search import SearchBudget, SearchBusy, run_search, search_spec, too_large
 
 DEFAULT_OPTIONS = (
     CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr, CostOption.spot,
     CostOption.capacity_block, CostOption.self_build,
 )  # fmt: skip
 DEFAULT_GPUS_RANGE = "8:65536"
+MAX_GPUS = 1 << 20  # the largest end of gpus_range
 # What the speed bound's per-rank compute terms read of a cluster besides its NVLink domain (tested).
 BOUND_READS = {"accelerator", "efficiency", "scale", "stacks", "power_limit_w"}
 
@@ -79,6 +86,14 @@ class SizeRequest(StrictNumbers):
     global_batch_tokens: int = Field(default=16_777_216, ge=1024, le=1 << 30, description="tokens per step")
     top_k: int = Field(default=20, ge=1, le=200)
     calibrated: bool = True
+
+    @field_validator("gpus_range")
+    @classmethod
+    def _range(cls, text: str) -> str:
+        ends = [float(x) for x in text.split(":")]
+        if not all(math.isfinite(x) and x <= MAX_GPUS for x in ends):
+            raise ValueError(f"the ends of the range must be at most {MAX_GPUS:,} GPUs")
+        return text
 
     @model_validator(mode="after")
     def _batch(self) -> SizeRequest:
@@ -203,6 +218,13 @@ def _sizes(request: SizeRequest, gpus_per_node: int) -> list[int]:
     return sorted(n * gpus_per_node for n in picks)
 
 
+class _Dominated:
+    """A pair the fastest-plan search's bound shows cannot enter the answer (it is not searched)."""
+
+
+DOMINATED = _Dominated()
+
+
 @dataclass
 class _Pair:
     """One (node, cluster size) and the offers still in the running, with each offer's bound: (offer, goodput,
@@ -257,19 +279,11 @@ def _bound_cluster(catalog: Catalog, node: Any, calibrated: bool) -> Any:
     return apply_calibration(cluster, catalog.calibrations if calibrated else None)[0]
 
 
-def run_size(
-    catalog: Catalog,
-    request: SizeRequest,
-    *,
-    progress: Callable[[str, int, int], None] | None = None,
-    max_plans: int | None = None,
-    budget: SearchBudget | None = None,
-    prune: bool = True,
-) -> SizeResult:
-    """The sizing search. ``progress(label, done, total)`` is called before each (node, size) is searched and
-    at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds each size's plan space; ``budget`` bounds the
-    wall time of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once. ``prune=False``
-    searches every pair, no bound applied (the exhaustive reference the tests compare the pruned search with)."""
+def check_size_request(
+    catalog: Catalog, request: SizeRequest
+) -> tuple[Any, set[str], dict[str, list[Offer]]]:
+    """The model, the accelerators and the offers by node of ``request``; InputError naming the field when the
+    catalog has no such model or accelerator, or no offer for them (checked before any search starts)."""
     try:
         arch = catalog.architecture(request.model)
     except KeyError as exc:
@@ -281,30 +295,77 @@ def run_size(
             raise InputError([_error("accelerators", f"no node or instance in the catalog carries "
                                      f"{', '.join(unknown)}; known: {', '.join(known)}", "value_error.unknown_slug")])  # fmt: skip
     accelerators = set(request.accelerators or known)
-    options = set(request.options or DEFAULT_OPTIONS)
-    offers = offers_by_node(catalog, accelerators, options)
+    offers = offers_by_node(catalog, accelerators, set(request.options or DEFAULT_OPTIONS))
     if not offers:
         raise InputError([_error("options", "no offer in the catalog for these accelerators and options",
                                  "value_error.price")])  # fmt: skip
+    return arch, accelerators, offers
+
+
+@dataclass(frozen=True, slots=True)
+class SizingProgress:
+    """Where a sizing run stands: ``phase`` "bounds" (``done`` of ``total`` nodes bounded), "search" (``done`` of
+    ``total`` (node, size) pairs settled — searched, or dropped by the dominance bound — ``label`` the pair being
+    searched) or "done"; the valid plans the searched pairs hold, the plans evaluated exactly (the others were
+    bounded) and the seconds so far."""
+
+    phase: str
+    done: int
+    total: int
+    label: str = ""
+    valid_plans: int = 0
+    evaluated_plans: int = 0
+    elapsed_s: float = 0.0
+
+
+def run_size(
+    catalog: Catalog,
+    request: SizeRequest,
+    *,
+    progress: Callable[[SizingProgress], None] | None = None,
+    max_plans: int | None = None,
+    budget: SearchBudget | None = None,
+    prune: bool = True,
+) -> SizeResult:
+    """The sizing search. ``progress`` is called as the bounds are computed, after each (node, size) is settled
+    and at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds each size's plan space; ``budget`` bounds the
+    wall time of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once. ``prune=False``
+    searches every pair with the planner's exhaustive search (:func:`run_search`), no bound applied: the
+    reference the tests compare the pruned search with."""
+    arch, accelerators, offers = check_size_request(catalog, request)
+    known = sorted({n.accelerator for n in catalog.hardware.nodes})
     batch = max(1, request.global_batch_tokens // request.seq_len)
-    base = dict(model=request.model, global_batch=batch, seq_len=request.seq_len, tokens=request.tokens, top_k=1,
+    # no tokens: with them the planner's search moves the plans to the node its default price option pays for
+    # (an AWS instance), and a self-build server or another cloud's node would be modelled on EFA
+    base = dict(model=request.model, global_batch=batch, seq_len=request.seq_len, top_k=1,
                 calibrated=request.calibrated)  # fmt: skip
     template = PlanSearchRequest(**base, gpu=known[0], gpus=1)  # the search's framework, precision, …
-    spec = {k: SearchSpec.model_fields[k].default for k in ("micro_batches", "cps", "vpps")}
+    spec = search_spec(template, [1], max_plans=max_plans or 10**12)
     shape = Plan(framework=template.framework, precision=template.precision, optimizer=template.optimizer,
                  seq_len=request.seq_len, flash_attention=template.flash_attention,
                  fused_kernels=template.fused_kernels, sharding=Sharding.ddp)  # fmt: skip
     bounds: dict[str, Any] = {}
-    params = parameter_counts(arch).total
+    counts = parameter_counts(arch)
+    params = counts.total
     state_bytes = params * plan_checkpoint_bytes_per_param(shape)
     offloads = set(OFFLOADS_BY_FRAMEWORK[template.framework]) - {Offload.none}
     goodput = _Goodput(catalog, params, plan_checkpoint_bytes_per_param(shape))
+    flops = model_flops_per_token(arch, request.seq_len, counts.matmul_weights_active).total
+    finder = FastestPlanFinder(arch, spec, flops)
+    clusters: dict[
+        str, Cluster
+    ] = {}  # each node's cluster as the planner builds it, once: only its size varies
     lost: Counter[str] = Counter()
     priced: list[tuple[int, SizedPlan]] = []
     frontier = Frontier(request.top_k)
     stats = Counter()
     notes = [f"global batch {batch:,} sequences of {request.seq_len:,} tokens"]
     start = time.perf_counter()
+
+    def report(phase: str, done: int, total: int, label: str = "") -> None:
+        if progress is not None:
+            progress(SizingProgress(phase, done, total, label, stats["valid"], stats["evaluated"],
+                                    time.perf_counter() - start))  # fmt: skip
 
     def ok(p: SizedPlan) -> bool:
         return (request.deadline_days is None or p.days <= request.deadline_days) and (
@@ -314,18 +375,16 @@ def run_size(
     # 1. every (node, size), with the bounds of each offer; the memory, deadline and budget bounds drop some
     pairs: list[_Pair] = []
     bound_pruned: list[tuple[_Pair, list[str]]] = []  # dropped by a speed bound, with each offer's reason
-    for node_slug, node_offers in sorted(offers.items()):
+    for i, (node_slug, node_offers) in enumerate(sorted(offers.items())):
+        report("bounds", i, len(offers), node_slug)
         node = catalog.hardware.node(node_slug)
         gpn = node.accelerators_per_node
         sizes = _sizes(request, gpn)
         if all(o.usd_per_gpu_hour is None for o in node_offers):
             lost[REASON_NO_PRICE] += len(sizes) * len(node_offers)
             continue
-        cluster = _bound_cluster(catalog, node, request.calibrated)
+        cluster = clusters[node_slug] = _bound_cluster(catalog, node, request.calibrated)
         context = f"{cluster.nvlink_domain} " + cluster.model_dump_json(include=BOUND_READS)
-        if context not in bounds:  # nodes with the same accelerator, figures and NVLink domain share it
-            bounds[context] = speed_bound(arch, cluster, shape, batch=batch, micro_batches=spec["micro_batches"],
-                                          cps=spec["cps"], vpps=spec["vpps"], max_pp=template.max_pp)  # fmt: skip
         host, nvme = host_capacity_bytes(node.host_memory_gib, node.local_nvme_tb)
         for gpus in sizes:
             nodes = -(-gpus // gpn)
@@ -336,6 +395,9 @@ def run_size(
                 lost[REASON_MEMORY] += len(node_offers)
                 stats["memory"] += 1
                 continue
+            if context not in bounds:  # nodes with the same accelerator, figures and NVLink domain share it
+                bounds[context] = speed_bound(arch, cluster, shape, batch=batch, micro_batches=spec.micro_batches,
+                                              cps=spec.cps, vpps=spec.vpps, max_pp=template.max_pp)  # fmt: skip
             tps = bounds[context].tokens_per_s(gpus)
             pair = _Pair(order, node, gpus, tps, [])
             for offer in node_offers:
@@ -361,22 +423,61 @@ def run_size(
                 pairs.append(pair)
     pairs.sort(key=lambda p: p.key)
 
-    def search_pair(pair: _Pair) -> None:
-        node, gpn = pair.node, pair.node.accelerators_per_node
+    def fastest(
+        pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool
+    ) -> Candidate | None | str:
+        """The pair's fastest plan that fits (None: none fits), why it was not searched, or DOMINATED when (with
+        ``dominance``) the fastest-plan search's own bound — tighter than the speed bound: communication, every
+        rank, memory — shows it can neither be ranked nor be on the front."""
+        node, gpus = pair.node, pair.gpus
+        if not prune:  # the planner's own exhaustive search, as `capplan plan --node … --gpus …` runs it
+            try:
+                found = run_search(catalog, PlanSearchRequest(**base, gpu=node.accelerator, node=node.slug,
+                                                              gpus=gpus), max_plans=spec.max_plans)  # fmt: skip
+            except InputError as exc:
+                return str(exc)
+            stats["valid"] += found.evaluated_plans
+            stats["evaluated"] += found.evaluated_plans
+            stats["considered"] += found.considered_plans
+            return next((c for c in found.best_by_gpus if c.gpus == gpus), None)
+        cluster = clusters[node.slug].model_copy(update={"gpus": gpus})
         try:
-            found = run_search(catalog, PlanSearchRequest(**base, gpu=node.accelerator, node=node.slug, gpus=pair.gpus),
-                               max_plans=max_plans or 10**12)  # fmt: skip
-        except InputError as exc:
-            lost[REASON_NOT_SEARCHED] += len(pair.live)
-            notes.append(f"{node.slug} at {pair.gpus:,} GPUs: not searched ({exc})")
-            return
+            check_space(arch, {gpus: cluster}, spec.model_copy(update={"gpus": (gpus,)}))
+        except SearchTooLarge as exc:
+            return str(too_large(exc))
+        if dominance:
+            tps = finder.upper_tokens_per_s(cluster, gpus, batch)
+            pair.tps_bound = min(pair.tps_bound, tps) if tps > 0 else pair.tps_bound
+            gpn = node.accelerators_per_node
+            if tps > 0 and all(
+                frontier.beats(wall_h / 24, usd)
+                for wall_h, usd, _ in (
+                    money(o, gpus, gpn, request.tokens, tps, g) for o, g, _, _ in pair.live
+                )
+            ):
+                return DOMINATED
+        found = finder.find(cluster, gpus, batch, should_stop=should_stop)
+        stats["broken"] += found.bound_broken  # the bounds are unsafe: what they dropped is searched
+        stats["valid"] += found.valid_plans
         stats["evaluated"] += found.evaluated_plans
-        stats["considered"] += found.considered_plans
+        stats["considered"] += found.grid_points
+        stats["plan_bound_broken"] += found.bound_broken
+        return found.candidate
+
+    def search_pair(pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool = False) -> bool:
+        """Search the pair and price its plan under each offer; False when it turned out dominated (unsearched)."""
+        node, gpn = pair.node, pair.node.accelerators_per_node
+        cand = fastest(pair, should_stop, dominance)
+        if cand is DOMINATED:
+            return False
+        if isinstance(cand, str):
+            lost[REASON_NOT_SEARCHED] += len(pair.live)
+            notes.append(f"{node.slug} at {pair.gpus:,} GPUs: not searched ({cand})")
+            return True
         stats["searched"] += 1
-        cand = next((c for c in found.best_by_gpus if c.gpus == pair.gpus), None)
         if cand is None:
             lost[REASON_MEMORY] += len(pair.live)
-            return
+            return True
         if cand.tokens_per_s > pair.tps_bound * (1 + 1e-9):
             stats["broken"] += 1
         for offer, g, _, _ in pair.live:
@@ -384,34 +485,38 @@ def run_size(
             priced.append((pair.order, p))
             if ok(p):
                 frontier.add(p.days, p.usd_amortised)
+        return True
 
     def search_all(should_stop: Callable[[], bool] | None) -> None:
-        queue = list(pairs)
         dominated: list[_Pair] = []
-        total = len(queue)
-        for i, pair in enumerate(queue):
+        total = len(pairs)
+        for i, pair in enumerate(pairs):
             if should_stop is not None and should_stop():
                 raise SearchCancelled("sizing stopped")
             if prune and not stats["broken"] and all(frontier.beats(d, u) for _, _, d, u in pair.live):
                 dominated.append(pair)
                 lost[REASON_DOMINATED] += len(pair.live)
                 continue
-            if progress:
-                progress(f"{pair.node.slug} at {pair.gpus:,} GPUs", i, total)
-            search_pair(pair)
+            report("search", i, total, f"{pair.node.slug} at {pair.gpus:,} GPUs ({pair.node.accelerator})")
+            if not search_pair(pair, should_stop, dominance=prune and not stats["broken"]):
+                stats["dominated_by_plan_bound"] += 1
+                dominated.append(pair)
+                lost[REASON_DOMINATED] += len(pair.live)
         if stats[
             "broken"
         ]:  # a searched plan beat its speed bound: the bounds are unsafe, search what they dropped
             notes.append("a plan beat its speed bound: every size the bounds had dropped was searched")
             for pair in dominated:
                 lost[REASON_DOMINATED] -= len(pair.live)
-                search_pair(pair)
+                search_pair(pair, should_stop)
             for pair, reasons in bound_pruned:
                 lost.subtract(reasons)
-                search_pair(pair)
+                search_pair(pair, should_stop)
+        if stats["plan_bound_broken"]:
+            notes.append(f"a plan beat its step-time bound on {stats['plan_bound_broken']} cluster sizes: every plan "
+                         "of those was evaluated")  # fmt: skip
         stats["dominated"] = len(dominated)
-        if progress:
-            progress("done", total, total)
+        report("done", total, total)
 
     if budget is None:
         search_all(None)
@@ -432,7 +537,6 @@ def run_size(
     doc = None
     if outcome.ranked:
         doc = winner_document(catalog, request, outcome.ranked[0]).model_dump(mode="json", by_alias=True)
-    evaluated = stats["evaluated"]
     return SizeResult(
         model=request.model, tokens=request.tokens, deadline_days=request.deadline_days,
         budget_usd=request.budget_usd, basis=outcome.basis,
@@ -441,10 +545,12 @@ def run_size(
         searched={"accelerators": sorted(accelerators), "nodes": len(offers), "offers": sum(map(len, offers.values())),
                   "sizes": stats["sizes"], "sizes_searched": stats["searched"],
                   "sizes_pruned_by_memory_bound": stats["memory"], "sizes_pruned_by_dominance": stats["dominated"],
+                  "sizes_pruned_by_dominance_of_the_plan_bound": stats["dominated_by_plan_bound"],
                   "points_pruned_by_deadline_or_budget_bound": sum(len(r) for _, r in bound_pruned),
-                  "priced_points": len(priced), "feasible_points": outcome.feasible, "evaluated_plans": evaluated,
-                  "grid_points": stats["considered"], "elapsed_s": elapsed,
-                  "plans_per_s": evaluated / elapsed if elapsed > 0 else 0.0},
+                  "priced_points": len(priced), "feasible_points": outcome.feasible, "grid_points": stats["considered"],
+                  "valid_plans": stats["valid"], "evaluated_plans": stats["evaluated"], "elapsed_s": elapsed,
+                  "plans_per_s": stats["valid"] / elapsed if elapsed > 0 else 0.0,
+                  "evaluated_plans_per_s": stats["evaluated"] / elapsed if elapsed > 0 else 0.0},
         message=outcome.message, plan_document=doc, notes=notes,
     )  # fmt: skip
 

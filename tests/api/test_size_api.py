@@ -25,6 +25,7 @@ def test_size_422_names_the_field(client: TestClient) -> None:
     for bad, field in (
         ({"tokens": -1}, "tokens"),
         ({"gpus_range": "lots"}, "gpus_range"),
+        ({"gpus_range": "1:1e400"}, "gpus_range"),
         ({"options": ["barter"]}, "options"),
         ({"accelerators": ["tpu-v9"]}, "accelerators"),
         ({"model": "nope"}, "model"),

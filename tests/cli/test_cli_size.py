@@ -1,5 +1,5 @@
-"""`capplan size`: the ranked table, progress on stderr, --json, and the winner's plan document written with
---output round-trips through `capplan export`."""
+"""`capplan size`: the ranked table, progress on stderr (on a terminal, or with --progress; never on stdout), --json,
+and the winner's plan document written with --output round-trips through `capplan export`."""
 
 from __future__ import annotations
 
@@ -16,9 +16,11 @@ def test_size_prints_the_ranking_and_progress_and_writes_a_plan_that_exports(
     monkeypatch, capsys, tmp_path: Path
 ) -> None:
     plan = tmp_path / "plan.json"
-    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--output", str(plan))
+    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--output", str(plan), "--progress")
     assert code == 0, err
-    assert "sizing:" in err and "cluster sizes searched" in err
+    assert "sizing: bounding node 1/2" in err and "(node, size) pair 1/" in err and "evaluated" in err
+    assert err.count("\n") >= 2 and "pairs settled" in err  # one line rewritten in place, then the summary
+    assert "sizing:" not in out
     assert "ranked by amortised $" in out and "Pareto front" in out and "plans/s" in out
     code, out, err = run_cli(monkeypatch, capsys, "export", "--plan", str(plan), "--format", "torchrun")
     assert code == 0, err
@@ -28,8 +30,9 @@ def test_size_prints_the_ranking_and_progress_and_writes_a_plan_that_exports(
 
 
 def test_size_json_and_a_deadline_nothing_meets(monkeypatch, capsys) -> None:
-    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--json")
+    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--json", "--progress")
     assert code == 0, err
+    assert "sizing:" in err  # progress on stderr, stdout the JSON object alone
     body = json.loads(out)
     assert body["ranked"][0]["rank"] == 1 and body["plan_document"]
     code, out, err = run_cli(
@@ -37,6 +40,7 @@ def test_size_json_and_a_deadline_nothing_meets(monkeypatch, capsys) -> None:
     )
     assert code == 1
     assert "deadline of 0.5 days" in out
+    assert "sizing:" not in err  # stderr is not a terminal here: no progress unless asked
 
 
 def test_size_bad_input_names_the_flag(monkeypatch, capsys) -> None:

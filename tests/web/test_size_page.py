@@ -1,13 +1,20 @@
 """ "Size a cluster" page: linked from the nav, the form alone without a query, the ranked table and the Pareto
-chart with one, the htmx partial, and errors that keep what the user typed."""
+chart with one, the htmx partial, errors that keep what the user typed, and the background run the form starts:
+its progress panel polls until the results replace it."""
 
 from __future__ import annotations
 
 import json
 import re
+import threading
+import time
 from urllib.parse import unquote
 
 from fastapi.testclient import TestClient
+
+from app.services.errors import InputError, field_error
+from app.services.size import SizingProgress
+from app.services.size_jobs import SizingJobs
 
 QUERY = {"model": "llama3.1-8b", "tokens": "1e12", "accelerators": "h100-sxm", "options": "on-demand,spot",
          "gpus_range": "64:128"}  # fmt: skip
@@ -51,3 +58,84 @@ def test_errors_keep_what_the_user_typed(client: TestClient) -> None:
     assert 'value="lots"' in page.text and 'value="-3"' in page.text and "tokens" in page.text
     page = client.get("/size", params={**QUERY, "accelerators": "tpu-v9"})
     assert page.status_code == 422 and 'value="tpu-v9"' in page.text and "tpu-v9" in page.text
+
+
+# -- the page's background runs: start, progress, results ----------------------------------------------------
+
+PARTIAL = {"HX-Request": "true", "HX-Request-Type": "partial"}
+
+
+def _poll(client: TestClient, job_id: str):
+    """The job's answer once it has finished (the page polls every second; here the test waits for the thread, up to
+    five minutes on a loaded machine, then asks once)."""
+    job = client.app.state.sizing_jobs.get(job_id)
+    for _ in range(6000):
+        if job.done:
+            break
+        time.sleep(0.05)
+    response = client.get(f"/size/jobs/{job_id}", headers=PARTIAL)
+    assert 'hx-trigger="every 1s"' not in response.text, "a finished job's panel stops polling"
+    return response
+
+
+def test_the_form_starts_a_job_whose_panel_polls_until_the_results_replace_it(client: TestClient) -> None:
+    page = client.get("/size")
+    assert 'hx-post="/size/jobs"' in page.text and 'name="csrf_token"' in page.text
+    started = client.post("/size/jobs", data=QUERY, headers=PARTIAL)
+    assert started.status_code == 202, started.text
+    panel = started.text.lstrip()
+    assert panel.startswith('<section id="size-results"') and 'hx-trigger="every 1s"' in panel
+    job_id = re.search(r'hx-get="/size/jobs/([^"]+)"', panel).group(1)
+    assert 'id="size-progress"' in panel and "<progress" in panel
+    assert started.headers["HX-Replace-Url"].startswith("/size?model=llama3.1-8b&tokens=1e12")
+    done = _poll(client, job_id)
+    assert done.status_code == 200 and 'id="size-table"' in done.text and 'id="winner-plan"' in done.text
+    assert done.text.lstrip().startswith('<section id="size-results"') and "size-progress" not in done.text
+    again = client.get(f"/size/jobs/{job_id}")  # a full page too (the job is kept a while)
+    assert again.status_code == 200 and 'id="size-form"' in again.text and 'value="llama3.1-8b"' in again.text
+
+
+def test_a_running_job_shows_where_it_stands(client: TestClient) -> None:
+    release = threading.Event()
+
+    def run(progress):
+        progress(SizingProgress("search", 2, 10, "p5.48xlarge at 1,024 GPUs (h100-sxm)", 123_456, 7_890, 1.5))
+        release.wait(30)
+        raise InputError([field_error("gpus_range", "no whole number of nodes", "value_error.range")])
+
+    job = client.app.state.sizing_jobs.start(dict(QUERY, deadline_days="", budget_usd=""), run)
+    try:
+        panel = client.get(f"/size/jobs/{job.id}", headers=PARTIAL)
+        assert panel.status_code == 200 and 'hx-trigger="every 1s"' in panel.text
+        assert "pair 3 of 10: p5.48xlarge at 1,024 GPUs (h100-sxm)" in panel.text
+        assert 'max="10" value="2"' in panel.text and "123,456 valid plans" in panel.text
+    finally:
+        release.set()
+    failed = _poll(client, job.id)
+    assert (
+        failed.status_code == 422
+        and "gpus_range" in failed.text
+        and "no whole number of nodes" in failed.text
+    )
+
+
+def test_errors_busy_and_unknown_jobs_answer_the_panel_without_polling(client: TestClient) -> None:
+    bad = client.post("/size/jobs", data={**QUERY, "tokens": "lots"}, headers=PARTIAL)
+    assert bad.status_code == 422 and "tokens" in bad.text and "every 1s" not in bad.text
+    assert "HX-Replace-Url" not in bad.headers
+    unknown = client.get("/size/jobs/nope", headers=PARTIAL)
+    assert unknown.status_code == 404 and "no longer held" in unknown.text and "every 1s" not in unknown.text
+    forged = client.post("/size/jobs", data={**QUERY, "csrf_token": "forged"}, raw_csrf=True)
+    assert forged.status_code == 403
+    client.app.state.sizing_jobs = SizingJobs(max_running=0)
+    busy = client.post("/size/jobs", data=QUERY, headers=PARTIAL)
+    assert busy.status_code == 503 and "already in progress" in busy.text
+
+
+def test_values_no_run_can_use_are_refused_before_a_job_starts(client: TestClient) -> None:
+    for field, value in [("gpus_range", "1:1e400"), ("tokens", "nan"), ("tokens", "1e400"), ("model", "\x00"),
+                         ("accelerators", "tpu-v9"), ("options", "barter"), ("gpus_range", "99999999999:1")]:  # fmt: skip
+        response = client.post("/size/jobs", data={**QUERY, field: value}, headers=PARTIAL)
+        assert response.status_code == 422, (field, value, response.text[:300])
+        assert f"<code>{field}</code>" in response.text and "every 1s" not in response.text
+        assert client.get("/size", params={**QUERY, field: value}).status_code == 422

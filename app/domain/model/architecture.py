@@ -226,11 +226,11 @@ class Architecture(CatalogEntry):
             counts[p.shape] = counts.get(p.shape, 0) + 1
         return tuple(counts.items())
 
-    @property
+    @cached_property  # read for every layer of every plan the search evaluates: counted once
     def n_moe_layers(self) -> int:
         return sum(1 for k in self.layer_kinds() if k == "moe")
 
-    @property
+    @cached_property
     def n_dense_layers(self) -> int:
         return self.n_layers - self.n_moe_layers
 

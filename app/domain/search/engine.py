@@ -170,15 +170,31 @@ def _unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return np.stack([c[first] for c in cols], axis=1), inverse.ravel()
 
 
-def _rank_arrays(arch: Architecture, g: dict) -> RankQ:
-    unique, inverse = _unique_rows([g["pp"], g["vpp"]])
-    reps: list[list[tuple[int, int, int, bool, bool]]] = []
-    for pp, vpp in unique.tolist():
+# The representative ranks of each (pp, vpp) per architecture object (held, so its id is not reused while cached):
+# the sizing search asks for the same few pipelines thousands of times.
+_RANK_REPS: dict[int, tuple[Architecture, dict[tuple[int, int], list[tuple[int, int, int, bool, bool]]]]] = {}
+
+
+def _rank_reps(arch: Architecture, pp: int, vpp: int) -> list[tuple[int, int, int, bool, bool]]:
+    """(rank, dense layers, MoE layers, first, last) of the lowest rank of each distinct layer count and role."""
+    entry = _RANK_REPS.get(id(arch))
+    if entry is None or entry[0] is not arch:
+        if len(_RANK_REPS) >= 32:
+            _RANK_REPS.clear()
+        entry = _RANK_REPS[id(arch)] = (arch, {})
+    reps = entry[1].get((pp, vpp))
+    if reps is None:
         seen: dict[tuple, tuple] = {}
         for r in rank_layers(arch, pp, vpp):
             sig = (r.dense_layers, r.moe_layers, r.first, r.last)
             seen.setdefault(sig, (r.rank, *sig))
-        reps.append(list(seen.values()))
+        reps = entry[1][(pp, vpp)] = list(seen.values())
+    return reps
+
+
+def _rank_arrays(arch: Architecture, g: dict) -> RankQ:
+    unique, inverse = _unique_rows([g["pp"], g["vpp"]])
+    reps = [_rank_reps(arch, pp, vpp) for pp, vpp in unique.tolist()]
     width = max(len(r) for r in reps)
     table = np.array([r + [r[0]] * (width - len(r)) for r in reps], dtype=float)  # pad with a duplicate
     rows = table[inverse.ravel()]
@@ -319,6 +335,17 @@ def _score(spec: SearchSpec, tps: np.ndarray, gpus: int, margin: np.ndarray) -> 
     return tps  # max tokens/s and min time to train rank the same way
 
 
+def check_space(arch: Architecture, clusters: dict[int, Cluster], spec: SearchSpec) -> None:
+    """Raise :class:`SearchTooLarge` (saying how to narrow it) when the space exceeds ``spec.max_plans``."""
+    size = space_size(arch, clusters, spec)
+    if size > spec.max_plans:
+        raise SearchTooLarge(
+            f"the space has {size:,} grid points (limit {spec.max_plans:,}, about 10 s); narrow it: fewer "
+            "cluster sizes or batch sizes, fewer micro-batch, vpp or cp values, a lower max pp, a fixed "
+            "sharding or recompute"
+        )
+
+
 def search(
     arch: Architecture,
     clusters: dict[int, Cluster],
@@ -345,13 +372,7 @@ def search(
             raise SearchCancelled("the search was stopped before it finished")
 
     start = time.perf_counter()
-    size = space_size(arch, clusters, spec)
-    if size > spec.max_plans:
-        raise SearchTooLarge(
-            f"the space has {size:,} grid points (limit {spec.max_plans:,}, about 10 s); narrow it: fewer "
-            "cluster sizes or batch sizes, fewer micro-batch, vpp or cp values, a lower max pp, a fixed "
-            "sharding or recompute"
-        )
+    check_space(arch, clusters, spec)
     rejected: Counter[str] = Counter()
     evaluated = considered = 0
     closest: float | None = None
