@@ -49,6 +49,7 @@ from app.web.forms import (
     to_query,
 )
 from app.web.htmx import is_partial, render
+from app.web.plan_start import PLAN_FOR, Opening, form_event, opening_layout
 from app.web.security import verify_csrf
 
 router = APIRouter(include_in_schema=False)
@@ -346,7 +347,9 @@ def llama_style_url(form: PlannerInput) -> str | None:
     return planner_url(form.values, hf_config=text)
 
 
-def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> dict[str, Any]:
+def planner_context(
+    request: Request, catalog: Catalog, form: PlannerInput, opening: Opening | None = None
+) -> dict[str, Any]:
     model = model_summary(
         catalog, form
     )  # before the estimate: a refused layout still shows the model's counts
@@ -360,14 +363,23 @@ def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> d
         "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF,
         "partial": is_partial(request), "defaults": DEFAULTS, "upload_error": None,
         "upload_max_bytes": MAX_HF_UPLOAD_BYTES,
+        "plan_for": (opening.pending if opening else None) or form.values["model"],
+        "layout_note": opening.note if opening else None,
     }  # fmt: skip
 
 
-def render_planner(request: Request, catalog: Catalog, params: dict[str, Any]) -> HTMLResponse:
+def render_planner(
+    request: Request, catalog: Catalog, params: dict[str, Any], opening: Opening | None = None
+) -> HTMLResponse:
     form = parse_planner(params)
-    ctx = planner_context(request, catalog, form)
+    ctx = planner_context(request, catalog, form, opening)
     status = 422 if form.errors else 200
-    return render(request, "pages/planner.html", ctx, block="results", status_code=status)
+    response = render(request, "pages/planner.html", ctx, block="results", status_code=status)
+    event = form_event(opening, form.values["model"]) if opening is not None else None
+    if event is not None:  # the form's fields take the layout the search chose, the address holds it
+        response.headers["HX-Trigger"] = event
+        response.headers["HX-Replace-Url"] = "/?" + form.query()
+    return response
 
 
 MAX_HF_UPLOAD_BYTES = MAX_HF_CONFIG_CHARS * 4
@@ -389,12 +401,15 @@ def upload_too_large_message(n_bytes: int | None) -> str:
 
 
 @router.get("/", response_class=HTMLResponse)
-def planner_page(request: Request, catalog: CatalogDep) -> HTMLResponse:
+def planner_page(request: Request, catalog: CatalogDep) -> Response:
     params = dict(request.query_params)
     # the body-size guard (app.main.BodyLimit) sends an over-limit upload back here with upload_too_large=<bytes>
     too_large = params.pop("upload_too_large", None)
     if too_large is None:
-        return render_planner(request, catalog, params)
+        opening = opening_layout(request, catalog, params)  # a model picked: the search's layout for it
+        if opening.changed and not is_partial(request):  # a link, or the form sent without JavaScript
+            return RedirectResponse("/?" + to_query(form_values(opening.params)), status_code=303)
+        return render_planner(request, catalog, opening.params, opening)
     form = parse_planner(params)
     ctx = planner_context(request, catalog, form)
     ctx["upload_error"] = upload_too_large_message(int(too_large) if too_large.isdigit() else None)
@@ -408,8 +423,8 @@ async def upload_hf_config(
     file: Annotated[UploadFile | None, File(description="a Hugging Face config.json")] = None,
     current: Annotated[str, Form(max_length=200_000)] = "",
 ) -> Response:
-    """Read an uploaded config.json into the form (model = config.json) and show the planner for it.
-    A readable config redirects (303) to the planner URL holding it; an unreadable or too large one re-renders
+    """Read an uploaded config.json into the form (model = config.json) and show the planner for it, with the
+    search's layout for it (app/web/plan_start.py). A readable config redirects (303) to the planner URL holding it; an unreadable or too large one re-renders
     the planner with the user's inputs unchanged and a message at the upload (422, or 413 for size)."""
     params = dict(parse_qsl(current, keep_blank_values=True))
     raw = b"" if file is None else await file.read(MAX_HF_UPLOAD_BYTES + 1)
@@ -441,7 +456,8 @@ async def upload_hf_config(
         )
     params.update({"model": HF, "hf_config": text})
     values = form_values(params)
-    return RedirectResponse(f"/?{to_query(values)}", status_code=303)
+    # a new model: the planner gives it the search's layout (plan_for blank: the layout belongs to no model yet)
+    return RedirectResponse(f"/?{to_query(values)}&{PLAN_FOR}=", status_code=303)
 
 
 @router.get("/planner/export")

@@ -126,6 +126,11 @@ def export_url(values: dict[str, str], c: Any) -> str:
 
 
 def _row_query(values: dict[str, str], c: Any) -> str:
+    return to_query({**values, **layout_values(c)})
+
+
+def layout_values(c: Any) -> dict[str, str]:
+    """A candidate's cluster size, batch and parallel layout as planner form values."""
     p = c.plan
     layout = {
         "gpus": c.gpus, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "dp": p.dp, "cp": p.cp, "ep": p.ep,
@@ -133,7 +138,7 @@ def _row_query(values: dict[str, str], c: Any) -> str:
         "micro_batch": p.micro_batch, "global_batch": p.global_batch, "recompute": p.recompute.value,
         "sequence_parallel": "on" if p.sequence_parallel else "off",
     }  # fmt: skip
-    return to_query({**values, **{k: str(v) for k, v in layout.items()}})
+    return {k: str(v) for k, v in layout.items()}
 
 
 @router.get("/search", response_class=HTMLResponse)

@@ -37,6 +37,10 @@ def test_pick_a_preset_and_the_estimate_updates_in_place(
     with page.expect_response(lambda r: "model=llama3.1-405b" in r.url) as info:
         page.select_option("#f-model", "llama3.1-405b")
     assert info.value.status == 200
+    # the picked model opens with the search's layout for this cluster: the fields set in place, the address holds it
+    expect(page.locator("#layout-note")).to_contain_text("Layout set by the search for llama3.1-405b")
+    expect(page.locator("#f-plan_for")).to_have_value("llama3.1-405b")
+    assert f"tp={page.input_value('#f-tp')}&" in page.url and f"ep={page.input_value('#f-ep')}&" in page.url
     page.fill("#f-gpus", "1024")
     page.fill("#f-pp", "16")
     page.fill("#f-global_batch", "2048")
