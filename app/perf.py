@@ -22,6 +22,9 @@ REFERENCE_SEARCH = (
 """The reference search of the README's "Performance": llama3.1-405b on 16,384 H100, seq 8192, batch 2,048."""
 CLI_TARGET_S = 0.3
 SIZING_TARGET_S = 5.0  # issue 16: each catalog-wide sizing run
+CLI_FLOOR = "import numpy, pydantic, typer, app.settings"
+"""What `capplan plan` cannot start without: the interpreter, numpy (the search's arrays), pydantic (the request and
+the catalog's records), typer (the options) and the Settings (pydantic-settings), before any of capplan's code."""
 
 
 def _rate(fn, seconds: float = 2.0) -> tuple[float, float]:
@@ -192,20 +195,22 @@ def cli_bench(runs: int = 5) -> None:
             print(f"\ncapplan plan failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
             return
     walls = walls[1:]
-    imports = _import_seconds("app.cli.plan", runs, env)
+    imports = _import_seconds("import app.cli.plan", runs, env)
+    floor = _import_seconds(CLI_FLOOR, runs, env)
     print(
         f"\n{'capplan plan, reference 405B search, new process':46s} median {statistics.median(walls):.3f} s, "
         f"best {min(walls):.3f} s wall over {runs} processes (target < {CLI_TARGET_S} s); "
-        f"`import app.cli.plan` alone {imports:.3f} s"
+        f"`import app.cli.plan` alone {imports:.3f} s; the floor (`{CLI_FLOOR}`) {floor:.3f} s"
     )
 
 
-def _import_seconds(module: str, runs: int, env: dict[str, str]) -> float:
-    """Median wall time of a new interpreter that imports ``module`` and exits (interpreter start-up included)."""
+def _import_seconds(code: str, runs: int, env: dict[str, str]) -> float:
+    """Median wall time of a new interpreter that runs ``code`` (imports) and exits (interpreter start-up
+    included)."""
     walls = []
     for _ in range(runs):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-c", f"import {module}"], cwd=REPO_ROOT, env=env, check=True)
+        subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, env=env, check=True)
         walls.append(time.perf_counter() - start)
     return statistics.median(walls)
 

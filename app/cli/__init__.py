@@ -9,7 +9,7 @@
 - ``size.py``      — ``capplan size`` (which GPU, how many, which plan, which way to pay)
 - ``validate.py``  — ``capplan validate`` and ``capplan calibrate-published`` (accuracy against published runs)
 - ``bench.py``     — ``capplan bench presets|run|submit|show|ship|launch-cmd`` (the GPU benchmark runner)
-- ``options.py``   — the model, hardware and plan options, generated from the request models in app/schemas.py
+- ``options.py``   — the model, hardware and plan options, generated from the request models in app/schemas/requests.py
 - ``common.py``    — the one-line error (:class:`UsageError`), the catalog, argument parsers, plan files
 - ``catalog_cache.py`` — the parsed catalog kept between runs while its files are unchanged (~/.cache/capplan)
 

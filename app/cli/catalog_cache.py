@@ -9,10 +9,15 @@ modification time), the Python and pydantic versions and whether the catalog is 
 changes a figure. ``CAPPLAN_CATALOG_CACHE=off`` turns it off, ``CAPPLAN_CATALOG_CACHE=DIR`` moves it.
 Only the catalog as shipped (optionally with the shipped calibration) is cached: ``--calibration-run`` files and
 ``--calibration-db`` runs are fitted on every run.
+
+The published runs and the record of the last fit (:data:`DEFERRED`) are pickled apart and read back only when a
+command first asks for them (`capplan validate` does, `capplan plan` does not): unpickling them would import the
+modules that define them, which a command that never reads them need not load.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import pickle
@@ -22,8 +27,40 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from app.domain.catalog.store import Catalog
+
 APP_DIR = Path(__file__).resolve().parent.parent
 PREFIX = "catalog-"
+DEFERRED = ("published_runs", "fit")
+"""Catalog fields kept pickled until first read (see :class:`DeferredCatalog`)."""
+
+
+class DeferredCatalog(Catalog):
+    """A :class:`Catalog` read back from the cache whose :data:`DEFERRED` fields are unpickled on first access.
+
+    The instance holds every other field as usual and, in place of the deferred ones, their pickle; reading any of
+    them (directly, or through ``replace``, ``==`` or ``repr``) unpickles them all once. Every figure is the
+    catalog's own: only the moment they are read back differs."""
+
+    def __getattr__(self, name: str) -> Any:  # called only for attributes the instance does not hold
+        state = self.__dict__
+        if name in DEFERRED and "_deferred" in state:
+            for field_name, value in pickle.loads(state["_deferred"]).items():
+                object.__setattr__(self, field_name, value)
+            object.__delattr__(self, "_deferred")
+            return state[name]
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    @classmethod
+    def wrap(cls, catalog: Catalog) -> DeferredCatalog:
+        """``catalog`` with its :data:`DEFERRED` fields pickled apart (what the cache stores)."""
+        out = object.__new__(cls)
+        for f in dataclasses.fields(Catalog):
+            if f.name not in DEFERRED:
+                object.__setattr__(out, f.name, getattr(catalog, f.name))
+        deferred = {name: getattr(catalog, name) for name in DEFERRED}
+        object.__setattr__(out, "_deferred", pickle.dumps(deferred, protocol=pickle.HIGHEST_PROTOCOL))
+        return out
 
 
 def cache_dir() -> Path | None:
@@ -80,7 +117,8 @@ def _store(where: Path, path: Path, catalog: Any, keep: set[str]) -> None:
         where.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=where, prefix=".tmp-", delete=False) as f:
             temp = f.name
-            pickle.dump(catalog, f, protocol=pickle.HIGHEST_PROTOCOL)
+            stored = DeferredCatalog.wrap(catalog) if isinstance(catalog, Catalog) else catalog
+            pickle.dump(stored, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(temp, path)
         temp = None
         for old in where.glob(f"{PREFIX}*.pickle"):

@@ -65,7 +65,11 @@ def load_catalog(calibration: bool = False, runs: list[Path] | None = None, from
     runs stored in the configured database: the same calibration the server uses, from the command line. The
     catalog as shipped, calibrated or not, comes from the cache while its files are unchanged (catalog_cache.py)."""
     from app.cli.catalog_cache import cached
-    from app.domain.catalog import load_catalog as load
+
+    def load(data_dir: Path) -> Catalog:  # the loaders (TOML, every record type) only when the cache misses
+        from app.domain.catalog import load_catalog
+
+        return load_catalog(data_dir)
 
     config = settings()
     if not calibration:

@@ -8,6 +8,9 @@ comparison, the cost table and the search's re-estimate of its winner render thi
 
 Days are stated with what they include: ``days_before_failures`` (tokens ÷ tokens/s) and, per option, days after
 failures (goodput). Cost per token is in $ per million tokens everywhere.
+
+The cost model, the reliability report and the export package are imported by the steps that use them: the search's
+re-estimate of its winner without tokens (`capplan plan` as usually run) loads none of the three.
 """
 
 from __future__ import annotations
@@ -15,18 +18,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from app.domain.catalog import Catalog
 from app.domain.catalog.clock import today
 from app.domain.cost.cloud import instance_for_accelerator
 from app.domain.cost.inputs import CostInputError, CostOption, CostOverrides
-from app.domain.cost.selfbuild import self_build_node_for
-from app.domain.cost.summary import CostSummary, cost_summary
-from app.domain.cost.training import OptionCost, TrainingCost, TrainingJob, training_cost
 from app.domain.estimator.estimate import Estimate
-from app.domain.export import PlanDocument, build_plan_document
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
-from app.domain.reliability.report import ReliabilityReport, reliability_report
 from app.domain.search.run_pricing import RunFigures
 from app.schemas import CostRequest, EstimateRequest
 from app.services.errors import InputError, field_error
@@ -37,6 +36,12 @@ from app.services.estimate import (
     resolve_architecture,
     with_calibration,
 )
+
+if TYPE_CHECKING:
+    from app.domain.cost.summary import CostSummary
+    from app.domain.cost.training import OptionCost, TrainingCost
+    from app.domain.export import PlanDocument
+    from app.domain.reliability.report import ReliabilityReport
 
 MILLION = 1e6
 
@@ -119,6 +124,8 @@ class ScenarioResult:
 
 def buyer_cost(cost: TrainingCost) -> CostSummary:
     """:func:`cost_summary` of ``cost``: prices dated by the day asked for (``prices_as_of``), else today."""
+    from app.domain.cost.summary import cost_summary
+
     return cost_summary(cost, prices_as_of=today())
 
 
@@ -138,6 +145,8 @@ def priced_instance(catalog: Catalog, accelerator: str, node: str, overrides: Co
 
 
 def self_build_server(catalog: Catalog, accelerator: str) -> str | None:
+    from app.domain.cost.selfbuild import self_build_node_for
+
     return self_build_node_for(catalog.hardware, catalog.cost, accelerator)
 
 
@@ -178,7 +187,8 @@ def run_scenario(
     document: bool = True,
 ) -> ScenarioResult:
     """Run the pipeline once. The estimate's errors raise InputError; the cost's are kept in ``cost_errors``
-    (the planner still shows the estimate), and ``raise_cost_errors`` turns them into the InputError."""
+    (the planner still shows the estimate), and ``raise_cost_errors`` turns them into the InputError. With neither
+    ``cost`` nor ``document`` (the search's re-estimate of its winner) it is the estimate alone: no reliability."""
     if isinstance(request, CostRequest):
         overrides = overrides if overrides is not None else request.overrides
         options = options if options is not None else request.options
@@ -193,7 +203,10 @@ def run_scenario(
             cloud, own, training, runs = _cost(catalog, request, est, o, options)
         except InputError as exc:
             errors = tuple(exc.errors)
-    rel = training.reliability if training is not None else _reliability(catalog, est, o)
+    if training is not None:
+        rel = training.reliability
+    else:  # the plan's own reliability (goodput, checkpoint interval), for the cost table and the document only
+        rel = _reliability(catalog, est, o) if cost or document else None
     doc = _document(catalog, request, est, calibration, rel, training) if document else None
     return ScenarioResult(
         request=request, estimate=est, calibration=calibration, overrides=o, cloud_estimate=cloud,
@@ -209,6 +222,8 @@ def _cost(
     o: CostOverrides,
     options: Sequence[CostOption] | None,
 ) -> tuple[Estimate, Estimate | None, TrainingCost, int]:
+    from app.domain.cost.training import TrainingJob, training_cost
+
     if o.instance is not None:
         known_node(catalog, o.instance, "overrides.instance")
     wanted = tuple(options) if options else tuple(CostOption)
@@ -253,6 +268,8 @@ def _cost(
 
 
 def _reliability(catalog: Catalog, est: Estimate, o: CostOverrides) -> ReliabilityReport | None:
+    from app.domain.reliability.report import reliability_report
+
     node = catalog.hardware.node(est.node)
     try:
         return reliability_report(
@@ -274,7 +291,10 @@ def _document(
 ) -> PlanDocument:
     """The plan document (capplan.plan/v1): plan, hardware and estimate, with the reliability model's checkpoint
     interval, which every export turns into its checkpoint cadence in steps, and the run's cost per pricing option
-    when it was priced."""
+    when it was priced. The export package is imported here, by the scenarios that ask for a document (the search's
+    winner and `capplan plan` do not)."""
+    from app.domain.export import build_plan_document
+
     preset, hf_config = model_source(request)
     return build_plan_document(
         arch=resolve_architecture(catalog, request),

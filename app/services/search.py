@@ -13,7 +13,6 @@ from typing import Any
 from app.domain.catalog import Catalog
 from app.domain.cost.gpu_hour import usd_per_gpu_hour
 from app.domain.cost.inputs import CostInputError, CostOption
-from app.domain.cost.training import TrainingJob, training_cost
 from app.domain.estimator.calibration import calibration_assumption
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import model_flops_per_token
@@ -21,7 +20,6 @@ from app.domain.estimator.plan import Plan
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
-from app.domain.reliability.report import reliability_report
 from app.domain.search.engine import search
 from app.domain.search.run_pricing import CurvePricing, RunFigures
 from app.domain.search.spec import Candidate, SearchCancelled, SearchResult, SearchSpec, SearchTooLarge
@@ -294,7 +292,11 @@ def _pricing(
     catalog: Catalog, request: PlanSearchRequest, arch: Architecture, probe: Cluster, node: str
 ) -> CurvePricing:
     """Days and dollars of a run at a given tokens/s on a given cluster size: the cost model's own figures for
-    the request's price option (the function the scenario pipeline prices with)."""
+    the request's price option (the function the scenario pipeline prices with). The cost model is imported
+    here: a search without tokens (`capplan plan` as usually run) does not load it."""
+    from app.domain.cost.training import TrainingJob, training_cost
+    from app.domain.reliability.report import reliability_report
+
     assert request.tokens is not None
     tokens = request.tokens
     option = request.price_option

@@ -336,13 +336,17 @@ def add_service_errors(form: PlannerInput, errors: list[dict[str, Any]]) -> None
 def to_query(values: Mapping[str, str], config_id: str | None = None) -> str:
     """The URL query of a form, in form order, naming only what differs from :data:`DEFAULTS` (a field cleared
     by the user stays, blank) and the overrides that are set: :func:`form_values` of it gives ``values`` back.
-    With ``config_id`` the config.json is named by its stored id instead of carried whole."""
+    With ``config_id`` the config.json is named by its stored id instead of carried whole. A link naming another
+    model than the default keeps ``tp`` even at its default: a link with a model and no layout asks the planner
+    for the search's layout (app/web/plan_start.py), and this one gives its layout."""
     pairs: list[tuple[str, str]] = []
+    other_model = values.get("model", DEFAULTS["model"]) != DEFAULTS["model"]
+    pin = other_model and all(values.get(k, DEFAULTS[k]) == DEFAULTS[k] for k in LAYOUT_FIELDS)
     for key, default in DEFAULTS.items():
         value = values.get(key, default)
         if key == "hf_config" and config_id:
             pairs.append((CONFIG_REF, config_id))
-        elif value != default:
+        elif value != default or (pin and key == "tp"):
             pairs.append((key, value))
     pairs += [(k, values[k]) for k in override_names(values) if values.get(k, "").strip()]
     return urlencode(pairs)

@@ -49,8 +49,9 @@ from app.web.forms import (
     to_query,
 )
 from app.web.htmx import is_partial, render
+from app.web.plan_start import PLAN_FOR, Opening, form_event, opening_layout
 from app.web.security import verify_csrf
-from app.web.share import canonical_url, link_config, planner_form, shorter_url
+from app.web.share import canonical_url, expand_config, link_config, planner_form, shorter_url
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -350,7 +351,9 @@ def llama_style_url(form: PlannerInput) -> str | None:
     return planner_url(form.values, hf_config=text)
 
 
-def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> dict[str, Any]:
+def planner_context(
+    request: Request, catalog: Catalog, form: PlannerInput, opening: Opening | None = None
+) -> dict[str, Any]:
     model = model_summary(
         catalog, form
     )  # before the estimate: a refused layout still shows the model's counts
@@ -364,6 +367,8 @@ def planner_context(request: Request, catalog: Catalog, form: PlannerInput) -> d
         "choices": choices(catalog), "overrides": OVERRIDES, "form_fields": FORM_FIELDS, "HF": HF, "HUB": HUB,
         "partial": is_partial(request), "defaults": DEFAULTS, "upload_error": None,
         "upload_max_bytes": MAX_HF_UPLOAD_BYTES,
+        "plan_for": (opening.pending if opening else None) or form.values["model"],
+        "layout_note": opening.note if opening else None,
     }  # fmt: skip
 
 
@@ -388,24 +393,41 @@ def upload_too_large_message(n_bytes: int | None) -> str:
 @router.get("/", response_class=HTMLResponse)
 def planner_page(request: Request, catalog: CatalogDep, session: SessionDep) -> Response:
     """The planner. Its URL is kept short: htmx updates replace the address with the inputs that differ from the
-    defaults (HX-Replace-Url), and a form sent without JavaScript (every field, blanks too) is redirected there."""
+    defaults (HX-Replace-Url), and a form sent without JavaScript (every field, blanks too) is redirected there.
+    A model just picked (or a link naming a model without a layout) opens with the search's layout for it
+    (app/web/plan_start.py): a link or a form sent without JavaScript is redirected to it, an htmx request gets
+    it in an HX-Trigger event that sets the fields in place."""
     params = dict(request.query_params)
     # the body-size guard (app.main.BodyLimit) sends an over-limit upload back here with upload_too_large=<bytes>
     too_large = params.pop("upload_too_large", None)
-    form = planner_form(session, params)
-    link_config(session, form)
-    url = canonical_url("/", form.query())
     if too_large is not None:
+        form = planner_form(session, params)
+        link_config(session, form)
         ctx = planner_context(request, catalog, form)
         ctx["upload_error"] = upload_too_large_message(int(too_large) if too_large.isdigit() else None)
         return render(request, "pages/planner.html", ctx, status_code=413)
-    if not is_partial(request) and (target := shorter_url(request, url)):
-        return RedirectResponse(target, status_code=303)
-    ctx = planner_context(request, catalog, form)
+    # the search reads the config a config=<id> link names; the form keeps naming it by id
+    opening = opening_layout(request, catalog, expand_config(session, params)[0])
+    if opening.changed:
+        params = {k: v for k, v in {**params, **opening.layout}.items() if k != PLAN_FOR}
+    form = planner_form(session, params)
+    link_config(session, form)
+    url = canonical_url("/", form.query())
+    # a model picked while the form is invalid: the address keeps whose layout it is
+    if opening.pending is not None:
+        url = f"{url}{'&' if '?' in url else '?'}{urlencode({PLAN_FOR: opening.pending})}"
+    if not is_partial(request):
+        if opening.changed:
+            return RedirectResponse(url, status_code=303)
+        if target := shorter_url(request, url):
+            return RedirectResponse(target, status_code=303)
+    ctx = planner_context(request, catalog, form, opening)
     status = 422 if form.errors else 200
     response = render(request, "pages/planner.html", ctx, block="results", status_code=status)
     if is_partial(request):
         response.headers["HX-Replace-Url"] = url
+        if (event := form_event(opening, form.values["model"])) is not None:
+            response.headers["HX-Trigger"] = event
     return response
 
 
@@ -417,10 +439,11 @@ async def upload_hf_config(
     file: Annotated[UploadFile | None, File(description="a Hugging Face config.json")] = None,
     current: Annotated[str, Form(max_length=200_000)] = "",
 ) -> Response:
-    """Read an uploaded config.json into the form (model = config.json) and show the planner for it.
-    A readable config is stored and redirects (303) to the planner URL naming it (``config=<id>``; the whole file
-    when the database cannot store it); an unreadable or too large one re-renders the planner with the user's
-    inputs unchanged and a message at the upload (422, or 413 for size)."""
+    """Read an uploaded config.json into the form (model = config.json) and show the planner for it, with the
+    search's layout for it (app/web/plan_start.py). A readable config is stored and redirects (303) to the planner
+    URL naming it (``config=<id>``; the whole file when the database cannot store it); an unreadable or too large
+    one re-renders the planner with the user's inputs unchanged and a message at the upload (422, or 413 for
+    size)."""
     params = dict(parse_qsl(current, keep_blank_values=True))
     raw = b"" if file is None else await file.read(MAX_HF_UPLOAD_BYTES + 1)
 
@@ -453,7 +476,9 @@ async def upload_hf_config(
     params.pop(CONFIG_REF, None)
     form = planner_form(session, params)
     link_config(session, form)
-    return RedirectResponse(canonical_url("/", form.query()), status_code=303)
+    url = canonical_url("/", form.query())
+    # a new model: the planner gives it the search's layout (plan_for blank: the layout belongs to no model yet)
+    return RedirectResponse(f"{url}{'&' if '?' in url else '?'}{PLAN_FOR}=", status_code=303)
 
 
 @router.get("/planner/export")

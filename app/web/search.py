@@ -130,6 +130,11 @@ def export_url(values: dict[str, str], c: Any, config_id: str | None = None) -> 
 
 
 def _row_query(values: dict[str, str], c: Any, config_id: str | None = None) -> str:
+    return to_query({**values, **layout_values(c)}, config_id)
+
+
+def layout_values(c: Any) -> dict[str, str]:
+    """A candidate's cluster size, batch and parallel layout as planner form values."""
     p = c.plan
     layout = {
         "gpus": c.gpus, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "dp": p.dp, "cp": p.cp, "ep": p.ep,
@@ -137,7 +142,7 @@ def _row_query(values: dict[str, str], c: Any, config_id: str | None = None) -> 
         "micro_batch": p.micro_batch, "global_batch": p.global_batch, "recompute": p.recompute.value,
         "sequence_parallel": "on" if p.sequence_parallel else "off",
     }  # fmt: skip
-    return to_query({**values, **{k: str(v) for k, v in layout.items()}}, config_id)
+    return {k: str(v) for k, v in layout.items()}
 
 
 @router.get("/search", response_class=HTMLResponse)

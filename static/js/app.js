@@ -110,6 +110,16 @@ function readNumber(text) {
   return t !== '' && Number.isFinite(n) ? n : null;
 }
 
+function applyLayout(event) {
+  // A model picked in the planner: the server searched its layout and sends the fields' new values
+  // (HX-Trigger capplan:layout, app/web/plan_start.py). Values are set in place: no field is swapped.
+  const values = (event.detail && event.detail.values) || {};
+  for (const [name, value] of Object.entries(values)) {
+    const field = document.getElementById('f-' + name.replace(/\./g, '-'));
+    if (field) { field.value = value; }
+  }
+}
+
 function convertBatch(event) {
   // "Global batch in": switching sequences <-> tokens converts the value (x or / the sequence length), so the
   // batch stays the same. Runs in the capture phase, before htmx reads the form.
@@ -188,6 +198,7 @@ window.addEventListener('DOMContentLoaded', () => {
   const unit = document.getElementById('f-batch_unit');
   if (unit) { unit.dataset.unit = unit.value; }
   document.addEventListener('input', convertBatch, true);
+  document.addEventListener('capplan:layout', applyLayout);
   if (window.echarts && !window.__ganttRegistered) {
     window.echarts.registerCustomSeries('pipeline-gantt', ganttItem);
     window.__ganttRegistered = true;

@@ -74,3 +74,25 @@ def test_off_writes_nothing(monkeypatch, capsys, tmp_path: Path) -> None:
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     estimate(monkeypatch, capsys)
     assert not list(tmp_path.rglob("*.pickle"))
+
+
+def test_deferred_fields_read_back_equal_the_catalog(cache: Path) -> None:
+    """The published runs and the fit record are pickled apart and read back on first use, unchanged; a catalog
+    derived from the cached one (calibrations replaced) holds them too."""
+    from dataclasses import replace
+
+    from app.cli.catalog_cache import DEFERRED, DeferredCatalog, cached
+    from app.domain.catalog import load_catalog
+
+    fresh = load_catalog(REPO_ROOT / "data")
+    assert cached(REPO_ROOT / "data", False, lambda: fresh) is fresh  # stored
+    again = cached(REPO_ROOT / "data", False, _no_reading)
+    assert isinstance(again, DeferredCatalog) and "_deferred" in vars(again)
+    assert not set(DEFERRED) & set(vars(again))  # not read back yet
+    assert again.hardware == fresh.hardware and again.cost == fresh.cost
+    assert again.published_runs == fresh.published_runs and again.fit == fresh.fit
+    assert "_deferred" not in vars(again)
+    derived = replace(cached(REPO_ROOT / "data", False, _no_reading), calibrations=None)
+    assert derived.published_runs == fresh.published_runs and derived.fit == fresh.fit
+    with pytest.raises(AttributeError):
+        _ = again.no_such_field

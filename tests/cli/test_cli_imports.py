@@ -75,3 +75,26 @@ def test_plan_loads_no_database_code(tmp_path) -> None:  # noqa: ANN001
     loaded_after(RUN_PLAN, tmp_path)
     loaded = loaded_after(RUN_PLAN, tmp_path)
     assert not {"sqlalchemy", "app.db"} & loaded, sorted({"sqlalchemy", "app.db"} & loaded)
+
+
+NOT_FOR_PLAN = (
+    "app.domain.export",  # plan documents: only with --output
+    "app.schemas.plan_export",
+    "app.schemas.benchmarks",
+    "app.schemas.scenarios",
+    "app.domain.cost.training",  # the cost model: only with --tokens
+    "app.domain.reliability.report",
+    "app.domain.estimator.fitted",  # the fit record and the published runs: validate and calibrate-published
+    "app.domain.estimator.published",
+    "app.domain.catalog.load",  # the TOML loaders: only when the cache misses
+)
+
+
+def test_plan_loads_only_what_the_search_uses(tmp_path) -> None:  # noqa: ANN001
+    """`capplan plan` without tokens or --output (the reference search of `make bench`) builds the search request,
+    runs the search and re-estimates its winner: it loads neither the export package, the other request and
+    response models, the cost model, the fit record and published runs nor the catalog's TOML loaders."""
+    loaded_after(RUN_PLAN, tmp_path)  # fills the catalog cache
+    loaded = loaded_after(RUN_PLAN, tmp_path)
+    assert "app.schemas.requests" in loaded and "app.domain.search.engine" in loaded
+    assert not set(NOT_FOR_PLAN) & loaded, sorted(set(NOT_FOR_PLAN) & loaded)

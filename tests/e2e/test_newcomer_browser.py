@@ -87,6 +87,9 @@ def test_an_uploaded_config_is_linked_by_id(
     page.click("#hf-upload button[type=submit]")
     expect(page.locator("#model-summary")).to_contain_text("8.0 B parameters")
     assert "config=" in page.url and len(page.url) < 200, page.url  # not the 40 KB of the file
+    # the upload opened with the search's layout for 8 GPUs; a batch that 16 GPUs also divide, then 16 GPUs
+    page.fill("#f-global_batch", "256")
+    expect(page.locator(".verdict")).to_contain_text("on 8 ×")
     page.fill("#f-gpus", "16")  # the config travels by its id, not whole
     expect(page.locator(".verdict")).to_contain_text("on 16 ×")
     expect(page).to_have_url(re.compile(r"gpus=16"))

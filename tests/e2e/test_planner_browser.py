@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from urllib.parse import parse_qs, urlsplit
 
 from playwright.sync_api import Page, expect
+
+from app.web.forms import DEFAULTS
 
 LLAMA_CONFIG = {
     "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -37,6 +40,13 @@ def test_pick_a_preset_and_the_estimate_updates_in_place(
     with page.expect_response(lambda r: "model=llama3.1-405b" in r.url) as info:
         page.select_option("#f-model", "llama3.1-405b")
     assert info.value.status == 200
+    # the picked model opens with the search's layout for this cluster: the fields set in place, the address holds it
+    expect(page.locator("#layout-note")).to_contain_text("Layout set by the search for llama3.1-405b")
+    expect(page.locator("#f-plan_for")).to_have_value("llama3.1-405b")
+    # the address names what differs from the defaults (short links): absent = the default
+    query = parse_qs(urlsplit(page.url).query)
+    for field in ("tp", "ep"):
+        assert query.get(field, [DEFAULTS[field]])[0] == page.input_value(f"#f-{field}"), (field, page.url)
     page.fill("#f-gpus", "1024")
     page.fill("#f-pp", "16")
     page.fill("#f-global_batch", "2048")

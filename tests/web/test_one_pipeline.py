@@ -143,21 +143,39 @@ def test_a_priced_node_that_cannot_run_the_plan_is_an_error(catalog: Catalog, mo
     assert "p5.48xlarge" in str(info.value) and "NVLink domain" in str(info.value)
 
 
-def test_one_planner_render_runs_the_estimate_once(client, monkeypatch) -> None:
-    """The planner page estimates each node once: the user's node, and the priced instance and server when they
-    differ — never the same request twice (it ran 3–5 estimates before the pipeline)."""
-    calls: Counter[str] = Counter()
+ONE_NODE = {"gpu": "l40s", "model": "llama3.1-8b", "tp": "1"}  # an instance, and no server to build
+NO_INSTANCE = {"gpu": "gb200", "gpus": "72", "global_batch": "72"}  # no AWS instance to price: no cost table
+
+
+@pytest.mark.parametrize(
+    ("extra", "clusters"),
+    [
+        ({}, {"dgx-h100", "p5.48xlarge"}),  # the user's node is the self-build server; the cloud prices p5
+        ({"node": "p5.48xlarge"}, {"p5.48xlarge", "dgx-h100"}),  # the user's node is the instance priced
+        (ONE_NODE, {"g6e.48xlarge"}),
+        (NO_INSTANCE, {"gb200-nvl72"}),
+    ],
+)
+def test_one_planner_render_runs_the_estimate_once(client, monkeypatch, extra, clusters) -> None:
+    """One render computes the plan's estimate once and every part of the page reuses it (results, charts, notes,
+    cost table, reliability, plan document and launch files); a second estimate runs only for a node the cost
+    prices that differs from the user's (its own fabric: the days of the cloud options are modelled on the
+    instance they pay for). Counted on the estimator itself, keyed on the whole plan and cluster."""
+    calls: Counter[tuple[str, str]] = Counter()
+    nodes: Counter[str] = Counter()
     real = estimate_service.estimate
 
     def counting(arch, cluster, plan, **kwargs):
-        calls[cluster.node.slug] += 1
+        calls[(plan.model_dump_json(), cluster.model_dump_json())] += 1
+        nodes[cluster.node.slug] += 1
         return real(arch, cluster, plan, **kwargs)
 
     monkeypatch.setattr(estimate_service, "estimate", counting)
-    page = client.get("/?" + to_query({**DEFAULTS, "node": "p5.48xlarge"}), headers={"HX-Request": "true"})
-    assert page.status_code == 200 and "cost-table" in page.text and "chart-gantt" in page.text
-    assert calls and set(calls.values()) == {1}, calls
-    assert calls["p5.48xlarge"] == 1
+    page = client.get("/?" + to_query({**DEFAULTS, **extra}), headers={"HX-Request": "true"})
+    assert page.status_code == 200, page.text[:2000]
+    assert "chart-gantt" in page.text and ("cost-table" in page.text) == (extra is not NO_INSTANCE)
+    assert set(calls.values()) == {1}, nodes  # no plan estimated twice on the same cluster
+    assert set(nodes) == clusters and sum(calls.values()) == len(clusters), nodes
 
 
 def _planner_params(**extra: str) -> dict[str, str]:

@@ -11,14 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 from app.domain.cost.price_records import CostCatalog
 from app.domain.estimator.efficiency import EfficiencyCatalog
-from app.domain.estimator.fitted import FitRecord
 from app.domain.estimator.hardware import HardwareCatalog
-from app.domain.estimator.published import PublishedRun
 from app.domain.model.architecture import Architecture
 from app.domain.provenance import CatalogEntry, Source
 
+# Types of fields the catalog holds and never uses itself (the CLI's cache reads them back when first asked for).
 if TYPE_CHECKING:
     from app.domain.estimator.calibration import Calibrations
+    from app.domain.estimator.fitted import FitRecord
+    from app.domain.estimator.published import PublishedRun
 
 __all__ = ["Catalog", "CATALOG_KINDS", "entry_record", "UnknownSlugError"]
 

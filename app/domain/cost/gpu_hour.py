@@ -15,14 +15,13 @@ from app.domain.cost.inputs import (
     DEFAULT_MAINTENANCE_FRACTION_PER_YEAR,
     DEFAULT_RESIDUAL_FRACTION,
     DEFAULT_STAFF_FTE_PER_1000_GPUS,
+    OTHER_CLOUD_OPTIONS,
     SWITCHES_PER_NODE_2TIER,
     TERM_YEARS,
     CostOption,
     CostOverrides,
 )
 from app.domain.cost.price_records import CostCatalog
-from app.domain.cost.selfbuild import capital_usd_per_month
-from app.domain.cost.training import OTHER_CLOUD_OPTIONS
 from app.domain.reliability.formulas import HOURS_PER_MONTH
 
 
@@ -70,6 +69,8 @@ def usd_per_gpu_hour(
 
 
 def _self_build_usd_per_gpu_hour(cc: CostCatalog, node_slug: str, gpus_per_node: int) -> float | None:
+    from app.domain.cost.selfbuild import capital_usd_per_month  # the self-build model, for this option only
+
     sb = cc.self_build
     if node_slug not in sb.defaults.server_price:
         return None

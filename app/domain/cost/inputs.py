@@ -61,6 +61,8 @@ class CostOption(StrEnum):
 
 CLOUD_OPTIONS = tuple(o for o in CostOption if o is not CostOption.self_build)
 TERM_YEARS = {CostOption.commit_1yr: 1, CostOption.commit_3yr: 3}
+OTHER_CLOUD_OPTIONS = (CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr)
+"""The options other clouds' prices are quoted for (on-demand and their commitment discounts)."""
 SPOT_CAPACITY_RISK = (
     "capacity risk: spot capacity for multi-node EFA jobs is not guaranteed and some AZs have none "
     "(spot price = on-demand); a 2-minute notice precedes each interruption"

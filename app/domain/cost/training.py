@@ -11,6 +11,7 @@ from pydantic import Field
 
 from app.domain.cost.cloud import CloudPrices, cloud_prices, commitment_usd, instance_for_accelerator
 from app.domain.cost.inputs import (
+    OTHER_CLOUD_OPTIONS,
     SECONDS_PER_HOUR,
     SPOT_CAPACITY_RISK,
     TERM_YEARS,
@@ -280,9 +281,6 @@ def option_label(row: OptionCost) -> str:
     if row.provider == "aws":
         return row.option.value
     return f"{row.provider} {row.instance} {row.option.value}"
-
-
-OTHER_CLOUD_OPTIONS = (CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr)
 
 
 def other_cloud_options(

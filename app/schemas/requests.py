@@ -1,0 +1,247 @@
+"""The request models of the estimate, the cost and the plan search: the API's bodies, the planner's form and the
+command line's options (app/cli/options.py generates them from these fields)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from app.domain.cost.inputs import CostOption, CostOverrides
+from app.domain.estimator.plan import (
+    AttentionKernel,
+    Framework,
+    Offload,
+    Optimizer,
+    Precision,
+    Recompute,
+    Sharding,
+)
+from app.domain.search.spec import Objective
+from app.schemas.bounds import HfConfig, StrictNumbers
+
+FigureOverrides = dict[Annotated[str, Field(max_length=80)], Annotated[float, Field(ge=0, le=1e15)]]
+"""Catalog figures replaced for one plan or search (keys in app/domain/estimator/overrides.py)."""
+
+
+class EstimateRequest(StrictNumbers):
+    """Inputs of one estimate. ``model`` (a preset slug) or ``hf_config`` (a Hugging Face config.json object)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(
+        default=None,
+        max_length=200,
+        description="architecture preset slug, e.g. llama3.1-70b, or a Hugging Face id (org/name[@revision]) "
+        "whose config.json is in the server's local Hugging Face cache (never downloaded)",
+    )
+    hf_config: HfConfig | None = Field(
+        default=None,
+        description="a Hugging Face config.json, as JSON (nesting ≤ 20, integers ≤ 18 digits, "
+        "num_hidden_layers ≤ 1,024, experts ≤ 4,096, vocab ≤ 4,194,304, …)",
+    )
+    gpu: str = Field(max_length=64, description="accelerator slug, e.g. h100-sxm")
+    node: str | None = Field(
+        default=None, max_length=64, description="node or instance slug (default: reference server)"
+    )
+    fabric: str | None = Field(
+        default=None, max_length=64, description="scale-out fabric slug (default: the node's)"
+    )
+    gpus: int = Field(ge=1, le=1_048_576)
+    tp: int = Field(default=1, ge=1, le=1024)
+    pp: int = Field(default=1, ge=1, le=1024)
+    vpp: int = Field(default=1, ge=1, le=64)
+    dp: int | None = Field(default=None, ge=1, le=1_048_576, description="default: gpus / (tp·pp·cp)")
+    cp: int = Field(default=1, ge=1, le=1024)
+    ep: int = Field(default=1, ge=1, le=1024)
+    sharding: Sharding = Sharding.fsdp_full
+    shard_group_size: int | None = Field(default=None, ge=1, le=1_048_576)
+    offload: Offload = Offload.none
+    micro_batch: int = Field(default=1, ge=1, le=4096)
+    global_batch: int = Field(ge=1, le=16_777_216, description="sequences per optimizer step")
+    seq_len: int = Field(ge=1, le=4_194_304)
+    recompute: Recompute = Recompute.none
+    recompute_layers: int | None = Field(
+        default=None,
+        ge=0,
+        le=100_000,
+        description="with full recompute: layers per pipeline chunk that recompute (the rest keep their "
+        "activations); empty = every layer",
+    )
+    sequence_parallel: bool = False
+    flash_attention: bool = True
+    attention_kernel: AttentionKernel = Field(
+        default="auto", description="fused attention kernel: auto = the framework's own"
+    )
+    precision: Precision = Precision.bf16
+    optimizer: Optimizer = Optimizer.adamw
+    framework: Framework = Framework.fsdp2
+    fused_kernels: bool | None = None
+    fused_cross_entropy: bool = Field(
+        default=False,
+        description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
+    )
+    tokens: float | None = Field(
+        default=None, gt=0, le=1e16, description="tokens to train (for time to train)"
+    )
+    oversubscription: float = Field(default=1.0, ge=1.0, le=64.0)
+    power_limit_w: float | None = Field(default=None, gt=0, le=5000)
+    allow_tp_across_nodes: bool = False
+    calibrated: bool = Field(
+        default=True,
+        description="use the calibration fitted from benchmark runs on this accelerator, when there is one "
+        "(false: catalog defaults only, to compare)",
+    )
+    figure_overrides: FigureOverrides = Field(
+        default_factory=dict,
+        max_length=40,
+        description="catalog figures replaced for this plan, e.g. {'accelerator.bf16_dense_tflops': 900, "
+        "'efficiency.gemm_efficiency': 0.6}; see app/domain/estimator/overrides.py for the keys",
+    )
+
+    @model_validator(mode="after")
+    def _one_model(self) -> EstimateRequest:
+        if (self.model is None) == (self.hf_config is None):
+            raise ValueError("give exactly one of model (a preset slug) or hf_config (a config.json object)")
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# Cost and reliability (issue 5): `POST /api/v1/cost`, `POST /api/v1/cost/monthly`, `capplan cost`.
+
+
+class CostRequest(EstimateRequest):
+    """ "Train ``tokens`` tokens with this plan": the estimate's inputs, plus the options to price and overrides
+    of any cost or reliability figure (omitted figures come from the catalog, with their sources)."""
+
+    tokens: float = Field(gt=0, le=1e16, description="tokens to train")
+    options: list[CostOption] | None = Field(
+        default=None, max_length=len(CostOption), description="pricing options (default: all)"
+    )
+    overrides: CostOverrides = Field(default_factory=CostOverrides)
+
+    @field_validator("tokens", mode="before")
+    @classmethod
+    def _tokens_a_number(cls, value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError(f"must be a number, got {value}")
+        if isinstance(value, str) and value.strip().lower() in {
+            "nan",
+            "inf",
+            "+inf",
+            "-inf",
+            "infinity",
+            "-infinity",
+        }:
+            raise ValueError(f"must be a number, got {value.strip()}")
+        return value
+
+
+class MonthlyCostRequest(StrictNumbers):
+    """The monthly bill of ``nodes`` × an instance or node running all month, for every option."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    instance: str | None = Field(
+        default=None, max_length=64, description="AWS instance slug, e.g. p5.48xlarge"
+    )
+    node: str | None = Field(
+        default=None, max_length=64, description="node slug: a server (self-build) or an instance"
+    )
+    nodes: int = Field(ge=1, le=1_000_000, description="how many of the instance or node")
+    options: list[CostOption] | None = Field(default=None, max_length=len(CostOption))
+    months: int = Field(default=36, ge=1, le=120, description="length of the cumulative-cost series")
+    overrides: CostOverrides = Field(default_factory=CostOverrides)
+
+    @model_validator(mode="after")
+    def _instance_or_node(self) -> MonthlyCostRequest:
+        if self.instance is None and self.node is None:
+            raise ValueError("give instance (an AWS instance slug) or node (a node slug)")
+        return self
+
+
+# --------------------------------------------------------------------------------------------------
+# Plan search (issue 4): `POST /api/v1/plans/search`, `capplan plan`.
+
+RANGE_PATTERN = r"^\s*\d+(\.\d+)?([eE]\d+)?\s*:\s*\d+(\.\d+)?([eE]\d+)?\s*$"
+
+
+class PlanSearchRequest(StrictNumbers):
+    """Find the best plan: the model, the hardware, the cluster size (or a range of whole-node sizes), the
+    batch (or a range in tokens), the objective, the constraints and, optionally, a narrower space."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str | None = Field(
+        default=None,
+        max_length=200,
+        description="preset slug or Hugging Face id (org/name), as in the estimate",
+    )
+    hf_config: HfConfig | None = None
+    gpu: str = Field(max_length=64)
+    node: str | None = Field(default=None, max_length=64)
+    fabric: str | None = Field(default=None, max_length=64)
+    figure_overrides: FigureOverrides = Field(
+        default_factory=dict,
+        max_length=40,
+        description="catalog figures replaced for every plan of the search, as for an estimate (the planner's "
+        "overrides reach its search)",
+    )
+    gpus: int | None = Field(default=None, ge=1, le=1_048_576, description="a fixed GPU count")
+    gpus_range: str | None = Field(default=None, pattern=RANGE_PATTERN, description="'A:B' GPUs, whole nodes")
+    calibrated: bool = Field(
+        default=True,
+        description="use the accelerator's calibration from benchmark runs (false: catalog defaults)",
+    )
+    global_batch: int | None = Field(default=None, ge=1, le=16_777_216, description="sequences per step")
+    global_batch_tokens: str | None = Field(
+        default=None, pattern=RANGE_PATTERN, description="'A:B' tokens per step; power-of-two batches inside"
+    )
+    seq_len: int = Field(ge=1, le=4_194_304)
+    objective: Objective = Objective.max_tokens_per_s
+    top_k: int = Field(default=10, ge=1, le=100)
+    headroom_gib: float = Field(default=0.0, ge=0, le=1024)
+    headroom_percent: float = Field(default=0.0, ge=0, lt=90)
+    framework: Framework = Framework.fsdp2
+    precision: Precision = Precision.bf16
+    optimizer: Optimizer = Optimizer.adamw
+    flash_attention: bool = True
+    fused_kernels: bool | None = None
+    fused_cross_entropy: bool = Field(
+        default=False,
+        description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
+    )
+    attention_kernel: AttentionKernel = Field(
+        default="auto", description="fused attention kernel: auto = the framework's own"
+    )
+    shardings: list[Sharding] | None = Field(default=None, max_length=len(Sharding))
+    offloads: list[Offload] | None = Field(default=None, max_length=len(Offload))
+    micro_batches: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(default=None, max_length=12)
+    recomputes: list[Recompute] | None = Field(default=None, max_length=len(Recompute))
+    vpps: list[Annotated[int, Field(ge=1, le=64)]] | None = Field(default=None, max_length=8)
+    cps: list[Annotated[int, Field(ge=1, le=1024)]] | None = Field(default=None, max_length=8)
+    max_pp: int = Field(default=64, ge=1, le=1024)
+    max_tp: int | None = Field(default=None, ge=1, le=1024)
+    allow_tp_across_nodes: bool = False
+    tokens: float | None = Field(default=None, gt=0, le=1e16, description="tokens to train")
+    deadline_days: float | None = Field(default=None, gt=0, le=3650)
+    budget_usd: float | None = Field(default=None, gt=0, le=1e12)
+    price_option: CostOption = Field(default=CostOption.on_demand, description="pricing for cost figures")
+    overrides: CostOverrides = Field(
+        default_factory=CostOverrides,
+        description="price, reliability and storage figures replaced, as for the cost (the planner's price overrides "
+        "reach its search)",
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> PlanSearchRequest:
+        if (self.model is None) == (self.hf_config is None):
+            raise ValueError("give exactly one of model (a preset slug) or hf_config (a config.json object)")
+        if (self.gpus is None) == (self.gpus_range is None):
+            raise ValueError("give exactly one of gpus or gpus_range ('A:B')")
+        if (self.global_batch is None) == (self.global_batch_tokens is None):
+            raise ValueError("give exactly one of global_batch (sequences) or global_batch_tokens ('A:B')")
+        if (self.deadline_days or self.budget_usd) and not self.tokens:
+            raise ValueError("a deadline or a budget needs tokens (how many tokens to train)")
+        return self
