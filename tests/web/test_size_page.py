@@ -139,3 +139,22 @@ def test_values_no_run_can_use_are_refused_before_a_job_starts(client: TestClien
         assert response.status_code == 422, (field, value, response.text[:300])
         assert f"<code>{field}</code>" in response.text and "every 1s" not in response.text
         assert client.get("/size", params={**QUERY, field: value}).status_code == 422
+
+
+def test_fields_in_error_are_marked_invalid_with_their_message(client: TestClient) -> None:
+    """Issue 17's accessibility line on the size page: a field with an error carries aria-invalid and names its
+    message (aria-describedby); the htmx answer sends the messages out of band, so static/js/app.js keeps
+    aria-invalid in step with them."""
+    page = client.get("/size", params={**QUERY, "tokens": "lots"})
+    assert page.status_code == 422
+    tokens = re.search(r'<input id="z-tokens"[^>]*>', page.text).group(0)
+    assert 'aria-invalid="true"' in tokens and 'aria-describedby="z-err-tokens"' in tokens
+    assert re.search(r'<span class="field-error" id="z-err-tokens"[^>]*>[^<]+</span>', page.text)
+    model = re.search(r'<input id="z-model"[^>]*>', page.text).group(0)
+    assert "aria-invalid" not in model and 'aria-describedby="z-err-model"' in model
+    answer = client.post("/size/jobs", data={**QUERY, "tokens": "lots"}, headers=PARTIAL)
+    assert answer.status_code == 422
+    oob = re.search(
+        r'<span class="field-error" id="z-err-tokens" hx-swap-oob="true"[^>]*>([^<]+)</span>', answer.text
+    )
+    assert oob and oob.group(1).strip() and answer.text.lstrip().startswith('<section id="size-results"')
