@@ -96,20 +96,23 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
     terms = layer_terms(arch, plan)
     # Full recompute of only some layers (recompute_layers): that share of the layers keeps its input and
     # repeats its forward; the others keep every activation (the saved bytes are the share-weighted mean).
+    full = plan.recompute is Recompute.full
     share = plan.recompute_share(arch.n_layers)
-    kept = layer_terms(arch, plan.model_copy(update={"recompute": Recompute.none, "recompute_layers": None}))
+    partial = full and share < 1.0
+    # the other layers' terms, only for partial recompute (key_q runs for every key of a search)
+    kept = (
+        layer_terms(arch, plan.model_copy(update={"recompute": Recompute.none, "recompute_layers": None}))
+        if partial
+        else terms
+    )
 
-    def saved(kind: str) -> float:
+    def saved(kind: str) -> float:  # the share-weighted mean (exactly the plan's own terms unless partial)
         if kind not in terms:
             return 0.0
-        if plan.recompute is not Recompute.full or share >= 1.0:
-            return terms[kind].saved_bytes
         return share * terms[kind].saved_bytes + (1 - share) * kept[kind].saved_bytes
 
-    peak_extra = max(t.peak_extra_bytes for t in terms.values())
-    if plan.recompute is Recompute.full and share < 1.0:
-        peak_extra = max(peak_extra, *(t.peak_extra_bytes for t in kept.values()))
-    rec = share if plan.recompute is Recompute.full else 1.0
+    peak_extra = max(t.peak_extra_bytes for t in (*terms.values(), *kept.values()))
+    rec = share if full else 1.0
     shape = dict(micro_batch=plan.micro_batch, seq_len=plan.seq_len, tp=plan.tp, cp=plan.cp)
     dense = layer_times(arch, "dense", plan, cluster) if arch.n_dense_layers else None
     moe = layer_times(arch, "moe", plan, cluster) if arch.n_moe_layers else None

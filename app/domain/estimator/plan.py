@@ -138,6 +138,10 @@ class Plan(Frozen):
             return self.fused_kernels
         return self.framework is not Framework.fsdp2
 
+    def layers_per_chunk(self, n_layers: int) -> int:
+        """Layers of the largest pipeline chunk: ⌈n_layers / (pp·vpp)⌉."""
+        return -(-n_layers // (self.pp * self.vpp))
+
     def recompute_share(self, n_layers: int) -> float:
         """Share of the layers that recompute fully: 1 for full recompute of every layer, 0 without full
         recompute, else recompute_layers / (layers per pipeline chunk)."""
@@ -145,8 +149,7 @@ class Plan(Frozen):
             return 0.0
         if self.recompute_layers is None:
             return 1.0
-        per_chunk = max(1, -(-n_layers // (self.pp * self.vpp)))
-        return min(1.0, self.recompute_layers / per_chunk)
+        return min(1.0, self.recompute_layers / max(1, self.layers_per_chunk(n_layers)))
 
     @property
     def model_parallel(self) -> int:
@@ -292,7 +295,7 @@ def plan_violations(
             "choose cp with seq_len divisible by 2·cp",
         )
     if plan.recompute_layers is not None:
-        per_chunk = -(-n_layers // (plan.pp * plan.vpp))
+        per_chunk = plan.layers_per_chunk(n_layers)
         if plan.recompute is not Recompute.full:
             add(
                 "recompute_layers",
