@@ -12,6 +12,7 @@ from app.domain.cost.inputs import CostOption, CostOverrides
 from app.domain.estimator.plan import (
     AttentionKernel,
     Framework,
+    MoeDispatcher,
     Offload,
     Optimizer,
     Precision,
@@ -70,6 +71,13 @@ class EstimateRequest(StrictNumbers):
         "activations); empty = every layer",
     )
     sequence_parallel: bool = False
+    moe_dispatcher: MoeDispatcher = Field(
+        default=MoeDispatcher.alltoall,
+        description="MoE token dispatcher: alltoall, or deepep / hybridep (one copy per destination node)",
+    )
+    moe_a2a_overlap: bool = Field(
+        default=False, description="Megatron-Core's MoE all-to-all overlap (overlap_moe_expert_parallel_comm)"
+    )
     flash_attention: bool = True
     attention_kernel: AttentionKernel = Field(
         default="auto", description="fused attention kernel: auto = the framework's own"
@@ -214,6 +222,13 @@ class PlanSearchRequest(StrictNumbers):
     )
     attention_kernel: AttentionKernel = Field(
         default="auto", description="fused attention kernel: auto = the framework's own"
+    )
+    moe_dispatcher: MoeDispatcher = Field(
+        default=MoeDispatcher.alltoall,
+        description="MoE token dispatcher of every plan searched: alltoall, or deepep / hybridep",
+    )
+    moe_a2a_overlap: bool = Field(
+        default=False, description="Megatron-Core's MoE all-to-all overlap, where a plan allows it"
     )
     shardings: list[Sharding] | None = Field(default=None, max_length=len(Sharding))
     offloads: list[Offload] | None = Field(default=None, max_length=len(Offload))

@@ -85,7 +85,7 @@ def plan_q(arch: Architecture, plan: Plan) -> PlanQ:
         offload_optimizer=plan.offload is Offload.optimizer_cpu, offload_params=plan.offload is Offload.params_cpu,
         offload_nvme=plan.offload is Offload.nvme, recompute_full=plan.recompute_share(arch.n_layers),
         sequence_parallel=plan.sequence_parallel, exact=exact, exact_params=e_params, exact_grads=e_grads,
-        exact_optimizer=e_opt,
+        exact_optimizer=e_opt, ep_dedup=plan.moe_dispatcher.dedups_per_node, ep_a2a_overlap=plan.moe_a2a_overlap,
     )  # fmt: skip
 
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from app.domain.estimator.plan import (
     Framework,
+    MoeDispatcher,
     Offload,
     Optimizer,
     Plan,
@@ -31,6 +32,7 @@ from app.domain.estimator.plan import (
     Recompute,
     Sharding,
     Violation,
+    moe_a2a_overlap_runs,
 )
 
 MEGATRON_SOURCE = (
@@ -59,6 +61,10 @@ class Facts:
     sgd: Any
     tied_embeddings: Any
     selective_op: Any = False  # torchtitan's per-op selective activation checkpointing
+    dedup_dispatcher: Any = False  # DeepEP / HybridEP token dispatcher
+    a2a_overlap: Any = False  # MoE all-to-all overlap requested
+    recompute_full: Any = False
+    fp32: Any = False
 
 
 def plan_facts(plan: Plan, *, tied_embeddings: bool = False) -> Facts:
@@ -67,7 +73,9 @@ def plan_facts(plan: Plan, *, tied_embeddings: bool = False) -> Facts:
         seq_len=plan.seq_len, replicated=not plan.sharding.shards_optimizer, shards_grads=plan.sharding.shards_grads,
         shards_params=plan.sharding.shards_params, offload_optimizer=plan.offload is Offload.optimizer_cpu,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, tied_embeddings=tied_embeddings,
-        selective_op=plan.recompute is Recompute.selective_op,
+        selective_op=plan.recompute is Recompute.selective_op, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
+        a2a_overlap=plan.moe_a2a_overlap, recompute_full=plan.recompute is Recompute.full,
+        fp32=plan.precision is Precision.fp32,
     )  # fmt: skip
 
 
@@ -125,6 +133,21 @@ def _bf16(plan: Plan, framework: Framework) -> Plan:
 
 def _adam(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, optimizer=Optimizer.adamw)
+
+
+def _alltoall(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, moe_dispatcher=MoeDispatcher.alltoall)
+
+
+def _no_a2a_overlap(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, moe_a2a_overlap=False)
+
+
+_NAME = {
+    Framework.fsdp2: "torchtitan 0.3.0",
+    Framework.deepspeed: "DeepSpeed 0.19.8",
+    Framework.megatron: "Megatron-LM",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -212,6 +235,34 @@ CAPABILITIES: tuple[Capability, ...] = (
         "Megatron-LM: '--use-precision-aware-optimizer only supported with adam' (optimizer CPU offload)",
         "use adamw with optimizer-cpu offload", MEGATRON_SOURCE,
         lambda f: f.offload_optimizer & f.sgd, _adam,
+    ),
+    Capability(
+        Framework.megatron, "megatron-a2a-overlap", "moe_a2a_overlap",
+        "Megatron-Core: overlap_moe_expert_parallel_comm needs expert parallelism, "
+        "virtual_pipeline_model_parallel_size when pp > 1, no full recomputation and a bf16/fp16 model",
+        "turn the all-to-all overlap off, or use ep > 1 with vpp > 1 (when pp > 1) and selective recompute",
+        "megatron-core 0.16.1 TransformerConfig.__post_init__",
+        lambda f: f.a2a_overlap & (moe_a2a_overlap_runs(f.ep, f.pp, f.vpp, f.recompute_full, f.fp32) == False),  # noqa: E712
+        _no_a2a_overlap,
+    ),
+    *(
+        Capability(
+            fw, f"{fw.value}-moe-dispatcher", "moe_dispatcher",
+            f"{_NAME[fw]} has no DeepEP/HybridEP token dispatcher (Megatron-Core's flex dispatcher): it "
+            "dispatches MoE tokens with a plain all-to-all",
+            "use the alltoall dispatcher, or framework megatron", TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE,
+            lambda f: f.dedup_dispatcher, _alltoall,
+        )
+        for fw in (Framework.fsdp2, Framework.deepspeed)
+    ),
+    *(
+        Capability(
+            fw, f"{fw.value}-a2a-overlap", "moe_a2a_overlap",
+            f"{_NAME[fw]} does not overlap the MoE all-to-alls with another micro-batch's compute (a "
+            "Megatron-Core feature)", "turn the all-to-all overlap off, or use framework megatron",
+            TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE, lambda f: f.a2a_overlap, _no_a2a_overlap,
+        )
+        for fw in (Framework.fsdp2, Framework.deepspeed)
     ),
     Capability(
         Framework.fsdp2, "torchtitan-pp-microbatches", "micro_batch",

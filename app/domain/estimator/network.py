@@ -81,16 +81,50 @@ def collective_seconds(xp, kind: Collective, size_bytes, n, per_domain, nodes, b
     return xp.where((n <= 1) | (size_bytes <= 0), 0.0, t)
 
 
-def all_to_all_seconds(xp, size_bytes, n, per_domain, nodes, scale_up_gb_per_s, scale_out_gb_per_s, hop_s):
+def remote_node_copies(xp, top_k, nodes):
+    """Expected copies of one token that cross the scale-out network when a dispatcher sends it once per
+    destination node (DeepEP's and HybridEP's inter-node kernels: RDMA to one GPU of each node that holds any of
+    its experts, then NVLink fan-out inside that node), with its ``top_k`` experts spread uniformly over ``nodes``
+    nodes (force-balanced routing): (N−1)·(1 − (1 − 1/N)^k). A plain all-to-all sends k·(N−1)/N copies.
+    Example: top-8 over 4 nodes → 3·(1 − 0.75⁸) = 2.70 copies against 6.0 (0.45×); k = 1 gives (N−1)/N either way.
+    Source: DeepEP README ("normal kernels … asymmetric-domain bandwidth forwarding, NVLink to RDMA"), DeepSeek-V3
+    report §3.2.2 (each token dispatched to a node once, then forwarded over NVLink)."""
+    n = xp.maximum(nodes, 1)
+    return (n - 1) * (1 - (1 - 1 / n) ** top_k)
+
+
+def all_to_all_seconds(
+    xp,
+    size_bytes,
+    n,
+    per_domain,
+    nodes,
+    scale_up_gb_per_s,
+    scale_out_gb_per_s,
+    hop_s,
+    top_k=1,
+    per_node_dedup=False,
+):
     """All-to-all of ``size_bytes`` sent by each of ``n`` ranks, ``per_domain`` of them per NVLink domain.
 
     Each rank sends (n−1)/n of its buffer: (per_domain−1)/n to peers in its own domain over NVLink and
     (n−per_domain)/n to other nodes over its NIC share, both at once; the slower part sets the time (NCCL's
     all-to-all is point-to-point sends on every link concurrently). One domain: (n−1)/n·S / scale-up bandwidth.
+
+    ``per_node_dedup`` (DeepEP / HybridEP dispatch and combine of tokens with ``top_k`` copies in the buffer):
+    each token crosses the scale-out network once per destination node (:func:`remote_node_copies` of the k copies
+    per token), and the remote copies reach their GPUs over NVLink inside the destination node, which adds them to
+    the NVLink share. Example (EP 32 over 4 DGX nodes, top-8): remote bytes 2.70/8 = 0.34·S instead of 0.75·S.
     """
     nn = xp.maximum(n, 1)
-    local = (xp.maximum(per_domain, 1) - 1) / nn * size_bytes / (scale_up_gb_per_s * 1e9)
-    remote = (nn - per_domain) / nn * size_bytes / (scale_out_gb_per_s * 1e9)
+    domain = xp.maximum(per_domain, 1)
+    naive_remote = (nn - domain) / nn
+    group_nodes = xp.maximum(1, nn / domain)
+    dedup_remote = remote_node_copies(xp, top_k, group_nodes) / xp.maximum(top_k, 1)
+    remote_share = xp.where(per_node_dedup, dedup_remote, naive_remote)
+    local_share = (domain - 1) / nn + xp.where(per_node_dedup, naive_remote, 0.0)
+    local = local_share * size_bytes / (scale_up_gb_per_s * 1e9)
+    remote = remote_share * size_bytes / (scale_out_gb_per_s * 1e9)
     t = xp.maximum(local, xp.where(nodes > 1, remote, 0.0)) + hop_s
     return xp.where((n <= 1) | (size_bytes <= 0), 0.0, t)
 

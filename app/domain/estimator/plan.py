@@ -80,6 +80,26 @@ class Optimizer(StrEnum):
     sgd = "sgd"  # with momentum
 
 
+class MoeDispatcher(StrEnum):
+    """How MoE tokens reach their experts across the expert-parallel group."""
+
+    alltoall = "alltoall"  # NCCL all-to-all: one copy per routed expert (Megatron's default dispatcher)
+    deepep = "deepep"  # DeepEP: once per destination node over RDMA, NVLink fan-out inside the node
+    hybridep = "hybridep"  # NVIDIA HybridEP (NVL8 and NVL72 domains): the same per-node deduplication
+
+    @property
+    def dedups_per_node(self) -> bool:
+        return self is not MoeDispatcher.alltoall
+
+
+def moe_a2a_overlap_runs(ep, pp, vpp, recompute_full, fp32):
+    """Where Megatron-Core runs its MoE all-to-all overlap (``overlap_moe_expert_parallel_comm``): expert
+    parallelism, an interleaved schedule when pipelined, no full recompute, a bf16/fp16 model (FP8 training keeps a
+    bf16 model). Read from TransformerConfig.__post_init__ at core_v0.16.1. Comparisons and ``&`` only, so it runs
+    on one plan's numbers and on the search's arrays alike."""
+    return (ep > 1) & ((pp == 1) | (vpp > 1)) & (recompute_full == False) & (fp32 == False)  # noqa: E712
+
+
 class Framework(StrEnum):
     megatron = "megatron"
     fsdp2 = "fsdp2"
@@ -111,6 +131,16 @@ class Plan(Frozen):
         "layers keep their activations. None = every layer",
     )
     sequence_parallel: bool = False
+    moe_dispatcher: MoeDispatcher = Field(
+        default=MoeDispatcher.alltoall,
+        description="MoE token dispatcher: alltoall (NCCL, one copy per routed expert), deepep or hybridep "
+        "(Megatron's flex dispatcher: one copy per destination node over the scale-out network)",
+    )
+    moe_a2a_overlap: bool = Field(
+        default=False,
+        description="Megatron-Core's overlap_moe_expert_parallel_comm: the MoE all-to-alls of one micro-batch run "
+        "behind another's compute (needs ep > 1, interleaving when pp > 1, no full recompute)",
+    )
     flash_attention: bool = True
     attention_kernel: AttentionKernel = Field(
         default="auto",

@@ -141,6 +141,8 @@ _INFERABLE = {
     "recompute_layers",
     "precision",
     "sequence_parallel",
+    "moe_dispatcher",
+    "moe_a2a_overlap",
     "sharding",
     "tflops_per_gpu_reported",
     "model_tflops_per_gpu",
@@ -237,6 +239,13 @@ class PublishedRun(CatalogEntry):
         "only some layers); absent = every layer",
     )
     sequence_parallel: bool
+    moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
+        default="alltoall",
+        description="MoE token dispatcher the run used (Megatron's flex dispatcher backend: deepep, hybridep)",
+    )
+    moe_a2a_overlap: bool = Field(
+        default=False, description="MoE all-to-all overlap on (Megatron's overlap_moe_expert_parallel_comm)"
+    )
     sharding: Sharding
     shard_group_size: int | None = Field(default=None, gt=0, description="HSDP shard group (GPUs)")
     offload: Literal["none", "optimizer-cpu", "params-cpu", "nvme"] = Field(

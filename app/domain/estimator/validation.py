@@ -14,7 +14,7 @@ from app.domain.catalog.store import Catalog
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.estimate import Estimate, InvalidPlan, build_cluster, estimate
 from app.domain.estimator.overrides import apply_overrides
-from app.domain.estimator.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
+from app.domain.estimator.plan import Framework, MoeDispatcher, Offload, Plan, Precision, Recompute, Sharding
 from app.domain.estimator.published import (
     FlopsAccounting,
     PublishedRun,
@@ -144,7 +144,8 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
         recompute_layers=run.recompute_layers if recompute is Recompute.full else None,
-        sequence_parallel=run.sequence_parallel, flash_attention=flash, precision=precision, framework=framework,
+        sequence_parallel=run.sequence_parallel, moe_dispatcher=MoeDispatcher(run.moe_dispatcher),
+        moe_a2a_overlap=run.moe_a2a_overlap, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
     )  # fmt: skip

@@ -164,7 +164,16 @@ def _model_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
         if arch.first_k_dense_layers or arch.moe_layer_freq > 1:
             out.append(("--moe-layer-freq", moe_layer_pattern(arch.layer_kinds())))
         out += _router_args(doc)
-        out += [("--moe-grouped-gemm", None), ("--moe-token-dispatcher-type", "alltoall")]
+        out.append(("--moe-grouped-gemm", None))
+        if doc.plan.moe_dispatcher.dedups_per_node:
+            # Megatron-Core's flex dispatcher (MoE README at core_v0.16.1: DeepEP removes redundant tokens across
+            # nodes; HybridEP is NVIDIA's TMA/IBGDA version); needs the DeepEP (or its hybrid-ep branch) package
+            out += [("--moe-token-dispatcher-type", "flex"),
+                    ("--moe-flex-dispatcher-backend", doc.plan.moe_dispatcher.value)]  # fmt: skip
+        else:
+            out.append(("--moe-token-dispatcher-type", "alltoall"))
+        if doc.plan.moe_a2a_overlap:
+            out += [("--overlap-moe-expert-parallel-comm", None), ("--delay-wgrad-compute", None)]
     return out
 
 

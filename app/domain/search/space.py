@@ -18,6 +18,7 @@ from app.domain.estimator.plan import (
     Precision,
     Recompute,
     Sharding,
+    moe_a2a_overlap_runs,
 )
 from app.domain.model.architecture import Architecture
 from app.domain.search.spec import (
@@ -127,5 +128,8 @@ def _reject_masks(
             offload_optimizer=off == OFFLOADS.index(Offload.optimizer_cpu), fp16=spec.precision is Precision.fp16,
             sgd=spec.optimizer is Optimizer.sgd, tied_embeddings=arch.tied_embeddings,
             selective_op=g["rc"] == RECOMPUTES.index(Recompute.selective_op),
+            dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
+            a2a_overlap=spec.moe_a2a_overlap & moe_a2a_overlap_runs(
+                ep, pp, vpp, g["rc"] == RECOMPUTES.index(Recompute.full), spec.precision is Precision.fp32),
         )),
     ]  # fmt: skip

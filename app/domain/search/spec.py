@@ -12,6 +12,7 @@ from app.domain.estimator.estimate import Estimate
 from app.domain.estimator.plan import (
     AttentionKernel,
     Framework,
+    MoeDispatcher,
     Offload,
     Optimizer,
     Plan,
@@ -72,6 +73,10 @@ class SearchSpec(Frozen):
     fused_kernels: bool | None = None
     fused_cross_entropy: bool = False
     attention_kernel: AttentionKernel = "auto"
+    moe_dispatcher: MoeDispatcher = MoeDispatcher.alltoall
+    moe_a2a_overlap: bool = (
+        False  # where a plan allows it (ep > 1, interleaving with pp > 1, no full recompute)
+    )
     shardings: tuple[Sharding, ...] | None = None  # None: every strategy the framework offers
     offloads: tuple[Offload, ...] | None = None  # None: every offload the framework offers
     micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
