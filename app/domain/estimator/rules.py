@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -100,8 +100,7 @@ _SELECTIVE_OP, _FULL = RECOMPUTES.index(Recompute.selective_op), RECOMPUTES.inde
 _OFFERED = {fw: tuple(s in offered for s in SHARDINGS) for fw, offered in SHARDINGS_BY_FRAMEWORK.items()}
 
 
-@dataclass(frozen=True, slots=True)
-class Context:
+class Context(NamedTuple):  # a named tuple: built once per validated plan, cheaper than a frozen dataclass
     """The model and cluster a plan is checked against. The framework rules read only ``tied_embeddings``; the
     others are None when only those are evaluated (``capabilities``)."""
 
