@@ -2,8 +2,9 @@
 
 What lives where (import from the module; this package exports nothing itself):
 
-- Plan and its rules: ``plan`` (the plan record, its validity), ``capabilities`` (what each framework can
-  run), ``sharding``, ``schedule`` (pipeline schedules), ``pipeline`` (stage layout).
+- Plan and its rules: ``plan`` (the plan record, its validation), ``rules`` (the one table of plan rules, for
+  a plan and for the search's arrays), ``capabilities`` (its rows of what each framework can run, and the
+  nearest plan a framework runs), ``sharding``, ``schedule`` (pipeline schedules), ``pipeline`` (stage layout).
 - The hardware the plan runs on: ``hardware`` (accelerators, nodes, fabrics, topologies), ``efficiency``
   (efficiency priors), ``cluster`` (a built cluster), ``overrides`` (per-plan figure overrides).
 - The per-rank model: ``activations`` (per layer), ``head_activations`` (embedding, output head, logits), ``memory``, ``compute``, ``network``, ``step``; ``evaluate`` (the

@@ -1,13 +1,14 @@
-"""What each training framework can run: one table, used by plan validation, the search and export.
+"""What each training framework can run: the framework part of the plan rules' table (``rules.table()``).
 
-Every :class:`Capability` is a combination of plan features that a framework's own code refuses at start-up,
-with the consumer's message, the source it was read from, and how to get to the nearest plan it accepts.
-The predicates are written with comparisons and ``&``/``|`` only, so one rule evaluates a single plan
-(Python numbers and bools) and the search's whole grid (numpy arrays) alike:
+Every rule here is a combination of plan features that a framework's own code refuses at start-up, with the
+consumer's message, the source it was read from, and how to get to the nearest plan it accepts. Like every rule
+of :mod:`app.domain.estimator.rules`, the predicates read :class:`~app.domain.estimator.rules.Facts` with
+comparisons and ``&``/``|`` only, so one rule evaluates a single plan and the search's whole grid alike; the
+search reads them through ``rules.rule_masks``, plan validation through :func:`capability_violations`:
 
 * :func:`capability_violations` — the rules a :class:`~app.domain.plan.Plan` breaks for a framework, as
-  :class:`~app.domain.plan.Violation` (plan validation, and export for the format's framework);
-* :func:`capability_masks` — (reason, failing-mask) pairs for the search grid;
+  :class:`~app.domain.plan.Violation` whose fix names the nearest runnable plan (plan validation once the plan
+  rules pass, and export for the format's framework);
 * :func:`nearest_runnable` — the plan with each broken rule's fix applied (named in errors).
 
 Sharding is seen through what the framework's exporter writes for it: *replicated* (DDP, ZeRO-0),
@@ -19,13 +20,11 @@ releases capplan exports for (README, "Export and launch"); ``scripts/check_expo
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from app.domain.estimator.plan import (
     Framework,
     MoeDispatcher,
-    Offload,
     Optimizer,
     Plan,
     Precision,
@@ -34,49 +33,13 @@ from app.domain.estimator.plan import (
     Violation,
     moe_a2a_overlap_runs,
 )
+from app.domain.estimator.rules import Context, Facts, Rule, plan_facts
 
 MEGATRON_SOURCE = (
     "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args; megatron-core 0.16.1"
 )
 DEEPSPEED_SOURCE = "DeepSpeed 0.19.8 deepspeed/runtime/pipe/engine.py PipelineEngine.__init__"
 TORCHTITAN_SOURCE = "torchtitan 0.3.0 with torch 2.13 torch/distributed/pipelining/schedules.py"
-
-
-@dataclass(frozen=True, slots=True)
-class Facts:
-    """The plan features the rules read; numbers/bools for one plan, numpy arrays for the search grid."""
-
-    tp: Any
-    pp: Any
-    vpp: Any
-    cp: Any
-    ep: Any
-    micro_batches: Any
-    seq_len: Any
-    replicated: Any  # DDP: nothing sharded
-    shards_grads: Any
-    shards_params: Any
-    offload_optimizer: Any
-    fp16: Any
-    sgd: Any
-    tied_embeddings: Any
-    selective_op: Any = False  # torchtitan's per-op selective activation checkpointing
-    dedup_dispatcher: Any = False  # DeepEP / HybridEP token dispatcher
-    a2a_overlap: Any = False  # MoE all-to-all overlap requested
-    recompute_full: Any = False
-    fp32: Any = False
-
-
-def plan_facts(plan: Plan, *, tied_embeddings: bool = False) -> Facts:
-    return Facts(
-        tp=plan.tp, pp=plan.pp, vpp=plan.vpp, cp=plan.cp, ep=plan.ep, micro_batches=plan.micro_batches,
-        seq_len=plan.seq_len, replicated=not plan.sharding.shards_optimizer, shards_grads=plan.sharding.shards_grads,
-        shards_params=plan.sharding.shards_params, offload_optimizer=plan.offload is Offload.optimizer_cpu,
-        fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, tied_embeddings=tied_embeddings,
-        selective_op=plan.recompute is Recompute.selective_op, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
-        a2a_overlap=plan.moe_a2a_overlap, recompute_full=plan.recompute is Recompute.full,
-        fp32=plan.precision is Precision.fp32,
-    )  # fmt: skip
 
 
 def _sharding(plan: Plan, framework: Framework, *, optimizer_only: bool) -> Plan:
@@ -143,32 +106,29 @@ def _no_a2a_overlap(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, moe_a2a_overlap=False)
 
 
-_NAME = {
-    Framework.fsdp2: "torchtitan 0.3.0",
-    Framework.deepspeed: "DeepSpeed 0.19.8",
-    Framework.megatron: "Megatron-LM",
-}
+_NAME = {Framework.fsdp2: "torchtitan 0.3.0", Framework.deepspeed: "DeepSpeed 0.19.8"}
 
 
-@dataclass(frozen=True, slots=True)
-class Capability:
-    framework: Framework
-    code: str
-    field: str
-    message: str
-    fix: str
-    source: str
-    refuses: Callable[[Facts], Any]
-    nearest: Callable[[Plan, Framework], Plan]
+def _refusal(
+    framework: Framework, code: str, field: str, message: str, fix: str, source: str,
+    refuses: Callable[[Facts], Any], nearest: Callable[[Plan, Framework], Plan],
+) -> Rule:  # fmt: skip
+    """A framework rule of the table: reason and message name the framework; the fix is written per plan (with
+    the nearest runnable plan) by :func:`capability_violations`."""
+    text = f"{framework.value}: {message}"
+    return Rule(
+        code, field, text, refuses, lambda f: text, lambda f: fix, frameworks=(framework,), source=source,
+        nearest=nearest,
+    )  # fmt: skip
 
 
 def _zero1(plan: Plan, fw: Framework) -> Plan:
     return _sharding(plan, fw, optimizer_only=True)
 
 
-CAPABILITIES: tuple[Capability, ...] = (
+CAPABILITIES: tuple[Rule, ...] = (
     *(
-        Capability(
+        _refusal(
             fw, f"{fw.value}-selective-op", "recompute",
             f"{fw.value} has no per-op selective activation checkpointing (torchtitan's selective_ac_option = "
             "'op'); it recomputes whole layers or, selectively, the attention core",
@@ -177,86 +137,86 @@ CAPABILITIES: tuple[Capability, ...] = (
         )
         for fw in (Framework.megatron, Framework.deepspeed)
     ),
-    Capability(
+    _refusal(
         Framework.deepspeed, "deepspeed-pp-zero", "sharding",
         "DeepSpeed's pipeline engine refuses ZeRO-2/3: 'ZeRO-2 and ZeRO-3 are incompatible with pipeline "
         "parallelism'", "use zero1 (or ddp) with pp > 1, or pp = 1", DEEPSPEED_SOURCE,
         lambda f: (f.pp > 1) & f.shards_grads, _zero1,
     ),
-    Capability(
+    _refusal(
         Framework.deepspeed, "deepspeed-interleaving", "vpp",
         "DeepSpeed's pipeline engine has one schedule (1F1B): no interleaved virtual stages",
         "set vpp = 1", DEEPSPEED_SOURCE, lambda f: f.vpp > 1, _no_interleave,
     ),
-    Capability(
+    _refusal(
         Framework.deepspeed, "deepspeed-context-parallel", "cp",
         "DeepSpeed has no ring context parallelism (its Ulysses sequence parallelism splits heads, not the "
         "causal ring capplan estimates)", "set cp = 1 (its GPUs join dp)", DEEPSPEED_SOURCE,
         lambda f: f.cp > 1, _fold_cp_into_dp,
     ),
-    Capability(
+    _refusal(
         Framework.deepspeed, "deepspeed-offload-stage0", "offload",
         "DeepSpeed offloads the optimizer (ZeRO-Offload) only with ZeRO stage 1 or more",
         "use zero1 or higher with optimizer-cpu offload", DEEPSPEED_SOURCE,
         lambda f: f.offload_optimizer & f.replicated, _zero1,
     ),
-    Capability(
+    _refusal(
         Framework.megatron, "megatron-fsdp2-pp", "sharding",
         "Megatron-LM: '--use-torch-fsdp2 is not supported with pipeline parallelism'",
         "use megatron-distopt with pp > 1, or pp = 1", MEGATRON_SOURCE,
         lambda f: f.shards_params & (f.pp > 1), _zero1,
     ),
-    Capability(
+    _refusal(
         Framework.megatron, "megatron-fsdp2-ep", "sharding",
         "Megatron-LM: '--use-torch-fsdp2 is not supported with expert parallelism'",
         "use megatron-distopt with ep > 1, or ep = 1", MEGATRON_SOURCE,
         lambda f: f.shards_params & (f.ep > 1), _zero1,
     ),
-    Capability(
+    _refusal(
         Framework.megatron, "megatron-fsdp2-fp16", "precision",
         "Megatron-LM: '--use-torch-fsdp2 not supported with fp16 yet'",
         "use bf16 with fsdp-full, or megatron-distopt", MEGATRON_SOURCE,
         lambda f: f.shards_params & f.fp16, _bf16,
     ),
-    Capability(
+    _refusal(
         Framework.megatron, "megatron-fsdp2-tied", "sharding",
         "Megatron-LM: '--use-torch-fsdp2 requires --untie-embeddings-and-output-weights' (this model ties them)",
         "use megatron-distopt", MEGATRON_SOURCE,
         lambda f: f.shards_params & f.tied_embeddings, _zero1,
     ),
-    Capability(
+    _refusal(
         Framework.megatron, "megatron-offload-distopt", "offload",
         "Megatron-LM: optimizer CPU offload needs --use-precision-aware-optimizer, which is 'only supported with "
         "distributed optimizer'", "use megatron-distopt with optimizer-cpu offload", MEGATRON_SOURCE,
         lambda f: f.offload_optimizer & (f.replicated | f.shards_params), _zero1,
     ),
-    Capability(
+    _refusal(
         Framework.megatron, "megatron-offload-adam", "optimizer",
         "Megatron-LM: '--use-precision-aware-optimizer only supported with adam' (optimizer CPU offload)",
         "use adamw with optimizer-cpu offload", MEGATRON_SOURCE,
         lambda f: f.offload_optimizer & f.sgd, _adam,
     ),
-    Capability(
+    _refusal(
         Framework.megatron, "megatron-a2a-overlap", "moe_a2a_overlap",
         "Megatron-Core: overlap_moe_expert_parallel_comm needs expert parallelism, "
         "virtual_pipeline_model_parallel_size when pp > 1, no full recomputation and a bf16/fp16 model",
         "turn the all-to-all overlap off, or use ep > 1 with vpp > 1 (when pp > 1) and selective recompute",
         "megatron-core 0.16.1 TransformerConfig.__post_init__",
-        lambda f: f.a2a_overlap & (moe_a2a_overlap_runs(f.ep, f.pp, f.vpp, f.recompute_full, f.fp32) == False),  # noqa: E712
+        lambda f: f.a2a_overlap & (moe_a2a_overlap_runs(f.ep, f.pp, f.vpp, f.full_recompute, f.fp32) == False),  # noqa: E712
         _no_a2a_overlap,
     ),
     *(
-        Capability(
+        _refusal(
             fw, f"{fw.value}-moe-dispatcher", "moe_dispatcher",
             f"{_NAME[fw]} has no DeepEP/HybridEP token dispatcher (Megatron-Core's flex dispatcher): it "
             "dispatches MoE tokens with a plain all-to-all",
-            "use the alltoall dispatcher, or framework megatron", TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE,
-            lambda f: f.dedup_dispatcher, _alltoall,
+            "use the alltoall dispatcher, or framework megatron",
+            TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE, lambda f: f.dedup_dispatcher, _alltoall,
         )
         for fw in (Framework.fsdp2, Framework.deepspeed)
     ),
     *(
-        Capability(
+        _refusal(
             fw, f"{fw.value}-a2a-overlap", "moe_a2a_overlap",
             f"{_NAME[fw]} does not overlap the MoE all-to-alls with another micro-batch's compute (a "
             "Megatron-Core feature)", "turn the all-to-all overlap off, or use framework megatron",
@@ -264,13 +224,13 @@ CAPABILITIES: tuple[Capability, ...] = (
         )
         for fw in (Framework.fsdp2, Framework.deepspeed)
     ),
-    Capability(
+    _refusal(
         Framework.fsdp2, "torchtitan-pp-microbatches", "micro_batch",
         "torch.distributed.pipelining: 'Number of microbatches must be greater than or equal to the number of "
         "stages' (pipeline ranks)", "use a smaller micro-batch or a larger global batch", TORCHTITAN_SOURCE,
         lambda f: (f.pp > 1) & (f.micro_batches < f.pp), _smaller_micro_batch,
     ),
-    Capability(
+    _refusal(
         Framework.fsdp2, "torchtitan-seq-split", "seq_len",
         "torchtitan: the sequence length must divide by tp (its TP always shards norms over the sequence) "
         "times 2·cp", "use a sequence length that is a multiple of tp·2·cp", TORCHTITAN_SOURCE,
@@ -279,21 +239,17 @@ CAPABILITIES: tuple[Capability, ...] = (
 )  # fmt: skip
 
 
-def capabilities_for(framework: Framework) -> tuple[Capability, ...]:
-    return tuple(c for c in CAPABILITIES if c.framework is framework)
-
-
-def _as_bool(value: Any) -> bool:
-    return bool(value)
+def capabilities_for(framework: Framework) -> tuple[Rule, ...]:
+    return tuple(c for c in CAPABILITIES if framework in c.frameworks)
 
 
 def broken_capabilities(
     plan: Plan, framework: Framework | None = None, *, tied_embeddings: bool = False
-) -> list[Capability]:
+) -> list[Rule]:
     """The rules of ``framework`` (default: the plan's) that ``plan`` breaks."""
     fw = framework or plan.framework
-    facts = plan_facts(plan, tied_embeddings=tied_embeddings)
-    return [c for c in capabilities_for(fw) if _as_bool(c.refuses(facts))]
+    facts = plan_facts(plan, Context(tied_embeddings=tied_embeddings))
+    return [c for c in capabilities_for(fw) if bool(c.refuses(facts))]
 
 
 def nearest_runnable(
@@ -332,14 +288,8 @@ def capability_violations(
     nearest_text = (
         f"; nearest runnable plan: {describe_changes(plan, nearest)}" if nearest is not None else ""
     )
+    facts = plan_facts(plan, Context(tied_embeddings=tied_embeddings))
     return [
-        Violation(
-            field=c.field, code=c.code, message=f"{fw.value}: {c.message}", fix=f"{c.fix}{nearest_text}"
-        )
+        Violation(field=c.field, code=c.code, message=c.message(facts), fix=f"{c.fix(facts)}{nearest_text}")
         for c in broken
     ]
-
-
-def capability_masks(framework: Framework, facts: Facts) -> list[tuple[str, Any]]:
-    """(reason, mask of refused grid points) for the search, one per rule of ``framework``."""
-    return [(f"{framework.value}: {c.message}", c.refuses(facts)) for c in capabilities_for(framework)]

@@ -4,7 +4,8 @@ A plan is everything the user chooses about *how* to train: parallel degrees (tp
 the data-parallel sharding strategy, offload, batch shape, recompute, precision, optimizer and the framework
 profile whose conventions (bytes per parameter, runtime buffers) the estimate follows.
 
-:func:`plan_violations` explains every problem and how to fix it; nothing here raises on a bad plan.
+:func:`plan_violations` explains every problem and how to fix it (the rules themselves are one table in
+:mod:`app.domain.estimator.rules`, shared with the search); nothing here raises on a bad plan.
 """
 
 from __future__ import annotations
@@ -215,10 +216,6 @@ class Violation(Frozen):
     fix: str
 
 
-def _divisors(n: int, limit: int | None = None) -> list[int]:
-    return [d for d in range(1, (limit or n) + 1) if n % d == 0]
-
-
 def plan_violations(
     plan: Plan,
     *,
@@ -234,220 +231,14 @@ def plan_violations(
 ) -> list[Violation]:
     """Every violation of ``plan`` for this model and cluster, each with how to fix it (empty = valid).
 
-    Ends with what the plan's framework refuses (``app.domain.capabilities``, the table the search and
-    export share)."""
-    out: list[Violation] = []
+    The rules are one table (:mod:`app.domain.estimator.rules`), the same the search evaluates on its grid; the
+    framework's refusals (``capabilities``) are reported once no plan rule is broken, each naming the nearest
+    plan the framework runs."""
+    from app.domain.estimator.rules import Context, violations
 
-    def add(field: str, code: str, message: str, fix: str) -> None:
-        out.append(Violation(field=field, code=code, message=message, fix=fix))
-
-    if plan.gpus != gpus:
-        add(
-            "dp",
-            "gpu-count",
-            f"tp·pp·dp·cp = {plan.tp}·{plan.pp}·{plan.dp}·{plan.cp} = {plan.gpus} ≠ {gpus} GPUs",
-            f"set dp = {gpus // plan.model_parallel}"
-            if gpus % plan.model_parallel == 0
-            else f"choose tp·pp·cp dividing {gpus}",
-        )
-    if n_heads % plan.tp:
-        add(
-            "tp",
-            "heads-not-divisible",
-            f"{n_heads} attention heads are not divisible by tp={plan.tp}",
-            f"use tp in {_divisors(n_heads, min(n_heads, 64))}",
-        )
-    if n_kv_heads % plan.tp and plan.tp % n_kv_heads:
-        add(
-            "tp",
-            "kv-heads-not-divisible",
-            f"{n_kv_heads} KV heads neither divide nor are divisible by tp={plan.tp}",
-            f"use tp dividing {n_kv_heads} or a multiple of it",
-        )
-    if plan.tp > nvlink_domain_size and not allow_tp_across_nodes:
-        add(
-            "tp",
-            "tp-across-nodes",
-            f"tp={plan.tp} spans beyond one NVLink domain of {nvlink_domain_size} GPUs; "
-            "every layer's all-reduce would cross the scale-out network",
-            f"keep tp ≤ {nvlink_domain_size}, or allow TP across nodes explicitly",
-        )
-    if plan.pp > n_layers:
-        add(
-            "pp",
-            "pp-exceeds-layers",
-            f"pp={plan.pp} exceeds the model's {n_layers} layers",
-            f"use pp ≤ {n_layers}",
-        )
-    elif plan.pp * plan.vpp > n_layers:
-        add(
-            "vpp",
-            "chunks-exceed-layers",
-            f"pp·vpp = {plan.pp * plan.vpp} chunks exceed the model's {n_layers} layers",
-            f"use vpp ≤ {n_layers // plan.pp}",
-        )
-    if plan.vpp > 1 and plan.pp == 1:
-        add(
-            "vpp",
-            "vpp-without-pp",
-            "interleaving (vpp > 1) needs pipeline parallelism",
-            "set vpp = 1 or pp > 1",
-        )
-    per_step = plan.micro_batch * plan.dp
-    if plan.global_batch % per_step:
-        add(
-            "global_batch",
-            "batch-not-divisible",
-            f"global batch {plan.global_batch} is not divisible by micro-batch·dp = {plan.micro_batch}·{plan.dp}"
-            f" = {per_step}",
-            f"use a global batch that is a multiple of {per_step}, e.g. {max(1, round(plan.global_batch / per_step)) * per_step}",
-        )
-    elif plan.vpp > 1 and plan.micro_batches % plan.pp:
-        add(
-            "global_batch",
-            "interleave-microbatches",
-            f"interleaved schedules need micro-batches per step ({plan.micro_batches}) to be a multiple of pp={plan.pp}",
-            f"use a global batch that is a multiple of {per_step * plan.pp}",
-        )
-    if plan.seq_len % plan.cp:
-        add(
-            "cp",
-            "seq-not-divisible",
-            f"sequence length {plan.seq_len} is not divisible by cp={plan.cp}",
-            "choose cp dividing the sequence length",
-        )
-    elif plan.cp > 1 and (plan.seq_len // plan.cp) % 2:
-        add(
-            "cp",
-            "cp-load-balance",
-            f"causal context parallelism splits each sequence into 2·cp chunks; "
-            f"{plan.seq_len} is not divisible by 2·cp = {2 * plan.cp}",
-            "choose cp with seq_len divisible by 2·cp",
-        )
-    if plan.recompute_layers is not None:
-        per_chunk = plan.layers_per_chunk(n_layers)
-        if plan.recompute is not Recompute.full:
-            add(
-                "recompute_layers",
-                "recompute-layers-without-full",
-                "recompute_layers counts the layers that recompute fully; it needs recompute = full",
-                "set recompute = full, or leave recompute_layers empty",
-            )
-        elif plan.recompute_layers > per_chunk:
-            add(
-                "recompute_layers",
-                "recompute-layers-exceed-chunk",
-                f"recompute_layers={plan.recompute_layers} exceeds the {per_chunk} layers of a pipeline chunk "
-                f"({n_layers} layers / pp·vpp = {plan.pp * plan.vpp})",
-                f"use recompute_layers ≤ {per_chunk}, or leave it empty to recompute every layer",
-            )
-    if plan.sequence_parallel and plan.tp == 1:
-        add(
-            "sequence_parallel",
-            "sp-without-tp",
-            "sequence parallelism needs tp > 1",
-            "turn it off or raise tp",
-        )
-    if plan.ep > 1:
-        if n_experts == 0:
-            add("ep", "ep-dense-model", "expert parallelism needs an MoE model", "set ep = 1")
-        elif n_experts % plan.ep:
-            add(
-                "ep",
-                "experts-not-divisible",
-                f"{n_experts} experts are not divisible by ep={plan.ep}",
-                f"use ep in {_divisors(n_experts, min(n_experts, 256))}",
-            )
-        if (plan.dp * plan.cp) % plan.ep:
-            add(
-                "ep",
-                "ep-not-in-dp",
-                f"ep={plan.ep} must divide dp·cp = {plan.dp * plan.cp}",
-                "choose ep dividing dp·cp",
-            )
-    if plan.sharding is Sharding.fsdp_hybrid:
-        group = plan.shard_group_size
-        if group is None:
-            add(
-                "shard_group_size",
-                "hsdp-group",
-                "HSDP needs a shard group size",
-                f"e.g. {min(plan.dp, gpus_per_node)}",
-            )
-        elif plan.dp % group:
-            add(
-                "shard_group_size",
-                "hsdp-group",
-                f"shard group {group} does not divide dp={plan.dp}",
-                f"use a divisor of {plan.dp}",
-            )
-    elif plan.shard_group_size is not None:
-        add(
-            "shard_group_size",
-            "group-without-hsdp",
-            "a shard group size only applies to fsdp-hybrid",
-            "remove it or choose sharding fsdp-hybrid",
-        )
-    fw = plan.framework
-    if fw is Framework.megatron and plan.sharding not in {
-        Sharding.ddp,
-        Sharding.megatron_distopt,
-        Sharding.fsdp_full,
-    }:
-        add(
-            "sharding",
-            "framework-sharding",
-            f"Megatron-LM does not offer {plan.sharding.value}",
-            "use ddp, megatron-distopt or fsdp-full (Megatron FSDP)",
-        )
-    if fw is Framework.deepspeed and plan.sharding not in {
-        Sharding.ddp,
-        Sharding.zero1,
-        Sharding.zero2,
-        Sharding.zero3,
-    }:
-        add(
-            "sharding",
-            "framework-sharding",
-            f"DeepSpeed does not offer {plan.sharding.value}",
-            "use ddp, zero1, zero2 or zero3",
-        )
-    if fw is Framework.fsdp2 and plan.sharding in {
-        Sharding.zero1,
-        Sharding.zero2,
-        Sharding.zero3,
-        Sharding.megatron_distopt,
-    }:
-        add(
-            "sharding",
-            "framework-sharding",
-            f"FSDP2 does not offer {plan.sharding.value}",
-            "use ddp, fsdp-full, fsdp-grad-op or fsdp-hybrid",
-        )
-    if plan.offload is not Offload.none:
-        if fw is Framework.megatron and plan.offload is not Offload.optimizer_cpu:
-            add(
-                "offload",
-                "framework-offload",
-                "Megatron-LM offloads only the optimizer to CPU",
-                "use optimizer-cpu",
-            )
-        if plan.offload in {Offload.params_cpu, Offload.nvme} and not plan.sharding.shards_params:
-            add(
-                "offload",
-                "offload-needs-sharding",
-                f"{plan.offload.value} offload needs fully sharded parameters",
-                "use zero3 or fsdp-full",
-            )
-        if plan.offload is Offload.nvme and fw is not Framework.deepspeed:
-            add(
-                "offload",
-                "framework-offload",
-                "NVMe offload is DeepSpeed ZeRO-Infinity only",
-                "use framework deepspeed",
-            )
-    if not out:
-        from app.domain.estimator.capabilities import capability_violations
-
-        out.extend(capability_violations(plan, tied_embeddings=tied_embeddings))
-    return out
+    context = Context(
+        gpus=gpus, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, n_experts=n_experts,
+        gpus_per_node=gpus_per_node, nvlink_domain=nvlink_domain_size, allow_tp_across_nodes=allow_tp_across_nodes,
+        tied_embeddings=tied_embeddings,
+    )  # fmt: skip
+    return violations(plan, context)

@@ -41,7 +41,7 @@ from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
 from app.domain.search.run_pricing import FlatRate, RunPricing
-from app.domain.search.space import _grid, _reject_masks, space_size
+from app.domain.search.space import _alive, _grid, space_size
 from app.domain.search.spec import (
     GIB,
     OFFLOADS,
@@ -318,15 +318,6 @@ def _candidate(
     )  # fmt: skip
 
 
-# Grid points that are not plans at all (degrees that do not multiply to the GPU count, interleaving without
-# a pipeline, more chunks than layers): skipped without being counted as rejected plans.
-STRUCTURAL = {
-    "tp·cp·pp does not divide the GPU count",
-    "interleaving (vpp > 1) without pipeline parallelism",
-    "pp·vpp exceeds the layers",
-}
-
-
 def _rank(score: np.ndarray, margin: np.ndarray, g: dict, idx: np.ndarray) -> np.ndarray:
     """Order by score (desc), then headroom (desc), then the simpler plan (fewer pipeline chunks, smaller cp,
     tp, no offload) — ties are common, e.g. dp and cp splits of equal speed."""
@@ -394,13 +385,7 @@ def search(
             checkpoint()
             grid = _grid(arch, cluster, spec, gpus, batch)
             considered += grid.size
-            alive = np.ones(len(grid.cols["tp"]), dtype=bool)
-            for reason, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.cols):
-                hit = alive & np.broadcast_to(failing, alive.shape)
-                if hit.any():
-                    if reason not in STRUCTURAL:
-                        rejected[reason] += int(hit.sum())
-                    alive &= ~hit
+            alive = _alive(arch, cluster, spec, gpus, batch, grid, rejected)
             evaluated += int(alive.sum())
             if not alive.any():
                 continue
@@ -582,9 +567,7 @@ def evaluate_all(
 ) -> list[Candidate]:
     """Every valid plan of one cluster size and batch with its vectorised figures (for checks and exports)."""
     grid = _grid(arch, cluster, spec, gpus, batch)
-    alive = np.ones(len(grid.cols["tp"]), dtype=bool)
-    for _, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.cols):
-        alive &= ~np.broadcast_to(failing, alive.shape)
+    alive = _alive(arch, cluster, spec, gpus, batch, grid)
     if not alive.any():
         return []
     scored = _evaluate(arch, cluster, spec, gpus, batch, _subset(grid.cols, alive))

@@ -253,7 +253,8 @@ class FastestPlanFinder:
         g.update({k: along(i + 1, values[k]) for i, k in enumerate(REST)})
         invalid = np.zeros(shape, dtype=bool)
         for _, failing in _reject_masks(self.arch, cluster, self.spec, gpus, batch, g):
-            invalid |= failing
+            if np.any(failing):
+                invalid |= failing
         return ~invalid
 
     def _state_floor(self, cluster, gpus, batch, triples, values, valid) -> np.ndarray:

@@ -1,25 +1,19 @@
 """The search space laid out as numpy columns (tp × cp × pp × vpp × ep × sharding × offload × micro-batch ×
-recompute) and the masks that reject plans, each charged to its first failing reason (plan rules and the
-framework capability table, on arrays)."""
+recompute) and the masks that reject plans, each charged to its first failing reason: the plan rules' one table
+(``app.domain.estimator.rules``, framework capabilities included) evaluated on arrays."""
 
 from __future__ import annotations
 
 import functools
 import math
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
-from app.domain.estimator.capabilities import Facts, capability_masks
 from app.domain.estimator.cluster import Cluster
-from app.domain.estimator.plan import (
-    Offload,
-    Optimizer,
-    Precision,
-    Recompute,
-    Sharding,
-    moe_a2a_overlap_runs,
-)
+from app.domain.estimator.plan import Optimizer, Precision, Recompute, Sharding, moe_a2a_overlap_runs
+from app.domain.estimator.rules import Context, facts, rule_masks, structural_reasons
 from app.domain.model.architecture import Architecture
 from app.domain.search.spec import (
     OFFLOADS,
@@ -30,6 +24,10 @@ from app.domain.search.spec import (
     SHARDINGS_BY_FRAMEWORK,
     SearchSpec,
 )
+
+# Grid points that are not plans at all (degrees that do not multiply to the GPU count, interleaving without
+# a pipeline, more chunks than layers — the table's structural rules): skipped without being counted as rejected.
+STRUCTURAL = structural_reasons()
 
 # -- the space ---------------------------------------------------------------------------------------------
 
@@ -47,8 +45,14 @@ def _divisors(n: int) -> list[int]:
 
 @dataclass
 class _Grid:
+    """The laid-out points as flat columns (``cols``), and the same points as axes that broadcast against each
+    other over ``shape`` = (tp·cp·pp triple, vpp, ep, sharding, offload, micro-batch, recompute) (``axes``;
+    the columns are that shape raveled), and ``size``, the points counted as considered."""
+
     cols: dict[str, np.ndarray]
     size: int
+    axes: dict[str, np.ndarray]
+    shape: tuple[int, ...]
 
 
 def _axes(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int) -> dict[str, list[int]]:
@@ -91,45 +95,60 @@ def _grid(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, bat
     which = mesh[0].ravel()
     cols = {"tp": triples[which, 0], "cp": triples[which, 1], "pp": triples[which, 2]}
     cols.update({k: m.ravel() for k, m in zip(rest, mesh[1:], strict=True)})
-    return _Grid(cols={k: cols[k] for k in axes}, size=size)
+    shape = mesh[0].shape
+
+    def along(axis: int, values) -> np.ndarray:  # the values on one axis, broadcasting against the others
+        return np.asarray(values, dtype=np.int64).reshape([-1 if j == axis else 1 for j in range(len(shape))])
+
+    compact = {k: along(0, triples[:, i]) for i, k in enumerate(("tp", "cp", "pp"))}
+    compact.update({k: along(i + 1, axes[k]) for i, k in enumerate(rest)})
+    return _Grid(cols={k: cols[k] for k in axes}, size=size, axes=compact, shape=shape)
+
+
+def _alive(
+    arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int, grid: _Grid,
+    rejected: Counter[str] | None = None,
+) -> np.ndarray:  # fmt: skip
+    """Which points of ``grid.cols`` break no rule; with ``rejected``, each other point is counted under its first
+    failing rule's reason (structural ones, not plans at all, uncounted). The rules run on the grid's axes, so a
+    predicate costs the size of the axes it reads, not of the grid."""
+    alive = np.ones(grid.shape, dtype=bool)
+    for reason, failing in _reject_masks(arch, cluster, spec, gpus, batch, grid.axes):
+        if not np.any(failing):
+            continue
+        hit = alive & failing
+        if rejected is not None and reason not in STRUCTURAL:
+            n = int(np.count_nonzero(hit))
+            if n:
+                rejected[reason] += n
+        alive &= ~hit
+    return alive.ravel()
 
 
 def _reject_masks(
     arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int, batch: int, g: dict
 ) -> list:
-    """(reason, mask-of-failing) in priority order; every plan is charged to its first failing reason."""
-    tp, cp, pp, vpp, ep, mb = g["tp"], g["cp"], g["pp"], g["vpp"], g["ep"], g["mb"]
+    """(reason, mask-of-failing) in priority order; every plan is charged to its first failing reason. The masks
+    are the plan rules' table (``app.domain.estimator.rules``) on the grid's columns: the plan each point stands
+    for is the one the search would propose (sequence parallelism with tp > 1, the HSDP group of the spec or one
+    node, capped at dp, every layer recomputed under full recompute)."""
+    tp, cp, pp = g["tp"], g["cp"], g["pp"]
     model_parallel = tp * cp * pp
     dp = np.where(gpus % model_parallel == 0, gpus // np.maximum(model_parallel, 1), 0)
-    off = g["off"]  # offload codes (indices into OFFLOADS)
-    per_step = mb * np.maximum(dp, 1)
-    micro = batch // per_step
-    shards_params = np.array([s.shards_params for s in SHARDINGS])[g["sh"]]
-    hybrid = g["sh"] == SHARDINGS.index(Sharding.fsdp_hybrid)
     group = spec.hsdp_group or cluster.gpus_per_node
-    return [
-        ("tp·cp·pp does not divide the GPU count", gpus % model_parallel != 0),
-        ("attention heads not divisible by tp", arch.n_heads % tp != 0),
-        ("KV heads neither divide nor are divisible by tp", (arch.n_kv_heads % tp != 0) & (tp % arch.n_kv_heads != 0)),
-        ("pp·vpp exceeds the layers", pp * vpp > arch.n_layers),
-        ("interleaving (vpp > 1) without pipeline parallelism", (vpp > 1) & (pp == 1)),
-        ("global batch not divisible by micro-batch·dp", batch % per_step != 0),
-        ("interleaving needs micro-batches to be a multiple of pp", (vpp > 1) & (micro % pp != 0)),
-        ("sequence not divisible by 2·cp", (cp > 1) & (spec.seq_len % (2 * cp) != 0)),
-        ("experts not divisible by ep, or ep not dividing dp·cp",
-         (ep > 1) & (((dp * cp) % ep != 0) | (arch.n_experts % np.maximum(ep, 1) != 0))),
-        ("HSDP shard group does not divide dp", hybrid & ((dp % group != 0) | (dp <= group))),
-        ("offload needs fully sharded parameters",
-         np.isin(off, [OFFLOADS.index(Offload.params_cpu), OFFLOADS.index(Offload.nvme)]) & ~shards_params),
-        *capability_masks(spec.framework, Facts(
-            tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, micro_batches=np.maximum(micro, 1), seq_len=spec.seq_len,
-            replicated=~np.array([s.shards_optimizer for s in SHARDINGS])[g["sh"]],
-            shards_grads=np.array([s.shards_grads for s in SHARDINGS])[g["sh"]], shards_params=shards_params,
-            offload_optimizer=off == OFFLOADS.index(Offload.optimizer_cpu), fp16=spec.precision is Precision.fp16,
-            sgd=spec.optimizer is Optimizer.sgd, tied_embeddings=arch.tied_embeddings,
-            selective_op=g["rc"] == RECOMPUTES.index(Recompute.selective_op),
-            dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
-            a2a_overlap=spec.moe_a2a_overlap & moe_a2a_overlap_runs(
-                ep, pp, vpp, g["rc"] == RECOMPUTES.index(Recompute.full), spec.precision is Precision.fp32),
-        )),
-    ]  # fmt: skip
+    hybrid = g["sh"] == SHARDINGS.index(Sharding.fsdp_hybrid)
+    context = Context(
+        gpus=gpus, n_layers=arch.n_layers, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads, n_experts=arch.n_experts,
+        gpus_per_node=cluster.gpus_per_node, nvlink_domain=cluster.nvlink_domain,
+        allow_tp_across_nodes=spec.allow_tp_across_nodes, tied_embeddings=arch.tied_embeddings,
+    )  # fmt: skip
+    return rule_masks(facts(
+        tp=tp, pp=pp, vpp=g["vpp"], dp=dp, cp=cp, ep=g["ep"], micro_batch=g["mb"], global_batch=batch,
+        seq_len=spec.seq_len, sharding=g["sh"], offload=g["off"], recompute=g["rc"], recompute_layers=-1,
+        shard_group=np.where(hybrid, np.minimum(group, dp), 0), sequence_parallel=tp > 1, framework=spec.framework,
+        fp16=spec.precision is Precision.fp16, sgd=spec.optimizer is Optimizer.sgd, context=context,
+        fp32=spec.precision is Precision.fp32, dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
+        # the search turns the overlap on only where Megatron runs it (as its plans do: search.engine)
+        a2a_overlap=spec.moe_a2a_overlap & moe_a2a_overlap_runs(
+            g["ep"], pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full), spec.precision is Precision.fp32),
+    ))  # fmt: skip

@@ -20,22 +20,20 @@ from app.domain.estimator.plan import (
     Recompute,
     Sharding,
 )
+from app.domain.estimator.rules import (  # noqa: F401 - the grid's codes and shardings are the rules' own
+    OFFLOADS,
+    RECOMPUTES,
+    SHARDINGS,
+    SHARDINGS_BY_FRAMEWORK,
+)
 from app.domain.provenance import Frozen
 
 GIB = 1024**3
-SHARDINGS_BY_FRAMEWORK = {
-    Framework.fsdp2: (Sharding.ddp, Sharding.fsdp_full, Sharding.fsdp_grad_op, Sharding.fsdp_hybrid),
-    Framework.megatron: (Sharding.ddp, Sharding.megatron_distopt, Sharding.fsdp_full),
-    Framework.deepspeed: (Sharding.ddp, Sharding.zero1, Sharding.zero2, Sharding.zero3),
-}
 OFFLOADS_BY_FRAMEWORK = {
     Framework.fsdp2: (Offload.none, Offload.params_cpu),
     Framework.megatron: (Offload.none, Offload.optimizer_cpu),
     Framework.deepspeed: (Offload.none, Offload.optimizer_cpu, Offload.params_cpu, Offload.nvme),
 }
-SHARDINGS = list(Sharding)
-OFFLOADS = list(Offload)
-RECOMPUTES = list(Recompute)
 # Per-op selective activation checkpointing is torchtitan's (FSDP2 stack); the others recompute layers or the
 # attention core (the capability table refuses selective-op for them).
 RECOMPUTES_BY_FRAMEWORK = {

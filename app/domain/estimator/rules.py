@@ -1,0 +1,466 @@
+"""The plan rules: one table of what makes a plan invalid, for one plan and for the search's whole grid.
+
+Each :class:`Rule` names the plan field it blames, a stable ``code``, a short ``reason`` (the search's
+"rejected because" key), a predicate ``refuses`` over :class:`Facts`, and the message and fix shown for one
+plan. The predicates use comparisons, arithmetic (``%``, ``//``, ``*``) and ``&``/``|`` only, with :func:`no`
+for negation (Python's ``~True`` is -2), so the same rule reads Python numbers (one plan: ``bool`` of the
+result) and numpy arrays (the search grid: a mask). The same :func:`facts` builder derives both kinds of
+Facts, so what a rule reads cannot differ between the two.
+
+Users of the table:
+
+* :func:`app.domain.estimator.plan.plan_violations` — every broken plan rule as a ``Violation``; the framework
+  rules (``capabilities``) only when no plan rule is broken, with the nearest plan the framework runs;
+* :func:`rule_masks` — (reason, mask of refused grid points) in table order, for ``search.space``: the search
+  charges each grid point to its first failing rule.
+
+The table is the plan rules below followed by the framework refusals of
+:mod:`app.domain.estimator.capabilities` (:func:`table`). Order matters for the search's counts only.
+``structural`` rules mark grid points that are not plans at all (degrees that do not multiply to the GPU count,
+more pipeline chunks than layers, interleaving without a pipeline); the search skips them without counting.
+
+HSDP with a shard group equal to dp (``hsdp-one-replica``) is refused: one replica is fully sharded data
+parallelism, and fsdp-full says so (both the plan form and the search, which used to disagree).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from app.domain.estimator.plan import (
+    Framework,
+    Offload,
+    Optimizer,
+    Plan,
+    Precision,
+    Recompute,
+    Sharding,
+    Violation,
+)
+
+# Enumerations as integer codes: Facts hold indices into these (scalars for one plan, arrays for the grid).
+SHARDINGS = list(Sharding)
+OFFLOADS = list(Offload)
+RECOMPUTES = list(Recompute)
+
+_SHARDING_CODE = {s: i for i, s in enumerate(SHARDINGS)}
+_OFFLOAD_CODE = {o: i for i, o in enumerate(OFFLOADS)}
+_RECOMPUTE_CODE = {r: i for i, r in enumerate(RECOMPUTES)}
+
+# What each framework's sharding maps to (the exporters write these; the search lays out exactly these).
+SHARDINGS_BY_FRAMEWORK = {
+    Framework.fsdp2: (Sharding.ddp, Sharding.fsdp_full, Sharding.fsdp_grad_op, Sharding.fsdp_hybrid),
+    Framework.megatron: (Sharding.ddp, Sharding.megatron_distopt, Sharding.fsdp_full),
+    Framework.deepspeed: (Sharding.ddp, Sharding.zero1, Sharding.zero2, Sharding.zero3),
+}
+FRAMEWORK_LABELS = {
+    Framework.fsdp2: "FSDP2",
+    Framework.megatron: "Megatron-LM",
+    Framework.deepspeed: "DeepSpeed",
+}
+_SHARDING_FIXES = {
+    Framework.fsdp2: "use ddp, fsdp-full, fsdp-grad-op or fsdp-hybrid",
+    Framework.megatron: "use ddp, megatron-distopt or fsdp-full (Megatron FSDP)",
+    Framework.deepspeed: "use ddp, zero1, zero2 or zero3",
+}
+
+
+def no(x: Any) -> Any:
+    """Logical not for a bool and a bool array alike (``~`` on a Python bool is an integer)."""
+    return x ^ True
+
+
+_INTEGER = (int, np.integer)
+
+
+def _lookup(values: tuple, index: Any) -> Any:
+    """``values[index]`` for an integer code (a Python value) and for an array of codes (an array)."""
+    if isinstance(index, _INTEGER):
+        return values[index]
+    return np.asarray(values)[index]
+
+
+def _at_least_1(x: Any) -> Any:
+    return max(x, 1) if isinstance(x, _INTEGER) else np.maximum(x, 1)
+
+
+_SHARDS_OPTIMIZER = tuple(s.shards_optimizer for s in SHARDINGS)
+_SHARDS_GRADS = tuple(s.shards_grads for s in SHARDINGS)
+_SHARDS_PARAMS = tuple(s.shards_params for s in SHARDINGS)
+_HYBRID = tuple(s is Sharding.fsdp_hybrid for s in SHARDINGS)
+_NO_OFFLOAD, _OPTIMIZER_CPU, _PARAMS_CPU, _NVME = (
+    OFFLOADS.index(o) for o in (Offload.none, Offload.optimizer_cpu, Offload.params_cpu, Offload.nvme)
+)
+_SELECTIVE_OP, _FULL = RECOMPUTES.index(Recompute.selective_op), RECOMPUTES.index(Recompute.full)
+_OFFERED = {fw: tuple(s in offered for s in SHARDINGS) for fw, offered in SHARDINGS_BY_FRAMEWORK.items()}
+
+
+class Context(NamedTuple):  # a named tuple: built once per validated plan, cheaper than a frozen dataclass
+    """The model and cluster a plan is checked against. The framework rules read only ``tied_embeddings``; the
+    others are None when only those are evaluated (``capabilities``)."""
+
+    gpus: int | None = None
+    n_layers: int | None = None
+    n_heads: int | None = None
+    n_kv_heads: int | None = None
+    n_experts: int | None = None
+    gpus_per_node: int | None = None
+    nvlink_domain: int | None = None
+    allow_tp_across_nodes: bool = False
+    tied_embeddings: bool = False
+
+
+@dataclass(slots=True)  # read-only by convention: frozen would cost a third of one plan's validation
+class Facts:
+    """What the rules read: numbers and bools for one plan, numpy arrays (broadcastable) for the search grid.
+    Built by :func:`facts` only."""
+
+    # the plan (sharding, offload and recompute as indices into SHARDINGS, OFFLOADS, RECOMPUTES)
+    tp: Any
+    pp: Any
+    vpp: Any
+    dp: Any  # 0 on grid points whose tp·cp·pp does not divide the GPUs
+    cp: Any
+    ep: Any
+    micro_batch: Any
+    global_batch: Any
+    seq_len: Any
+    sharding: Any
+    offload: Any
+    recompute: Any
+    recompute_layers: Any  # -1: every layer (None on the plan)
+    shard_group: Any  # 0: none given
+    sequence_parallel: Any
+    framework: Framework
+    fp16: Any
+    sgd: Any
+    fp32: Any
+    dedup_dispatcher: Any  # DeepEP / HybridEP token dispatcher (Plan.moe_dispatcher)
+    a2a_overlap: Any  # MoE all-to-all overlap (Plan.moe_a2a_overlap)
+    # the model and cluster (Context)
+    gpus: int | None
+    n_layers: int | None
+    n_heads: int | None
+    n_kv_heads: int | None
+    n_experts: int | None
+    gpus_per_node: int | None
+    nvlink_domain: int | None
+    allow_tp_across_nodes: bool
+    tied_embeddings: bool
+    # derived by facts()
+    per_step: Any  # micro-batch · dp (dp at least 1)
+    micro_batches: Any  # per pipeline per step, at least 1 (Plan.micro_batches)
+    layers_per_chunk: Any  # ⌈n_layers / (pp·vpp)⌉ (Plan.layers_per_chunk)
+    replicated: Any  # DDP: nothing sharded
+    shards_grads: Any
+    shards_params: Any
+    hybrid: Any
+    sharding_offered: Any  # by the framework (SHARDINGS_BY_FRAMEWORK)
+    group_or_1: Any  # the shard group as a divisor (1 when none)
+    offload_any: Any
+    offload_optimizer: Any
+    offload_params: Any  # params-cpu or nvme
+    offload_nvme: Any
+    selective_op: Any  # torchtitan's per-op selective activation checkpointing
+    full_recompute: Any
+
+
+def facts(
+    *, tp: Any, pp: Any, vpp: Any, dp: Any, cp: Any, ep: Any, micro_batch: Any, global_batch: Any, seq_len: Any,
+    sharding: Any, offload: Any, recompute: Any, recompute_layers: Any, shard_group: Any, sequence_parallel: Any,
+    framework: Framework, fp16: Any, sgd: Any, context: Context, fp32: Any = False, dedup_dispatcher: Any = False,
+    a2a_overlap: Any = False,
+) -> Facts:  # fmt: skip
+    """The one builder of Facts, for a plan's numbers and for the grid's arrays alike."""
+    per_step = micro_batch * _at_least_1(dp)
+    n_layers = context.n_layers
+    return Facts(
+        tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, micro_batch=micro_batch, global_batch=global_batch,
+        seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
+        shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
+        fp32=fp32, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap,
+        gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
+        n_experts=context.n_experts, gpus_per_node=context.gpus_per_node, nvlink_domain=context.nvlink_domain,
+        allow_tp_across_nodes=context.allow_tp_across_nodes, tied_embeddings=context.tied_embeddings,
+        per_step=per_step, micro_batches=_at_least_1(global_batch // per_step),
+        layers_per_chunk=None if n_layers is None else -(-n_layers // (pp * vpp)),
+        replicated=no(_lookup(_SHARDS_OPTIMIZER, sharding)), shards_grads=_lookup(_SHARDS_GRADS, sharding),
+        shards_params=_lookup(_SHARDS_PARAMS, sharding), hybrid=_lookup(_HYBRID, sharding),
+        sharding_offered=_lookup(_OFFERED[framework], sharding), group_or_1=_at_least_1(shard_group),
+        offload_any=offload != _NO_OFFLOAD, offload_optimizer=offload == _OPTIMIZER_CPU,
+        offload_params=(offload == _PARAMS_CPU) | (offload == _NVME), offload_nvme=offload == _NVME,
+        selective_op=recompute == _SELECTIVE_OP, full_recompute=recompute == _FULL,
+    )  # fmt: skip
+
+
+def plan_facts(plan: Plan, context: Context) -> Facts:
+    """The Facts of one plan (Python numbers and bools)."""
+    return facts(
+        tp=plan.tp, pp=plan.pp, vpp=plan.vpp, dp=plan.dp, cp=plan.cp, ep=plan.ep, micro_batch=plan.micro_batch,
+        global_batch=plan.global_batch, seq_len=plan.seq_len, sharding=_SHARDING_CODE[plan.sharding],
+        offload=_OFFLOAD_CODE[plan.offload], recompute=_RECOMPUTE_CODE[plan.recompute],
+        recompute_layers=-1 if plan.recompute_layers is None else plan.recompute_layers,
+        shard_group=plan.shard_group_size or 0, sequence_parallel=plan.sequence_parallel, framework=plan.framework,
+        fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, context=context,
+        fp32=plan.precision is Precision.fp32, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
+        a2a_overlap=plan.moe_a2a_overlap,
+    )  # fmt: skip
+
+
+Text = Callable[[Facts], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """One way a plan can be invalid: the field blamed, a stable code, the search's short reason, the predicate
+    (scalars and arrays alike), and the message and fix for one plan (read the scalar Facts). Framework rules
+    (``capabilities``) carry the source they were read from and the move to the nearest plan the framework runs."""
+
+    code: str
+    field: str
+    reason: str
+    refuses: Callable[[Facts], Any]
+    message: Text
+    fix: Text
+    frameworks: tuple[Framework, ...] = tuple(Framework)
+    structural: bool = False  # not a plan at all: the search skips such grid points without counting them
+    name: str = ""  # unique in the table (defaults to the code; set where two rules share a code)
+    source: str | None = None  # framework rules: the release whose code refuses the plan
+    nearest: Callable[[Plan, Framework], Plan] | None = None  # framework rules: the fix, applied
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            object.__setattr__(self, "name", self.code)
+
+    @property
+    def capability(self) -> bool:
+        """A framework refusal (checked once the plan rules pass), not a rule of the plan itself."""
+        return self.source is not None
+
+
+def _divisors(n: int, limit: int | None = None) -> list[int]:
+    return [d for d in range(1, (limit or n) + 1) if n % d == 0]
+
+
+def _gpu_count_fix(f: Facts) -> str:
+    mp = f.tp * f.pp * f.cp
+    return f"set dp = {f.gpus // mp}" if f.gpus % mp == 0 else f"choose tp·pp·cp dividing {f.gpus}"
+
+
+def _hsdp_group_hint(f: Facts) -> str:
+    if f.dp == 1:
+        return "use fsdp-full (one data-parallel rank has nothing to replicate)"
+    group = max(d for d in _divisors(f.dp, min(f.dp - 1, f.gpus_per_node)))
+    return f"e.g. {group}"
+
+
+PLAN_RULES: tuple[Rule, ...] = (
+    Rule(
+        "gpu-count", "dp", "tp·cp·pp does not divide the GPU count",
+        lambda f: f.tp * f.pp * f.dp * f.cp != f.gpus,
+        lambda f: f"tp·pp·dp·cp = {f.tp}·{f.pp}·{f.dp}·{f.cp} = {f.tp * f.pp * f.dp * f.cp} ≠ {f.gpus} GPUs",
+        _gpu_count_fix, structural=True,
+    ),
+    Rule(
+        "heads-not-divisible", "tp", "attention heads not divisible by tp",
+        lambda f: f.n_heads % f.tp != 0,
+        lambda f: f"{f.n_heads} attention heads are not divisible by tp={f.tp}",
+        lambda f: f"use tp in {_divisors(f.n_heads, min(f.n_heads, 64))}",
+    ),
+    Rule(
+        "kv-heads-not-divisible", "tp", "KV heads neither divide nor are divisible by tp",
+        lambda f: (f.n_kv_heads % f.tp != 0) & (f.tp % f.n_kv_heads != 0),
+        lambda f: f"{f.n_kv_heads} KV heads neither divide nor are divisible by tp={f.tp}",
+        lambda f: f"use tp dividing {f.n_kv_heads} or a multiple of it",
+    ),
+    Rule(
+        "tp-across-nodes", "tp", "tp spans beyond one NVLink domain",
+        lambda f: (f.tp > f.nvlink_domain) & no(f.allow_tp_across_nodes),
+        lambda f: f"tp={f.tp} spans beyond one NVLink domain of {f.nvlink_domain} GPUs; "
+        "every layer's all-reduce would cross the scale-out network",
+        lambda f: f"keep tp ≤ {f.nvlink_domain}, or allow TP across nodes explicitly",
+    ),
+    Rule(
+        "pp-exceeds-layers", "pp", "pp exceeds the layers",
+        lambda f: f.pp > f.n_layers,
+        lambda f: f"pp={f.pp} exceeds the model's {f.n_layers} layers",
+        lambda f: f"use pp ≤ {f.n_layers}", structural=True,
+    ),
+    Rule(
+        "chunks-exceed-layers", "vpp", "pp·vpp exceeds the layers",
+        lambda f: (f.pp <= f.n_layers) & (f.pp * f.vpp > f.n_layers),
+        lambda f: f"pp·vpp = {f.pp * f.vpp} chunks exceed the model's {f.n_layers} layers",
+        lambda f: f"use vpp ≤ {f.n_layers // f.pp}", structural=True,
+    ),
+    Rule(
+        "vpp-without-pp", "vpp", "interleaving (vpp > 1) without pipeline parallelism",
+        lambda f: (f.vpp > 1) & (f.pp == 1),
+        lambda f: "interleaving (vpp > 1) needs pipeline parallelism",
+        lambda f: "set vpp = 1 or pp > 1", structural=True,
+    ),
+    Rule(
+        "batch-not-divisible", "global_batch", "global batch not divisible by micro-batch·dp",
+        lambda f: f.global_batch % f.per_step != 0,
+        lambda f: f"global batch {f.global_batch} is not divisible by micro-batch·dp = {f.micro_batch}·{f.dp}"
+        f" = {f.per_step}",
+        lambda f: "use a global batch that is a multiple of "
+        f"{f.per_step}, e.g. {max(1, round(f.global_batch / f.per_step)) * f.per_step}",
+    ),
+    Rule(
+        "interleave-microbatches", "global_batch", "interleaving needs micro-batches to be a multiple of pp",
+        lambda f: (f.global_batch % f.per_step == 0) & (f.vpp > 1) & (f.micro_batches % f.pp != 0),
+        lambda f: f"interleaved schedules need micro-batches per step ({f.micro_batches}) to be a multiple of "
+        f"pp={f.pp}",
+        lambda f: f"use a global batch that is a multiple of {f.per_step * f.pp}",
+    ),
+    Rule(
+        "seq-not-divisible", "cp", "sequence not divisible by cp",
+        lambda f: f.seq_len % f.cp != 0,
+        lambda f: f"sequence length {f.seq_len} is not divisible by cp={f.cp}",
+        lambda f: "choose cp dividing the sequence length",
+    ),
+    Rule(
+        "cp-load-balance", "cp", "sequence not divisible by 2·cp",
+        lambda f: (f.cp > 1) & (f.seq_len % f.cp == 0) & ((f.seq_len // f.cp) % 2 != 0),
+        lambda f: "causal context parallelism splits each sequence into 2·cp chunks; "
+        f"{f.seq_len} is not divisible by 2·cp = {2 * f.cp}",
+        lambda f: "choose cp with seq_len divisible by 2·cp",
+    ),
+    Rule(
+        "recompute-layers-without-full", "recompute_layers", "recompute_layers without full recompute",
+        lambda f: (f.recompute_layers >= 0) & no(f.full_recompute),
+        lambda f: "recompute_layers counts the layers that recompute fully; it needs recompute = full",
+        lambda f: "set recompute = full, or leave recompute_layers empty",
+    ),
+    Rule(
+        "recompute-layers-exceed-chunk", "recompute_layers", "recompute_layers exceeds a pipeline chunk's layers",
+        lambda f: f.full_recompute & (f.recompute_layers > f.layers_per_chunk),
+        lambda f: f"recompute_layers={f.recompute_layers} exceeds the {f.layers_per_chunk} layers of a pipeline "
+        f"chunk ({f.n_layers} layers / pp·vpp = {f.pp * f.vpp})",
+        lambda f: f"use recompute_layers ≤ {f.layers_per_chunk}, or leave it empty to recompute every layer",
+    ),
+    Rule(
+        "sp-without-tp", "sequence_parallel", "sequence parallelism without tp",
+        lambda f: f.sequence_parallel & (f.tp == 1),
+        lambda f: "sequence parallelism needs tp > 1",
+        lambda f: "turn it off or raise tp",
+    ),
+    Rule(
+        "ep-dense-model", "ep", "expert parallelism on a dense model",
+        lambda f: (f.ep > 1) & (f.n_experts == 0),
+        lambda f: "expert parallelism needs an MoE model",
+        lambda f: "set ep = 1",
+    ),
+    Rule(
+        "experts-not-divisible", "ep", "experts not divisible by ep",
+        lambda f: (f.ep > 1) & (f.n_experts > 0) & (f.n_experts % f.ep != 0),
+        lambda f: f"{f.n_experts} experts are not divisible by ep={f.ep}",
+        lambda f: f"use ep in {_divisors(f.n_experts, min(f.n_experts, 256))}",
+    ),
+    Rule(
+        "ep-not-in-dp", "ep", "ep does not divide dp·cp",
+        lambda f: (f.ep > 1) & ((f.dp * f.cp) % f.ep != 0),
+        lambda f: f"ep={f.ep} must divide dp·cp = {f.dp * f.cp}",
+        lambda f: "choose ep dividing dp·cp",
+    ),
+    Rule(
+        "hsdp-group", "shard_group_size", "HSDP without a shard group size",
+        lambda f: f.hybrid & (f.shard_group == 0),
+        lambda f: "HSDP needs a shard group size",
+        _hsdp_group_hint, name="hsdp-group-missing",
+    ),
+    Rule(
+        "hsdp-group", "shard_group_size", "HSDP shard group does not divide dp",
+        lambda f: f.hybrid & (f.shard_group > 0) & (f.dp % f.group_or_1 != 0),
+        lambda f: f"shard group {f.shard_group} does not divide dp={f.dp}",
+        lambda f: f"use a divisor of {f.dp} smaller than {f.dp}", name="hsdp-group-divides",
+    ),
+    Rule(
+        "hsdp-one-replica", "shard_group_size", "HSDP shard group spans all of dp (that is fsdp-full)",
+        lambda f: f.hybrid & (f.shard_group > 0) & (f.dp == f.shard_group),
+        lambda f: f"shard group {f.shard_group} spans all dp={f.dp} ranks: HSDP with one replica is fully "
+        "sharded data parallelism",
+        lambda f: f"use fsdp-full, or a shard group smaller than {f.dp} that divides it",
+    ),
+    Rule(
+        "group-without-hsdp", "shard_group_size", "a shard group size without fsdp-hybrid",
+        lambda f: (f.shard_group > 0) & no(f.hybrid),
+        lambda f: "a shard group size only applies to fsdp-hybrid",
+        lambda f: "remove it or choose sharding fsdp-hybrid",
+    ),
+    Rule(
+        "framework-sharding", "sharding", "sharding the framework does not offer",
+        lambda f: no(f.sharding_offered),
+        lambda f: f"{FRAMEWORK_LABELS[f.framework]} does not offer {SHARDINGS[f.sharding].value}",
+        lambda f: _SHARDING_FIXES[f.framework],
+    ),
+    Rule(
+        "framework-offload", "offload", "Megatron-LM offloads only the optimizer",
+        lambda f: f.offload_any & no(f.offload_optimizer),
+        lambda f: "Megatron-LM offloads only the optimizer to CPU",
+        lambda f: "use optimizer-cpu", frameworks=(Framework.megatron,), name="framework-offload-megatron",
+    ),
+    Rule(
+        "offload-needs-sharding", "offload", "offload needs fully sharded parameters",
+        lambda f: f.offload_params & no(f.shards_params),
+        lambda f: f"{OFFLOADS[f.offload].value} offload needs fully sharded parameters",
+        lambda f: "use zero3 or fsdp-full",
+    ),
+    Rule(
+        "framework-offload", "offload", "NVMe offload is DeepSpeed ZeRO-Infinity only",
+        lambda f: f.offload_nvme,
+        lambda f: "NVMe offload is DeepSpeed ZeRO-Infinity only",
+        lambda f: "use framework deepspeed", frameworks=(Framework.megatron, Framework.fsdp2),
+        name="framework-offload-nvme",
+    ),
+)  # fmt: skip
+
+
+@functools.cache
+def table() -> tuple[Rule, ...]:
+    """Every rule: the plan rules, then the framework refusals (``capabilities``, which builds on this module)."""
+    from app.domain.estimator.capabilities import CAPABILITIES
+
+    return (*PLAN_RULES, *CAPABILITIES)
+
+
+@functools.cache
+def rules_for(framework: Framework, capability: bool | None = None) -> tuple[Rule, ...]:
+    """The rules that apply to plans of ``framework``, in table order (with ``capability``, only the framework
+    rules, or only the plan rules)."""
+    return tuple(
+        r for r in table() if framework in r.frameworks and (capability is None or r.capability is capability)
+    )
+
+
+@functools.cache
+def structural_reasons() -> frozenset[str]:
+    """The search's reasons for grid points that are not plans (skipped, not counted as rejected)."""
+    return frozenset(r.reason for r in table() if r.structural)
+
+
+def broken(f: Facts, *, capability: bool = False) -> list[Rule]:
+    """The plan rules (or, with ``capability``, the framework rules) that one plan's Facts break."""
+    return [r for r in rules_for(f.framework, capability) if r.refuses(f)]
+
+
+def violations(plan: Plan, context: Context) -> list[Violation]:
+    """Every plan rule ``plan`` breaks as a Violation; when none is, the framework rules it breaks, whose fix
+    names the nearest plan the framework runs (``capabilities.capability_violations``)."""
+    f = plan_facts(plan, context)
+    out = [Violation(field=r.field, code=r.code, message=r.message(f), fix=r.fix(f)) for r in broken(f)]
+    if out or not broken(f, capability=True):
+        return out
+    from app.domain.estimator.capabilities import capability_violations
+
+    return capability_violations(plan, tied_embeddings=context.tied_embeddings)
+
+
+def rule_masks(f: Facts) -> list[tuple[str, Any]]:
+    """(reason, mask of refused points) for every rule of the Facts' framework, in table order (the search)."""
+    return [(r.reason, r.refuses(f)) for r in rules_for(f.framework)]
