@@ -85,10 +85,21 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         micro = max(1, run.global_batch // dp)
         notes.append(f"published micro-batch is the local batch; used {micro}")
     if pp > 1 and run.global_batch and micro * dp == run.global_batch:
-        micro = 1
-        notes.append(
-            "one micro-batch per step with pipeline parallelism is the local batch: used micro-batch 1"
-        )
+        local = micro
+        if str(run.framework) == "torchtitan" and local % pp == 0:
+            # torchtitan splits the local batch into pipeline_parallel_microbatches micro-batches, by default the
+            # pipeline degree (torchtitan/parallelisms/pipelining_utils.py at 25ec560e, 2024-10-08: "The default
+            # value will be the number of pipeline stages, if unspecified")
+            micro = local // pp
+            notes.append(
+                f"the published micro-batch is the local batch; torchtitan's default splits it into pp = {pp} "
+                f"micro-batches: used micro-batch {micro}"
+            )
+        else:
+            micro = 1
+            notes.append(
+                "one micro-batch per step with pipeline parallelism is the local batch: used micro-batch 1"
+            )
     sharding = Sharding(str(run.sharding))
     if framework is Framework.megatron and sharding not in (Sharding.ddp, Sharding.megatron_distopt):
         sharding = Sharding.ddp
