@@ -57,6 +57,8 @@ DEFAULTS: dict[str, str] = {
     "recompute": "full",
     "sequence_parallel": "off",
     "flash_attention": "on",
+    "moe_dispatcher": "alltoall",
+    "moe_a2a_overlap": "off",
     "oversubscription": "1",
     "calibrated": "on",
 }
@@ -84,7 +86,7 @@ a hardware or efficiency figure of the estimate (EstimateRequest.figure_override
 app/domain/estimator/overrides.py); any other ``o.…`` is a CostOverrides path."""
 FIGURE_PREFIX = "o.figure."
 
-BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "calibrated")
+BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_a2a_overlap", "calibrated")
 INT_FIELDS = (
     "gpus",
     "seq_len",

@@ -39,6 +39,12 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "sequence, so their activations are split too."),
     ("offload", "offload", "Optimizer state or parameters kept in host RAM (CPU) or on NVMe instead of GPU memory: "
      "fits bigger models, costs PCIe traffic."),
+    ("MoE dispatcher", "moe-dispatcher", "How a mixture-of-experts layer sends tokens to the GPUs holding their "
+     "experts: alltoall sends one copy per chosen expert; deepep and hybridep (Megatron-Core's flex dispatcher) send "
+     "one copy per destination node over the network and fan out over NVLink there."),
+    ("MoE all-to-all overlap", "moe-a2a-overlap", "Megatron-Core runs one micro-batch's token all-to-alls behind "
+     "another micro-batch's compute (--overlap-moe-expert-parallel-comm); needs ep > 1, interleaving when pp > 1 "
+     "and no full recompute."),
     ("MFU", "mfu", "Model FLOPs utilisation: the model's useful FLOPs per second (6 · active parameters per token plus "
      "attention) over the GPUs' dense BF16 peak. Recomputation does not count."),
     ("HFU", "hfu", "Hardware FLOPs utilisation: like MFU but counting the FLOPs actually executed, recomputation "
@@ -66,6 +72,7 @@ FIELD_TERMS = {
     "ddp": "ddp", "zero1": "zero1 / zero2 / zero3", "zero2": "zero1 / zero2 / zero3", "zero3": "zero1 / zero2 / zero3",
     "fsdp-full": "fsdp-full", "fsdp-grad-op": "fsdp-grad-op", "fsdp-hybrid": "fsdp-hybrid",
     "shard_group_size": "fsdp-hybrid", "megatron-distopt": "megatron-distopt",
+    "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
 }  # fmt: skip
 """Planner form fields and option values → the glossary term their hover title explains."""
 

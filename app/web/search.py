@@ -64,6 +64,7 @@ def search_request(
         "model": r.model, "hf_config": r.hf_config, "gpu": r.gpu, "node": r.node, "fabric": r.fabric,
         "seq_len": r.seq_len, "global_batch": r.global_batch, "tokens": form.tokens, "precision": r.precision,
         "optimizer": r.optimizer, "framework": r.framework, "flash_attention": r.flash_attention,
+        "moe_dispatcher": r.moe_dispatcher, "moe_a2a_overlap": r.moe_a2a_overlap,
         "calibrated": r.calibrated, "objective": opts["objective"], "price_option": opts["price_option"],
         "figure_overrides": r.figure_overrides, "overrides": form.overrides,
     }  # fmt: skip

@@ -200,3 +200,27 @@ def test_global_batch_in_tokens(client) -> None:
     assert pick(in_tokens.text).count("512") >= 1
     bad = client.get("/?" + urlencode({"global_batch": "1000", "batch_unit": "tokens", "seq_len": "8192"}))
     assert bad.status_code == 422 and "not a whole number of 8,192-token sequences" in bad.text
+
+
+def test_moe_dispatch_fields_reach_the_estimate_and_their_refusals_land_on_the_field(client: TestClient) -> None:
+    """DeepSeek-V3 on 256 H100 (32 nodes), EP 32 across four nodes: DeepEP with the all-to-all overlap trains
+    faster than the plain all-to-all; asking torchtitan (fsdp2) for DeepEP is refused on the dispatcher field with
+    the form kept as typed."""
+    base = {**DEFAULTS, "model": "deepseek-v3", "gpus": "256", "tp": "1", "pp": "8", "vpp": "2", "ep": "32",
+            "framework": "megatron", "sharding": "megatron-distopt", "recompute": "selective",
+            "precision": "fp8", "global_batch": "4096", "seq_len": "4096"}  # fmt: skip
+    html = client.get("/").text
+    assert 'name="moe_dispatcher"' in html and 'name="moe_a2a_overlap"' in html
+    plain = parse_planner(base)
+    fast = parse_planner({**base, "moe_dispatcher": "deepep", "moe_a2a_overlap": "on"})
+    assert plain.ok and fast.ok
+    assert (fast.request.moe_dispatcher.value, fast.request.moe_a2a_overlap) == ("deepep", True)
+    ok = client.get("/?" + to_query({**base, "moe_dispatcher": "deepep", "moe_a2a_overlap": "on"}))
+    assert ok.status_code == 200
+    assert '<option value="deepep" selected' in ok.text
+    refused = client.get("/?" + to_query({**base, "framework": "fsdp2", "sharding": "fsdp-full",
+                                          "moe_dispatcher": "deepep"}))  # fmt: skip
+    assert refused.status_code == 422
+    assert "torchtitan 0.3.0 has no DeepEP/HybridEP token dispatcher" in refused.text
+    assert 'name="moe_dispatcher" aria-invalid="true"' in refused.text
+    assert '<option value="deepep" selected' in refused.text
