@@ -21,7 +21,15 @@ from app.domain.catalog import Catalog
 from app.domain.cost.monthly import MonthlyCost
 from app.domain.cost.training import TrainingCost
 from app.domain.estimator.estimate import Assumption, Estimate
-from app.domain.estimator.plan import Framework, MoeDispatcher, Offload, Optimizer, Precision, Recompute, Sharding
+from app.domain.estimator.plan import (
+    Framework,
+    MoeDispatcher,
+    Offload,
+    Optimizer,
+    Precision,
+    Recompute,
+    Sharding,
+)
 from app.domain.estimator.schedule import Schedule, ScheduleError, stage_times_from_rank
 from app.domain.estimator.schedule_sample import ScheduleFigures, sampled_schedule
 from app.domain.export import EXPORT_FORMATS, ExportFormat, PlanDocumentError, export_plan

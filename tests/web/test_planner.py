@@ -202,7 +202,9 @@ def test_global_batch_in_tokens(client) -> None:
     assert bad.status_code == 422 and "not a whole number of 8,192-token sequences" in bad.text
 
 
-def test_moe_dispatch_fields_reach_the_estimate_and_their_refusals_land_on_the_field(client: TestClient) -> None:
+def test_moe_dispatch_fields_reach_the_estimate_and_their_refusals_land_on_the_field(
+    client: TestClient,
+) -> None:
     """DeepSeek-V3 on 256 H100 (32 nodes), EP 32 across four nodes: DeepEP with the all-to-all overlap trains
     faster than the plain all-to-all; asking torchtitan (fsdp2) for DeepEP is refused on the dispatcher field with
     the form kept as typed."""
