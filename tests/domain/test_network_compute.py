@@ -115,3 +115,34 @@ def test_moe_all_to_all_moves_the_ranks_sequence_parallel_shard() -> None:
     comm = plan_comm(SCALAR, model_q(arch, parameter_counts(arch)), plan_q(arch, plan), consts(c, plan))
     size = 4096 / 2 * 2 * 4096 * 2
     assert comm["ep_a2a"] == pytest.approx(size * 4 / 8 / 42.5e9 + 8e-6, rel=1e-6)
+
+
+def test_interleaving_widens_the_window_of_the_distributed_optimizer_collectives() -> None:
+    """Megatron's interleaved 1F1B passes micro-batches in groups of pp: chunk c's gradients are final once the last
+    group's backward has passed it, while that group still runs through the chunks below, so the reduce-scatter
+    hides behind min(m, pp) micro-batches of backward instead of one. Hand-worked: m = 8, pp = 4, vpp = 12 → 4;
+    m = 2, pp = 4 → 2; vpp = 1 → 1 (the stage's gradients are final after its last backward)."""
+    import numpy as np
+
+    from app.domain.estimator.estimate import estimate
+    from app.domain.estimator.evaluate import dp_window_micro_batches
+    from app.domain.estimator.plan import Framework, Precision, Sharding
+    from app.domain.estimator.xp import SCALAR, VECTOR
+
+    assert dp_window_micro_batches(SCALAR, 8, 4, 12) == 4
+    assert dp_window_micro_batches(SCALAR, 2, 4, 12) == 2
+    assert dp_window_micro_batches(SCALAR, 8, 4, 1) == 1
+    assert dp_window_micro_batches(VECTOR, np.array([8, 2, 8]), 4, np.array([12, 12, 1])).tolist() == [
+        4,
+        2,
+        1,
+    ]
+    # GPT-3 175B on 128 B200 (tp 8, pp 4, dp 4 across four nodes, 8 micro-batches): the distributed optimizer's
+    # reduce-scatter and all-gather cross InfiniBand; interleaving hides more of them
+    arch = CATALOG.architecture("gpt3-175b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="b200", gpus=128)
+    base = dict(tp=8, pp=4, dp=4, micro_batch=1, global_batch=32, seq_len=2048, sequence_parallel=True,
+                sharding=Sharding.megatron_distopt, framework=Framework.megatron, precision=Precision.fp8)  # fmt: skip
+    flat = estimate(arch, cluster, Plan(**base, vpp=1))
+    interleaved = estimate(arch, cluster, Plan(**base, vpp=12))
+    assert interleaved.step.dp_exposed_s < 0.9 * flat.step.dp_exposed_s  # equal before the window

@@ -317,6 +317,20 @@ def exposed_dp(xp, comm_s: Num, window_s: Num, units: Num, c: Consts) -> Num:
     )
 
 
+def dp_window_micro_batches(xp, micro_batches: Num, pp: Num, vpp: Num) -> Num:
+    """Micro-batches of backward (forward) compute that a rank's bucketed gradient reduction (parameter gather) can
+    hide behind at the end (start) of a step.
+
+    Without interleaving a stage's gradients are final only after its last micro-batch's backward: one
+    micro-batch. Megatron's interleaved 1F1B runs micro-batches in groups of pp through the model chunks (forward
+    chunk 0 → vpp−1, backward vpp−1 → 0), so chunk c's gradients are final once the last group has passed it
+    backwards, while the group still runs through the chunks below: the last group's backward, min(m, pp)
+    micro-batches, is the window; the next step's first group forward likewise for the parameter all-gather
+    (Megatron-Core's overlap_grad_reduce / overlap_param_gather dispatch per chunk). Example: m = 8, pp = 4,
+    vpp = 12 → 4 micro-batches; vpp = 1 → 1."""
+    return xp.where(vpp > 1, xp.maximum(1, xp.minimum(micro_batches, pp)), 1)
+
+
 def exposed_a2a(xp, a2a_s: Num, compute_s: Num, overlap: Num, c: Consts) -> Num:
     """Seconds of a micro-batch's MoE all-to-alls ``a2a_s`` left on the critical path of one rank.
 
@@ -390,20 +404,21 @@ def rank_time(
     grads_bytes = total_local * c.grad_reduce_b
     # DDP all-reduces the gradients during the last micro-batch's backward; a sharded optimizer (ZeRO-1/2,
     # Megatron's distributed optimizer) reduce-scatters them there and all-gathers the updated parameters during
-    # the next step's first forward.
+    # the next step's first forward. Under an interleaved schedule the window is wider (dp_window_micro_batches).
+    window = dp_window_micro_batches(xp, pq.micro_batches, pq.pp, pq.vpp)
     ddp_dp = xp.where(
         pq.ddp,
         exposed_dp(
-            xp, collective_seconds(xp, Collective.all_reduce, grads_bytes, *comm["dp"]), compute * 2 / 3,
+            xp, collective_seconds(xp, Collective.all_reduce, grads_bytes, *comm["dp"]), window * compute * 2 / 3,
             n_layers, c,
         ),
         exposed_dp(
-            xp, collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"]), compute * 2 / 3,
-            n_layers, c,
+            xp, collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"]),
+            window * compute * 2 / 3, n_layers, c,
         )
         + exposed_dp(
-            xp, collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"]), compute / 3,
-            n_layers, c,
+            xp, collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"]),
+            window * compute / 3, n_layers, c,
         ),
     )  # fmt: skip
     uses_fsdp = xp.logical_and(pq.shards_params, multi_dp)
