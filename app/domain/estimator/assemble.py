@@ -11,6 +11,7 @@ import math
 from app.domain.estimator.activations import framework_style_for
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import head_times, layer_times
+from app.domain.estimator.context_parallel import ring_fixed_seconds, ring_for, ring_merge_bytes
 from app.domain.estimator.evaluate import (
     Consts,
     KeyQ,
@@ -117,6 +118,10 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
     dense = layer_times(arch, "dense", plan, cluster) if arch.n_dense_layers else None
     moe = layer_times(arch, "moe", plan, cluster) if arch.n_moe_layers else None
     head_fwd, head_bwd = head_times(arch, plan, cluster)
+    cp_fwd, cp_bwd = ring_layer_seconds(arch, plan, cluster)
+    # the ring runs again for each recomputed attention forward: full recompute (its share of the layers) and
+    # selective recompute (the attention core); selective-op keeps the attention outputs
+    cp_forwards = 1.0 + (share if full else 1.0 if plan.recompute is Recompute.selective else 0.0)
     zero = 0.0
     return KeyQ(
         saved_dense=saved("dense"),
@@ -133,8 +138,23 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
         rec_dense=rec * dense.recompute_s if dense else zero, attn_dense=dense.attention_fwd_s if dense else zero,
         fwd_moe=moe.fwd_s if moe else zero, bwd_moe=moe.bwd_s if moe else zero,
         rec_moe=rec * moe.recompute_s if moe else zero, attn_moe=moe.attention_fwd_s if moe else zero,
-        head_fwd=head_fwd, head_bwd=head_bwd,
+        head_fwd=head_fwd, head_bwd=head_bwd, cp_fwd=cp_fwd, cp_bwd=cp_bwd, cp_forwards=cp_forwards,
     )  # fmt: skip
+
+
+def ring_layer_seconds(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float, float]:
+    """(forward, backward) seconds of one layer's ring-attention merges and extra attention kernels on one rank
+    (:func:`app.domain.estimator.context_parallel.ring_merge_bytes`, :func:`ring_fixed_seconds`); 0 without CP."""
+    if plan.cp <= 1:
+        return 0.0, 0.0
+    rows = plan.micro_batch * plan.seq_len / plan.cp / plan.tp  # the rank's tokens; widths below are ÷ tp
+    q = rows * arch.n_heads * arch.qk_head_dim
+    out = rows * arch.n_heads * arch.value_head_dim
+    kv = rows * arch.n_kv_heads * (arch.qk_head_dim + arch.value_head_dim)
+    fwd_b, bwd_b = ring_merge_bytes(plan.cp, q, out, kv, ring_for(plan.framework.value))
+    hbm = cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency
+    overhead = cluster.efficiency.gemm_overhead_us * 1e-6
+    return tuple(ring_fixed_seconds(plan.cp, b, hbm, overhead) for b in (fwd_b, bwd_b))  # type: ignore[return-value]
 
 
 def consts(cluster: Cluster, plan: Plan) -> Consts:
@@ -142,6 +162,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
     rt = cluster.runtime
     stack = cluster.stack(plan.framework.value)
     up, out, hop_up, hop_out = link_speeds(cluster)
+    ring = ring_for(plan.framework.value)
     return Consts(
         weights_b=per.weights, grads_b=per.grads, master_b=per.master, optimizer_b=per.optimizer,
         grad_reduce_b=per.grad_reduce, work_b=4.0 if plan.precision is Precision.fp32 else 2.0,
@@ -154,7 +175,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         host_link_bytes_per_s=rt.host_link_gb_per_s(cluster.accelerator.pcie_generation) * 1e9,
         cpu_optimizer_bytes_per_s=rt.cpu_optimizer_gb_per_s * 1e9, nvme_bytes_per_s=rt.nvme_gb_per_s * 1e9,
         tp_overlap=stack.tp_overlap, ep_overlap=stack.ep_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
-        straggler_cv=cluster.scale.straggler_cv,
+        straggler_cv=cluster.scale.straggler_cv, cp_all_gather=ring.kv_all_gather, cp_dkv_ratio=ring.dkv_wire_ratio,
     )  # fmt: skip
 
 

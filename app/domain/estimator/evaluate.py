@@ -19,6 +19,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from app.domain.estimator.context_parallel import (
+    ATTENTION_BACKWARD_RATIO,
+    te_ring_exposed_s,
+    torch_ring_exposed_s,
+)
 from app.domain.estimator.network import (
     Collective,
     all_to_all_seconds,
@@ -111,6 +116,9 @@ class KeyQ:
     attn_moe: Num
     head_fwd: Num
     head_bwd: Num
+    cp_fwd: Num = 0.0  # ring attention: merges + per-step kernels, one layer's forward (context_parallel)
+    cp_bwd: Num = 0.0  # the same for its backward
+    cp_forwards: Num = 1.0  # forward passes of the ring per layer: 1 + the recomputed share of the attention
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +153,8 @@ class Consts:
     dp_overlap: float = 1.0  # the stack's fraction of overlappable DP/FSDP traffic actually hidden
     comm_slowdown: float = 0.0  # compute stretched by this fraction of the communication it hides
     straggler_cv: float = 0.0  # per-rank step jitter: a synchronous step waits ≈ cv·√(2 ln N) longer
+    cp_all_gather: bool = False  # the stack's ring all-gathers K/V (PyTorch), not p2p sends (TE)
+    cp_dkv_ratio: float = 1.0  # dK/dV bytes on the ring's wire per K/V byte
 
 
 def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, Num]:
@@ -266,8 +276,14 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     tp_group = _group(xp, pq.tp, 1, c)
     n_ar = 4 + 2 * pq.recompute_full
     tp_layer = n_ar * collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
+    # Context parallelism: one rank's K and V block (the ring's unit of transfer), sent to one peer per step; the
+    # running dK/dV travels with it in the backward (context_parallel.py)
     kv_bytes = 2 * tokens * mq.kv_dim / pq.tp * c.act_b
-    cp_hop = collective_seconds(xp, Collective.p2p, kv_bytes, *_group(xp, pq.cp, pq.tp, c, ring=False))
+    cp_send = _group(xp, pq.cp, pq.tp, c, ring=False)
+    cp_kv = collective_seconds(xp, Collective.p2p, kv_bytes, *cp_send)
+    cp_dkv = collective_seconds(xp, Collective.p2p, c.cp_dkv_ratio * kv_bytes, *cp_send)
+    cp_kv_dkv = collective_seconds(xp, Collective.p2p, (1 + c.cp_dkv_ratio) * kv_bytes, *cp_send)
+    cp_gather = collective_seconds(xp, Collective.all_gather, pq.cp * kv_bytes, *_group(xp, pq.cp, pq.tp, c))
     ep_n, ep_per_domain, ep_nodes, _, ep_hop = _group(xp, pq.ep, pq.tp, c)
     # Each rank dispatches the tokens it holds: under sequence parallelism (which Megatron-Core requires for MoE
     # with TP > 1) that is its 1/tp shard of the micro-batch; the expert outputs are gathered back over TP (NVLink).
@@ -290,7 +306,10 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     )
     return {
         "tp_layer": tp_layer,
-        "cp_hop": cp_hop,
+        "cp_kv": cp_kv,
+        "cp_dkv": cp_dkv,
+        "cp_kv_dkv": cp_kv_dkv,
+        "cp_gather": cp_gather,
         "ep_a2a": ep_a2a,
         "pp_p2p": xp.where(pq.pp > 1, 2 * (pq.micro_batches * pq.vpp + pq.pp - 1) * pp_hop, 0),
         "dp": _group(xp, pq.dp * pq.cp, pq.tp, c),
@@ -360,12 +379,22 @@ def rank_time(
     # Hidden communication still costs: compute that shares the GPU with NCCL kernels runs slower (they take
     # SMs and HBM bandwidth), by comm_slowdown × the hidden time; counted with the exposed part.
     tp_s = tp_total * (1 - c.tp_overlap) + c.comm_slowdown * c.tp_overlap * tp_total
-    ring = (pq.cp - 1) * comm["cp_hop"]
 
-    def cp_exposed(attn: Num) -> Num:
-        return xp.maximum(0.0, ring - attn) + xp.maximum(0.0, 2 * ring - 2 * attn)
+    def cp_layer(attn: Num) -> Num:
+        """One layer's ring-attention cost beyond its attention (context_parallel.py): the transfers no ring step
+        hides, the slowdown of the attention beside the hidden ones, the merges and per-step kernels."""
+        fwd_step = attn / pq.cp
+        bwd_step = ATTENTION_BACKWARD_RATIO * fwd_step
+        if c.cp_all_gather:
+            exposed, hidden = torch_ring_exposed_s(
+                xp, pq.cp, comm["cp_gather"], comm["cp_dkv"], fwd_step, bwd_step, kq.cp_forwards
+            )
+        else:
+            sends = (comm["cp_kv"], comm["cp_kv_dkv"], comm["cp_dkv"])
+            exposed, hidden = te_ring_exposed_s(xp, pq.cp, *sends, fwd_step, bwd_step, kq.cp_forwards)
+        return exposed + c.comm_slowdown * hidden + kq.cp_forwards * kq.cp_fwd + kq.cp_bwd
 
-    cp_s = xp.where(pq.cp > 1, rq.n_dense * cp_exposed(kq.attn_dense) + rq.n_moe * cp_exposed(kq.attn_moe), 0)
+    cp_s = xp.where(pq.cp > 1, rq.n_dense * cp_layer(kq.attn_dense) + rq.n_moe * cp_layer(kq.attn_moe), 0)
     ep_total = rq.n_moe * comm["ep_a2a"] * (4 + 2 * pq.recompute_full)
     mb_compute = compute + recompute
     ep_s = exposed_a2a(xp, ep_total, mb_compute, pq.ep_a2a_overlap, c)

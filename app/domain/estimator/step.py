@@ -7,8 +7,9 @@
     t_mb = max over pipeline ranks of (forward + backward + recompute
                                        + exposed TP, CP, EP and FSDP communication of one micro-batch)
 
-Overlap rules: TP and EP collectives are on the critical path (no TP/EP overlap assumed); CP ring exchange
-overlaps the attention it feeds; FSDP/ZeRO-3 gathers and reduce-scatters overlap the micro-batch's compute
+Overlap rules: TP and EP collectives are on the critical path except the stack's overlapped share; each CP ring
+transfer overlaps one ring step's attention (1/cp of the layer's) and the rest is exposed, with the ring's merges
+and per-step kernels (context_parallel.py); FSDP/ZeRO-3 gathers and reduce-scatters overlap the micro-batch's compute
 except the first unit's gather; DDP/ZeRO-1/2 and Megatron gradient reduction overlaps the last
 micro-batch's backward except the last bucket.
 """
@@ -47,7 +48,10 @@ class StepTime(Frozen):
     compute_s: float = Field(description="forward + backward over the step on the slowest stage")
     recompute_s: float
     tp_exposed_s: float
-    cp_exposed_s: float
+    cp_exposed_s: float = Field(
+        description="context parallelism's ring attention beyond the attention itself: transfers no ring step hides, "
+        "merges of the partial results and the per-step kernels"
+    )
     ep_exposed_s: float
     fsdp_exposed_s: float
     pp_p2p_s: float
