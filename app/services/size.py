@@ -33,7 +33,6 @@ from app.domain.estimator.plan import Offload, Plan, Sharding
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
 from app.domain.reliability.report import reliability_report
-from app.domain.search.engine import check_space
 from app.domain.search.fastest import FastestPlanFinder
 from app.domain.search.sizing import (
     REASON_BUDGET,
@@ -56,7 +55,7 @@ from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, Stric
 from app.services.documents import plan_document_from_request
 from app.services.errors import InputError
 from app.services.errors import field_error as _error
-from app.services.search import SearchBudget, SearchBusy, run_search, search_spec, too_large
+from app.services.search import SearchBudget, SearchBusy, run_search, search_spec
 
 DEFAULT_OPTIONS = (
     CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr, CostOption.spot,
@@ -328,7 +327,8 @@ def run_size(
     prune: bool = True,
 ) -> SizeResult:
     """The sizing search. ``progress`` is called as the bounds are computed, after each (node, size) is settled
-    and at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds each size's plan space; ``budget`` bounds the
+    and at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds the plans evaluated on each size (the
+    fastest-plan search's chunks; its grid may be larger: the bounds leave most of it unevaluated); ``budget`` bounds the
     wall time of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once. ``prune=False``
     searches every pair with the planner's exhaustive search (:func:`run_search`), no bound applied: the
     reference the tests compare the pruned search with."""
@@ -423,6 +423,30 @@ def run_size(
                 pairs.append(pair)
     pairs.sort(key=lambda p: p.key)
 
+    def _fastest_within_limits(
+        pair: _Pair, cluster: Cluster, should_stop: Callable[[], bool] | None, dominance: bool
+    ) -> Candidate | None | _Dominated:
+        """The fastest-plan search of one pair (``fastest`` below); SearchTooLarge past the limits."""
+        node, gpus = pair.node, pair.gpus
+        if dominance:
+            tps = finder.upper_tokens_per_s(cluster, gpus, batch)
+            pair.tps_bound = min(pair.tps_bound, tps) if tps > 0 else pair.tps_bound
+            gpn = node.accelerators_per_node
+            if tps > 0 and all(
+                frontier.beats(wall_h / 24, usd)
+                for wall_h, usd, _ in (
+                    money(o, gpus, gpn, request.tokens, tps, g) for o, g, _, _ in pair.live
+                )
+            ):
+                return DOMINATED
+        found = finder.find(cluster, gpus, batch, should_stop=should_stop)
+        stats["broken"] += found.bound_broken  # the bounds are unsafe: what they dropped is searched
+        stats["valid"] += found.valid_plans
+        stats["evaluated"] += found.evaluated_plans
+        stats["considered"] += found.grid_points
+        stats["plan_bound_broken"] += found.bound_broken
+        return found.candidate
+
     def fastest(
         pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool
     ) -> Candidate | None | str:
@@ -442,27 +466,9 @@ def run_size(
             return next((c for c in found.best_by_gpus if c.gpus == gpus), None)
         cluster = clusters[node.slug].model_copy(update={"gpus": gpus})
         try:
-            check_space(arch, {gpus: cluster}, spec.model_copy(update={"gpus": (gpus,)}))
-        except SearchTooLarge as exc:
-            return str(too_large(exc))
-        if dominance:
-            tps = finder.upper_tokens_per_s(cluster, gpus, batch)
-            pair.tps_bound = min(pair.tps_bound, tps) if tps > 0 else pair.tps_bound
-            gpn = node.accelerators_per_node
-            if tps > 0 and all(
-                frontier.beats(wall_h / 24, usd)
-                for wall_h, usd, _ in (
-                    money(o, gpus, gpn, request.tokens, tps, g) for o, g, _, _ in pair.live
-                )
-            ):
-                return DOMINATED
-        found = finder.find(cluster, gpus, batch, should_stop=should_stop)
-        stats["broken"] += found.bound_broken  # the bounds are unsafe: what they dropped is searched
-        stats["valid"] += found.valid_plans
-        stats["evaluated"] += found.evaluated_plans
-        stats["considered"] += found.grid_points
-        stats["plan_bound_broken"] += found.bound_broken
-        return found.candidate
+            return _fastest_within_limits(pair, cluster, should_stop, dominance)
+        except SearchTooLarge as exc:  # the plans to evaluate (not the grid) exceed CAPPLAN_SEARCH_MAX_PLANS
+            return str(exc)
 
     def search_pair(pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool = False) -> bool:
         """Search the pair and price its plan under each offer; False when it turned out dominated (unsearched)."""

@@ -4,6 +4,7 @@ memory and dominance bounds) returns what the exhaustive one does."""
 
 from __future__ import annotations
 
+import math
 import random
 from collections import Counter
 
@@ -12,14 +13,18 @@ import pytest
 from app.domain.cost.selfbuild import self_build_inputs, self_build_tco
 from app.domain.estimator.assemble import key_q
 from app.domain.estimator.calibration import apply_calibration
+from app.domain.estimator.compute import model_flops_per_token
 from app.domain.estimator.estimate import build_cluster
 from app.domain.estimator.memory import host_capacity_bytes
 from app.domain.estimator.plan import Plan, Recompute, Sharding
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import HOURS_PER_MONTH
+from app.domain.search import fastest
+from app.domain.search.fastest import FastestPlanFinder
 from app.domain.search.sizing import (
     REASON_DEADLINE,
     REASON_DOMINATED,
+    REASON_NOT_SEARCHED,
     Frontier,
     Offer,
     SizedPlan,
@@ -30,10 +35,12 @@ from app.domain.search.sizing import (
     speed_bound,
     state_fits_bound,
 )
-from app.domain.search.spec import Candidate
+from app.domain.search.space import _axes
+from app.domain.search.spec import Candidate, SearchTooLarge
 from app.schemas import PlanSearchRequest
-from app.services.search import run_search
+from app.services.search import run_search, search_spec
 from app.services.size import BOUND_READS, SizeRequest, SizingProgress, run_size
+from app.settings import Settings
 
 PLAN = Plan(tp=8, pp=1, dp=8, global_batch=64, seq_len=8192)
 
@@ -295,3 +302,60 @@ def test_each_node_is_searched_on_its_own_fabric(catalog) -> None:
                            global_batch=2048, seq_len=8192, top_k=1, calibrated=False), max_plans=10**9)  # fmt: skip
         assert speed[node] == found.best_by_gpus[0].tokens_per_s
     assert speed["dgx-h100"] != speed["p5.48xlarge"]
+
+
+GB200_SLICE = dict(model="deepseek-v3", tokens=14.8e12, accelerators=["gb200"], options=["self-build"],
+                   gpus_range="144:1152")  # fmt: skip
+
+
+def test_gb200_sizes_above_one_rack_are_searched_under_the_server_limit(catalog) -> None:
+    """CAPPLAN_SEARCH_MAX_PLANS bounds the plans the sizing evaluates, not the grid it lays out: DeepSeek-V3 on
+    GB200 NVL72 at 144-1,152 GPUs has 2.4-3 M grid points a size (over the 2 M default) but the bounds leave about
+    a thousand to evaluate, so every size is searched, and each row is the fastest plan of the whole space."""
+    limit = Settings.model_fields["search_max_plans"].default
+    result = run_size(catalog, SizeRequest(**GB200_SLICE), max_plans=limit)
+    assert REASON_NOT_SEARCHED not in result.lost and not any("not searched" in n for n in result.notes)
+    assert sorted(r.gpus for r in result.ranked) == [144, 288, 576, 1152]
+    assert result.searched["grid_points"] > 4 * limit  # every size's grid is over the limit
+    # each row is the exhaustive evaluation's winner on that size
+    arch = catalog.architecture("deepseek-v3")
+    spec = search_spec(PlanSearchRequest(model="deepseek-v3", gpu="gb200", gpus=1, global_batch=2048,
+                                         seq_len=8192, top_k=1), [1], max_plans=10**9)  # fmt: skip
+    flops = model_flops_per_token(arch, 8192, parameter_counts(arch).matmul_weights_active).total
+    finder = FastestPlanFinder(arch, spec, flops)
+    for r in result.ranked:
+        cluster = _cluster(catalog, "gb200-nvl72", r.gpus)
+        best = finder.find(cluster, r.gpus, 2048, exhaustive=True).candidate
+        assert (r.tokens_per_s, r.plan["tp"], r.plan["pp"], r.plan["ep"]) == (
+            best.tokens_per_s,
+            best.plan.tp,
+            best.plan.pp,
+            best.plan.ep,
+        )
+
+
+def test_the_limit_counts_evaluated_plans_and_names_itself(catalog) -> None:
+    """A limit below the grid (3,000 against 2.4 M points) still searches every size; one below the plans the
+    bounds leave (200) lists the sizes as not searched, naming the setting."""
+    roomy = run_size(catalog, SizeRequest(**GB200_SLICE), max_plans=3000)
+    assert roomy.searched["sizes_searched"] == 4 and REASON_NOT_SEARCHED not in roomy.lost
+    tight = run_size(catalog, SizeRequest(**GB200_SLICE), max_plans=200)
+    assert tight.lost[REASON_NOT_SEARCHED] == 4 and not tight.ranked
+    assert sum("CAPPLAN_SEARCH_MAX_PLANS" in n and "not searched" in n for n in tight.notes) == 4
+
+
+def test_the_layout_guard_holds_the_catalogs_largest_grids(catalog, monkeypatch) -> None:
+    """The grid laid out per size stays under MAX_LAYOUT for the catalog's largest space (DeepSeek-V3's 58 experts
+    on a 72-GPU NVLink domain) at the sizes with the most divisors up to 1,048,576 GPUs; a grid over it is refused
+    before anything is allocated."""
+    arch = catalog.architecture("deepseek-v3")
+    spec = search_spec(PlanSearchRequest(model="deepseek-v3", gpu="gb200", gpus=1, global_batch=2048,
+                                         seq_len=8192, top_k=1), [1], max_plans=10**9)  # fmt: skip
+    finder = FastestPlanFinder(arch, spec, 1.0)
+    for gpus in (65_520, 665_280, 720_720):
+        axes = _axes(arch, _cluster(catalog, "gb200-nvl72", gpus), spec, gpus)
+        triples = sum(gpus % (t * c * p) == 0 for t in axes["tp"] for c in axes["cp"] for p in axes["pp"])
+        assert triples * math.prod(len(axes[k]) for k in fastest.REST) < fastest.MAX_LAYOUT / 4
+    monkeypatch.setattr(fastest, "MAX_LAYOUT", 1000)
+    with pytest.raises(SearchTooLarge, match="points to lay out"):
+        finder.find(_cluster(catalog, "gb200-nvl72", 144), 144, 2048)

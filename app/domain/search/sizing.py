@@ -41,7 +41,7 @@ REASON_MEMORY = "no plan fits in memory"
 REASON_NO_PRICE = "no price for this option"
 REASON_DEADLINE = "misses the deadline"
 REASON_BUDGET = "over budget"
-REASON_NOT_SEARCHED = "space over CAPPLAN_SEARCH_MAX_PLANS (not searched)"
+REASON_NOT_SEARCHED = "more plans to evaluate than CAPPLAN_SEARCH_MAX_PLANS (not searched)"
 REASON_DOMINATED = "beaten by a found plan even at its best possible speed (not searched)"
 
 
