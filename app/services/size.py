@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from app.domain.catalog import Catalog
 from app.domain.cost.gpu_hour import usd_per_gpu_hour
@@ -51,7 +51,7 @@ from app.domain.search.sizing import (
     state_fits_bound,
 )
 from app.domain.search.spec import OFFLOADS_BY_FRAMEWORK, Candidate, SearchCancelled, SearchTooLarge
-from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, StrictNumbers
+from app.schemas import EstimateRequest, GpusRange, PlanSearchRequest, StrictNumbers, parse_range
 from app.services.documents import plan_document_from_request
 from app.services.errors import InputError
 from app.services.errors import field_error as _error
@@ -62,7 +62,6 @@ DEFAULT_OPTIONS = (
     CostOption.capacity_block, CostOption.self_build,
 )  # fmt: skip
 DEFAULT_GPUS_RANGE = "8:65536"
-MAX_GPUS = 1 << 20  # the largest end of gpus_range
 # What the speed bound's per-rank compute terms read of a cluster besides its NVLink domain (tested).
 BOUND_READS = {"accelerator", "efficiency", "scale", "stacks", "power_limit_w"}
 
@@ -73,26 +72,18 @@ class SizeRequest(StrictNumbers):
     ends), every plan and every pricing option."""
 
     model: str = Field(max_length=64)
-    tokens: float = Field(gt=0, le=1e16, allow_inf_nan=False, description="tokens to train")
-    deadline_days: float | None = Field(default=None, gt=0, le=3650, allow_inf_nan=False)
-    budget_usd: float | None = Field(default=None, gt=0, le=1e12, allow_inf_nan=False)
+    tokens: float = Field(gt=0, le=1e16, description="tokens to train")  # finite: StrictNumbers
+    deadline_days: float | None = Field(default=None, gt=0, le=3650)
+    budget_usd: float | None = Field(default=None, gt=0, le=1e12)
     accelerators: list[str] | None = Field(
         default=None, max_length=32, description="default: the whole catalog"
     )
     options: list[CostOption] | None = Field(default=None, max_length=len(CostOption))
-    gpus_range: str = Field(default=DEFAULT_GPUS_RANGE, pattern=RANGE_PATTERN, description="'A:B' GPUs")
+    gpus_range: GpusRange = Field(default=DEFAULT_GPUS_RANGE, description="'A:B' GPUs")
     seq_len: int = Field(default=8192, ge=128, le=1_048_576)
     global_batch_tokens: int = Field(default=16_777_216, ge=1024, le=1 << 30, description="tokens per step")
     top_k: int = Field(default=20, ge=1, le=200)
     calibrated: bool = True
-
-    @field_validator("gpus_range")
-    @classmethod
-    def _range(cls, text: str) -> str:
-        ends = [float(x) for x in text.split(":")]
-        if not all(math.isfinite(x) and x <= MAX_GPUS for x in ends):
-            raise ValueError(f"the ends of the range must be at most {MAX_GPUS:,} GPUs")
-        return text
 
     @model_validator(mode="after")
     def _batch(self) -> SizeRequest:
@@ -209,7 +200,7 @@ def offers_by_node(
 
 
 def _sizes(request: SizeRequest, gpus_per_node: int) -> list[int]:
-    low, high = sorted(float(x) for x in request.gpus_range.split(":"))
+    low, high = parse_range(request.gpus_range)
     nodes = range(max(1, math.ceil(low / gpus_per_node)), int(high // gpus_per_node) + 1)
     if not nodes:
         return []

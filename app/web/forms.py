@@ -300,7 +300,9 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
         out.overrides = CostOverrides.model_validate(overrides)
     except ValidationError as exc:
         for e in exc.errors():
-            out.errors["o." + ".".join(str(p) for p in e["loc"])] = e["msg"]
+            out.errors["o." + ".".join(str(p) for p in e["loc"])] = str(e["msg"]).removeprefix(
+                "Value error, "
+            )
     if out.errors:
         return out
     try:
@@ -308,7 +310,9 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
     except ValidationError as exc:
         for e in exc.errors():
             key = str(e["loc"][0]) if e["loc"] else "model"
-            out.errors.setdefault(key if key in DEFAULTS else "model", e["msg"])
+            out.errors.setdefault(
+                key if key in DEFAULTS else "model", str(e["msg"]).removeprefix("Value error, ")
+            )
     return out
 
 

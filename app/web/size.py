@@ -78,7 +78,10 @@ def size_request(values: dict[str, str]) -> tuple[SizeRequest | None, dict[str, 
     try:
         return SizeRequest.model_validate(body), {}
     except ValidationError as exc:
-        return None, {str(e["loc"][0]) if e["loc"] else "model": e["msg"] for e in exc.errors()}
+        return None, {
+            str(e["loc"][0]) if e["loc"] else "model": str(e["msg"]).removeprefix("Value error, ")
+            for e in exc.errors()
+        }
 
 
 def pareto_chart(result: SizeResult) -> dict[str, Any]:
