@@ -86,3 +86,25 @@ def test_a_background_run_refuses_bad_input_at_once_and_says_why_one_failed(clie
     client.app.state.sizing_jobs = SizingJobs(max_running=0)
     busy = client.post("/api/v1/size/jobs", json=BASE)
     assert busy.status_code == 503 and busy.headers["Retry-After"]
+
+
+def test_size_ranks_on_cash_and_reads_the_region_and_the_day(client: TestClient) -> None:
+    amortised = client.post("/api/v1/size", json={**BASE, "options": ["on-demand", "commit-1yr"]}).json()
+    cash = client.post(
+        "/api/v1/size", json={**BASE, "options": ["on-demand", "commit-1yr"], "basis": "cash"}
+    ).json()
+    assert amortised["ranked_on"] == "amortised" and cash["ranked_on"] == "cash"
+    assert amortised["ranked"][0]["option"] == "commit-1yr"  # the used part of the year is cheaper per hour
+    assert cash["ranked"][0]["option"] == "on-demand"  # but the whole year is paid out
+    west = client.post("/api/v1/size", json={**BASE, "region": "us-west-1"}).json()
+    od = {r["gpus"]: r for r in west["ranked"] if (r["vendor"], r["option"]) == ("aws", "on-demand")}
+    home = {
+        r["gpus"]: r
+        for r in client.post("/api/v1/size", json=BASE).json()["ranked"]
+        if (r["vendor"], r["option"]) == ("aws", "on-demand")
+    }
+    assert od and all(od[g]["usd_amortised"] > home[g]["usd_amortised"] for g in od)
+    for bad, field in (({"region": "mars-1"}, "region"), ({"basis": "vibes"}, "basis"),
+                       ({"runs": 2, "use_after_run_years": 1}, "not both"), ({"prices_as_of": "soon"}, "prices_as_of")):  # fmt: skip
+        response = client.post("/api/v1/size", json={**BASE, **bad})
+        assert response.status_code == 422 and field in response.text, (bad, response.text)
