@@ -376,6 +376,12 @@ def _nothing(
             f"nothing meets the deadline of {deadline_days:g} days: even at full peak FLOPs no accelerator and "
             "cluster size in the range trains the tokens in time; give more days, fewer tokens or a larger range"
         )
+    if fastest is None and budget_usd is not None and lost.get(REASON_BUDGET):
+        return (
+            f"nothing fits the budget of ${budget_usd:,.0f} ({basis}): even at full peak FLOPs no accelerator, "
+            "cluster size and option in the range trains the tokens for that much; give a larger budget, fewer "
+            "tokens or more options"
+        )
     if fastest is None:
         reason = lost.most_common(1)[0][0] if lost else "nothing to search"
         return f"no accelerator, cluster size and option can run this model: {reason}"
