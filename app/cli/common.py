@@ -39,7 +39,8 @@ def fail_validation(exc: ValidationError) -> None:
     """Every field the request model refused, as ``error: --field: reason`` lines; exit code 2."""
     for err in exc.errors():
         field = ".".join(str(p) for p in err["loc"]) or "input"
-        typer.echo(f"error: --{field.replace('_', '-')}: {err['msg']}", err=True)
+        message = str(err["msg"]).removeprefix("Value error, ")
+        typer.echo(f"error: --{field.replace('_', '-')}: {message}", err=True)
     raise typer.Exit(code=2)
 
 

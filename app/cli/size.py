@@ -73,9 +73,10 @@ def print_size(result) -> None:
                 f"{r.mfu:.1%}", f"{r.headroom_gib:.1f} GiB",
             )))  # fmt: skip
     if result.pareto:
-        echo(f"\nPareto front, days vs amortised $ ({len(result.pareto)} points, whole catalog):")
+        echo(f"\nPareto front, days vs {result.ranked_on} $ ({len(result.pareto)} points, whole catalog):")
         for r in result.pareto:
-            echo(f"  {r.days:8,.1f} days  ${r.usd_amortised:>16,.0f}  {r.gpus:>6,} × {r.accelerator} "
+            usd = r.usd_cash if result.ranked_on == "cash" else r.usd_amortised
+            echo(f"  {r.days:8,.1f} days  ${usd:>16,.0f}  {r.gpus:>6,} × {r.accelerator} "
                  f"({r.offer}, {r.option})")  # fmt: skip
     if result.lost:
         echo("lost: " + "; ".join(f"{reason}: {n:,}" for reason, n in result.lost.items()))
@@ -88,7 +89,7 @@ def size_command(
     deadline_days: Annotated[
         float | None, typer.Option(help="train the tokens within this many days")
     ] = None,
-    budget_usd: Annotated[float | None, typer.Option(help="spend at most this much (amortised $)")] = None,
+    budget_usd: Annotated[float | None, typer.Option(help="spend at most this much ($ on --basis)")] = None,
     accelerators: Annotated[
         str | None, typer.Option(help="e.g. h100-sxm,b200 (default: whole catalog)")
     ] = None,
@@ -102,6 +103,20 @@ def size_command(
     seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
     global_batch_tokens: Annotated[int, typer.Option(help="tokens per step")] = 16_777_216,
     top: Annotated[int, typer.Option(help="how many ranked rows")] = 20,
+    basis: Annotated[
+        str, typer.Option(help="rank, budget and front on amortised $ (the run's share) or cash $ (paid out)")
+    ] = "amortised",
+    region: Annotated[str | None, typer.Option(help="AWS region whose prices to use, e.g. us-west-2")] = None,
+    prices_as_of: Annotated[
+        str | None, typer.Option(help="prices in force that day, YYYY-MM-DD (default: current)")
+    ] = None,
+    use_after_run_years: Annotated[
+        float | None, typer.Option(help="self-build: years the cluster keeps working after this run")
+    ] = None,
+    runs: Annotated[
+        int | None,
+        typer.Option(help="self-build: runs of this length it serves in all (or --use-after-run-years)"),
+    ] = None,
     calibration: Annotated[bool, typer.Option("--calibration/--no-calibration")] = True,
     output: Annotated[
         Path | None, typer.Option(help="write the winner's plan document (capplan.plan/v1) here")
@@ -126,7 +141,8 @@ def size_command(
             model=model, tokens=tokens, deadline_days=deadline_days, budget_usd=budget_usd,
             accelerators=[a.strip() for a in accelerators.split(",") if a.strip()] if accelerators else None,
             options=enum_list(options, CostOption, "--options"), gpus_range=gpus_range, seq_len=seq_len,
-            global_batch_tokens=global_batch_tokens, top_k=top, calibrated=calibration,
+            global_batch_tokens=global_batch_tokens, top_k=top, calibrated=calibration, basis=basis,
+            region=region, prices_as_of=prices_as_of, use_after_run_years=use_after_run_years, runs=runs,
         )  # fmt: skip
     except ValidationError as exc:
         fail_validation(exc)

@@ -35,12 +35,16 @@ if TYPE_CHECKING:
     from app.schemas.errors import ErrorItem, ErrorOut, ValidationErrorOut
     from app.schemas.plan_export import PlanExportBody
     from app.schemas.requests import (
+        MAX_GPUS,
         RANGE_PATTERN,
         CostRequest,
         EstimateRequest,
         FigureOverrides,
+        GpusRange,
         MonthlyCostRequest,
         PlanSearchRequest,
+        TokensRange,
+        parse_range,
     )
     from app.schemas.scenarios import ScenarioConflictOut, ScenarioCreate, ScenarioOut, ScenarioUpdate
 
@@ -60,6 +64,10 @@ _HOME = {
     "MonthlyCostRequest": "requests",
     "PlanSearchRequest": "requests",
     "RANGE_PATTERN": "requests",
+    "MAX_GPUS": "requests",
+    "GpusRange": "requests",
+    "TokensRange": "requests",
+    "parse_range": "requests",
     "PlanExportBody": "plan_export",
     "BENCH_SCHEMA": "benchmarks",
     "BenchmarkIngestOut": "benchmarks",
@@ -94,8 +102,10 @@ __all__ = [
     "ErrorOut",
     "EstimateRequest",
     "FigureOverrides",
+    "GpusRange",
     "HfConfig",
     "JSON_MAX_DEPTH",
+    "MAX_GPUS",
     "METRIC_PATTERN",
     "MonthlyCostRequest",
     "NoNul",
@@ -108,8 +118,10 @@ __all__ = [
     "ScenarioUpdate",
     "ShippedRunSummary",
     "StrictNumbers",
+    "TokensRange",
     "ValidationErrorOut",
     "load_json_text",
+    "parse_range",
     "relative_error",
 ]
 

@@ -7,7 +7,7 @@ import json
 from types import UnionType
 from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, model_validator
 
 from app.domain.model.hf_config import ArchitectureImportError, check_hf_config_bounds
 
@@ -90,7 +90,11 @@ def _bool_paths(annotation: Any, value: Any, path: tuple[str, ...]) -> list[tupl
 
 
 class StrictNumbers(BaseModel):
-    """Base of request models: a boolean where a number is expected is an error naming the field."""
+    """Base of request models: a boolean where a number is expected is an error naming the field, and so is a
+    number that is not finite (NaN, ±inf, or a literal such as 1e400 that overflows to inf): "must be finite",
+    never the bound it happens to fail ("must be ≤ 1e16")."""
+
+    model_config = ConfigDict(allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -4,9 +4,10 @@ command line's options (app/cli/options.py generates them from these fields)."""
 from __future__ import annotations
 
 import math
+import re
 from typing import Annotated
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from app.domain.cost.inputs import CostOption, CostOverrides
 from app.domain.estimator.plan import (
@@ -173,6 +174,59 @@ class MonthlyCostRequest(StrictNumbers):
 # Plan search (issue 4): `POST /api/v1/plans/search`, `capplan plan`.
 
 RANGE_PATTERN = r"^\s*\d+(\.\d+)?([eE]\d+)?\s*:\s*\d+(\.\d+)?([eE]\d+)?\s*$"
+MAX_GPUS = 1_048_576  # the largest GPU count (or range end) any request takes
+# the largest end of a global-batch range: 16,777,216 sequences of 4,194,304 tokens
+MAX_BATCH_TOKENS = 1 << 46
+
+
+def parse_range(text: str) -> tuple[float, float]:
+    """The two ends of an 'A:B' range that passed :data:`RANGE_PATTERN` and the range checks, low first."""
+    low, high = (float(part) for part in text.split(":"))
+    return low, high
+
+
+def _range_shape(example: str) -> BeforeValidator:
+    def check(value: object) -> object:
+        """Refuse what is not 'A:B' with a message a person reads (the pattern's own error shows the regex)."""
+        if isinstance(value, str) and not re.match(RANGE_PATTERN, value):
+            shown = value if len(value) <= 40 else value[:40] + "…"
+            raise ValueError(
+                f"must be a range 'A:B' of two non-negative numbers, e.g. {example}, got {shown!r}"
+            )
+        return value
+
+    return BeforeValidator(check)
+
+
+def _range_ends(unit: str, largest: float) -> AfterValidator:
+    def check(text: str) -> str:
+        low, high = parse_range(text)
+        if not (math.isfinite(low) and math.isfinite(high)) or max(low, high) > largest:
+            raise ValueError(
+                f"the ends of the range must be at most {largest:,.0f} {unit}, got {text.strip()!r}"
+            )
+        if low > high:
+            raise ValueError(f"the start ({low:g}) is above the end ({high:g}): write {high:g}:{low:g}")
+        if high < 1:
+            raise ValueError(
+                f"the end of the range must be at least 1 {unit.rstrip('s')}, got {text.strip()!r}"
+            )
+        return text
+
+    return AfterValidator(check)
+
+
+GpusRange = Annotated[
+    str,
+    Field(pattern=RANGE_PATTERN),
+    _range_shape("512:4096 (whole nodes in between)"),
+    _range_ends("GPUs", MAX_GPUS),
+]
+"""'A:B' GPUs: two finite numbers, A ≤ B ≤ :data:`MAX_GPUS`, each refusal a sentence naming the problem."""
+TokensRange = Annotated[
+    str, Field(pattern=RANGE_PATTERN), _range_shape("1e6:4e6"), _range_ends("tokens", MAX_BATCH_TOKENS)
+]
+"""'A:B' tokens per step, checked like :data:`GpusRange`."""
 
 
 class PlanSearchRequest(StrictNumbers):
@@ -196,15 +250,15 @@ class PlanSearchRequest(StrictNumbers):
         description="catalog figures replaced for every plan of the search, as for an estimate (the planner's "
         "overrides reach its search)",
     )
-    gpus: int | None = Field(default=None, ge=1, le=1_048_576, description="a fixed GPU count")
-    gpus_range: str | None = Field(default=None, pattern=RANGE_PATTERN, description="'A:B' GPUs, whole nodes")
+    gpus: int | None = Field(default=None, ge=1, le=MAX_GPUS, description="a fixed GPU count")
+    gpus_range: GpusRange | None = Field(default=None, description="'A:B' GPUs, whole nodes")
     calibrated: bool = Field(
         default=True,
         description="use the accelerator's calibration from benchmark runs (false: catalog defaults)",
     )
     global_batch: int | None = Field(default=None, ge=1, le=16_777_216, description="sequences per step")
-    global_batch_tokens: str | None = Field(
-        default=None, pattern=RANGE_PATTERN, description="'A:B' tokens per step; power-of-two batches inside"
+    global_batch_tokens: TokensRange | None = Field(
+        default=None, description="'A:B' tokens per step; power-of-two batches inside"
     )
     seq_len: int = Field(ge=1, le=4_194_304)
     objective: Objective = Objective.max_tokens_per_s

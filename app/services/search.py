@@ -23,7 +23,7 @@ from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
 from app.domain.search.engine import search
 from app.domain.search.run_pricing import CurvePricing, RunFigures
 from app.domain.search.spec import Candidate, SearchCancelled, SearchResult, SearchSpec, SearchTooLarge
-from app.schemas import CostRequest, EstimateRequest, PlanSearchRequest
+from app.schemas import CostRequest, EstimateRequest, PlanSearchRequest, parse_range
 from app.services.errors import InputError, field_error
 from app.services.estimate import PLAN_FIELDS, resolve_architecture, scenario_cluster
 from app.services.scenario import (
@@ -39,8 +39,7 @@ MAX_BATCH_SIZES = 8
 
 
 def _range(text: str) -> tuple[float, float]:
-    low, high = (float(part) for part in text.split(":"))
-    return (low, high) if low <= high else (high, low)
+    return parse_range(text)  # the request checked it: finite, low ≤ high
 
 
 def cluster_sizes(request: PlanSearchRequest, gpus_per_node: int) -> tuple[list[int], list[str]]:

@@ -16,14 +16,17 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any
+from datetime import date
+from typing import Any, Literal
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, model_validator
 
 from app.domain.catalog import Catalog
+from app.domain.cost.cloud import catalog_regions, cloud_prices
 from app.domain.cost.gpu_hour import usd_per_gpu_hour
-from app.domain.cost.inputs import CostInputError, CostOption
+from app.domain.cost.inputs import CostInputError, CostOption, CostOverrides
 from app.domain.cost.selfbuild import self_build_inputs, self_build_tco
+from app.domain.cost.storage import storage_cost
 from app.domain.estimator.calibration import apply_calibration
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import model_flops_per_token
@@ -33,7 +36,6 @@ from app.domain.estimator.plan import Offload, Plan, Sharding
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
 from app.domain.reliability.report import reliability_report
-from app.domain.search.engine import check_space
 from app.domain.search.fastest import FastestPlanFinder
 from app.domain.search.sizing import (
     REASON_BUDGET,
@@ -44,6 +46,8 @@ from app.domain.search.sizing import (
     REASON_NOT_SEARCHED,
     Frontier,
     Offer,
+    ReservedSpotMix,
+    SelfBuildCapital,
     SizedPlan,
     choose,
     money,
@@ -52,18 +56,17 @@ from app.domain.search.sizing import (
     state_fits_bound,
 )
 from app.domain.search.spec import OFFLOADS_BY_FRAMEWORK, Candidate, SearchCancelled, SearchTooLarge
-from app.schemas import RANGE_PATTERN, EstimateRequest, PlanSearchRequest, StrictNumbers
+from app.schemas import EstimateRequest, GpusRange, PlanSearchRequest, StrictNumbers, parse_range
 from app.services.documents import plan_document_from_request
 from app.services.errors import InputError
 from app.services.errors import field_error as _error
-from app.services.search import SearchBudget, SearchBusy, run_search, search_spec, too_large
+from app.services.search import SearchBudget, SearchBusy, run_search, search_spec
 
 DEFAULT_OPTIONS = (
     CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr, CostOption.spot,
     CostOption.capacity_block, CostOption.self_build,
 )  # fmt: skip
 DEFAULT_GPUS_RANGE = "8:65536"
-MAX_GPUS = 1 << 20  # the largest end of gpus_range
 # What the speed bound's per-rank compute terms read of a cluster besides its NVLink domain (tested).
 BOUND_READS = {"accelerator", "efficiency", "scale", "stacks", "power_limit_w"}
 
@@ -74,32 +77,50 @@ class SizeRequest(StrictNumbers):
     ends), every plan and every pricing option."""
 
     model: str = Field(max_length=64)
-    tokens: float = Field(gt=0, le=1e16, allow_inf_nan=False, description="tokens to train")
-    deadline_days: float | None = Field(default=None, gt=0, le=3650, allow_inf_nan=False)
-    budget_usd: float | None = Field(default=None, gt=0, le=1e12, allow_inf_nan=False)
+    tokens: float = Field(gt=0, le=1e16, description="tokens to train")  # finite: StrictNumbers
+    deadline_days: float | None = Field(default=None, gt=0, le=3650)
+    budget_usd: float | None = Field(default=None, gt=0, le=1e12)
     accelerators: list[str] | None = Field(
         default=None, max_length=32, description="default: the whole catalog"
     )
     options: list[CostOption] | None = Field(default=None, max_length=len(CostOption))
-    gpus_range: str = Field(default=DEFAULT_GPUS_RANGE, pattern=RANGE_PATTERN, description="'A:B' GPUs")
+    gpus_range: GpusRange = Field(default=DEFAULT_GPUS_RANGE, description="'A:B' GPUs")
     seq_len: int = Field(default=8192, ge=128, le=1_048_576)
     global_batch_tokens: int = Field(default=16_777_216, ge=1024, le=1 << 30, description="tokens per step")
     top_k: int = Field(default=20, ge=1, le=200)
     calibrated: bool = True
-
-    @field_validator("gpus_range")
-    @classmethod
-    def _range(cls, text: str) -> str:
-        ends = [float(x) for x in text.split(":")]
-        if not all(math.isfinite(x) and x <= MAX_GPUS for x in ends):
-            raise ValueError(f"the ends of the range must be at most {MAX_GPUS:,} GPUs")
-        return text
+    basis: Literal["amortised", "cash"] = Field(
+        default="amortised",
+        description="rank, apply the budget and draw the front on amortised $ (the run's share) or cash $ (what is "
+        "paid out: a commitment's whole term, a self-build's hardware up front)",
+    )
+    region: str | None = Field(
+        default=None,
+        max_length=32,
+        description="AWS region whose prices to use, e.g. us-west-2 (default: us-east-1)",
+    )
+    prices_as_of: date | None = Field(default=None, description="prices in force that day (default: current)")
+    use_after_run_years: float | None = Field(
+        default=None, ge=0, le=30,
+        description="self-build: years the cluster keeps working after this run (default: its depreciation life)",
+    )  # fmt: skip
+    runs: int | None = Field(
+        default=None, ge=1, le=10_000,
+        description="self-build: runs of this length the cluster serves in all (instead of use_after_run_years)",
+    )  # fmt: skip
 
     @model_validator(mode="after")
     def _batch(self) -> SizeRequest:
         if self.global_batch_tokens < self.seq_len:
             raise ValueError("global_batch_tokens must be at least seq_len")
+        if self.use_after_run_years is not None and self.runs is not None:
+            raise ValueError("give use_after_run_years or runs, not both")
         return self
+
+    def cost_overrides(self) -> CostOverrides:
+        """The cost model's inputs this request states (the rest are the catalog's)."""
+        return CostOverrides(region=self.region, prices_as_of=self.prices_as_of,
+                             use_after_run_years=self.use_after_run_years, runs=self.runs)  # fmt: skip
 
 
 class SizeRow(StrictNumbers):
@@ -128,6 +149,7 @@ class SizeResult(StrictNumbers):
     deadline_days: float | None
     budget_usd: float | None
     basis: str
+    ranked_on: Literal["amortised", "cash"] = Field(description="the basis of the ranking, budget and front")
     ranked: list[SizeRow]
     pareto: list[SizeRow]
     lost: dict[str, int]
@@ -151,30 +173,40 @@ def _row(rank: int, p: SizedPlan) -> SizeRow:
     )  # fmt: skip
 
 
-def _self_build_at(catalog: Catalog, offer: Offer, node: Any, gpus: int) -> tuple[Offer, str | None]:
+def _self_build_at(
+    catalog: Catalog, offer: Offer, node: Any, gpus: int, request: SizeRequest, storage_tb: float
+) -> tuple[Offer, str | None]:
     """``offer`` (self-build on ``node``) for a cluster of ``gpus``: the cost model's TCO of that many servers
-    (:func:`app.domain.cost.self_build_tco`, its fabric sized to the cluster), as ``capplan cost`` prices it —
-    rate, capex per node and the part of the rate that repays it. No price (None), and why, when the cost model
-    cannot price that cluster."""
+    (:func:`app.domain.cost.self_build_tco`, its fabric sized to the cluster, its storage system to the dataset and
+    checkpoints), as ``capplan cost`` prices it — capex, capital, opex and the request's useful life. No price
+    (None), and why, when the cost model cannot price that cluster."""
     nodes = -(-gpus // node.accelerators_per_node)
     try:
-        inputs, _ = self_build_inputs(catalog.cost, catalog.hardware, node)
+        inputs, _ = self_build_inputs(catalog.cost, catalog.hardware, node, storage_tb=storage_tb)
         tco = self_build_tco(inputs, node=node.slug, nodes=nodes, gpus_per_node=node.accelerators_per_node,
                              nics_per_node=node.scale_out_nics)  # fmt: skip
     except (CostInputError, KeyError, ValueError) as exc:  # e.g. a fabric larger than 3 tiers of its switch
         return replace(offer, usd_per_gpu_hour=None), str(exc)
-    priced = replace(
-        offer, usd_per_gpu_hour=tco.usd_per_gpu_hour, capital_usd_per_node=tco.capex_usd / nodes,
-        capital_usd_per_gpu_hour=tco.usd_per_gpu_hour * tco.capital_usd_per_month / tco.monthly_equivalent_usd,
+    capital = SelfBuildCapital(
+        capex_usd=tco.capex_usd, capital_total_usd=tco.capital_usd_per_month * tco.depreciation_years * 12.0,
+        opex_usd_per_month=tco.opex_usd_per_month, depreciation_years=tco.depreciation_years,
+        use_after_run_years=request.use_after_run_years, runs=request.runs,
     )  # fmt: skip
-    return priced, None
+    return replace(offer, usd_per_gpu_hour=tco.usd_per_gpu_hour, self_build=capital), None
 
 
 def offers_by_node(
-    catalog: Catalog, accelerators: set[str], options: set[CostOption]
+    catalog: Catalog,
+    accelerators: set[str],
+    options: set[CostOption],
+    overrides: CostOverrides | None = None,
+    notes: list[str] | None = None,
 ) -> dict[str, list[Offer]]:
-    """Every way to pay for every node carrying one of ``accelerators``, keyed by the node it runs on."""
+    """Every way to pay for every node carrying one of ``accelerators``, keyed by the node it runs on, at the prices
+    ``overrides`` state (region, the day in force; default: us-east-1, current). An AWS instance the region has no
+    price for is offered without one (``notes`` says so)."""
     hw, cc = catalog.hardware, catalog.cost
+    o = overrides or CostOverrides()
     out: dict[str, list[Offer]] = {}
     aws = {p.slug for p in cc.instance_prices}
     for node in sorted(hw.nodes, key=lambda n: n.slug):
@@ -182,15 +214,24 @@ def offers_by_node(
             continue
         gpn = node.accelerators_per_node
         if node.kind == "cloud-instance" and node.slug in aws:
+            try:
+                prices = cloud_prices(cc, node.slug, o)
+                if notes is not None:
+                    notes.extend(f"{node.slug}: {n}" for n in prices.notes)
+            except CostInputError as exc:
+                prices = None
+                if notes is not None:
+                    notes.append(f"{node.slug}: no price ({exc})")
             for opt in sorted(options - {CostOption.self_build}):
+                rate = prices.usd_per_hour(opt) if prices is not None else None
+                mix = None
+                if opt is CostOption.reserved_spot_mix and rate is not None:
+                    assert prices is not None and prices.commit_1yr is not None and prices.spot is not None
+                    mix = ReservedSpotMix(prices.commit_1yr, prices.spot, prices.reserved_fraction,
+                                          prices.gpus_per_instance)  # fmt: skip
+                per_gpu = None if rate is None or prices is None else rate / prices.gpus_per_instance
                 out.setdefault(node.slug, []).append(
-                    Offer(
-                        node.slug,
-                        "aws",
-                        node.slug,
-                        opt.value,
-                        usd_per_gpu_hour(cc, node.slug, opt, gpus_per_node=gpn),
-                    )
+                    Offer(node.slug, "aws", node.slug, opt.value, per_gpu, mix=mix)
                 )
         if node.kind == "server" and CostOption.self_build in options:
             rate = usd_per_gpu_hour(cc, node.slug, CostOption.self_build, gpus_per_node=gpn)
@@ -203,14 +244,13 @@ def offers_by_node(
         if node.accelerator not in accelerators:
             continue
         for opt in sorted(options & {CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr}):
-            out.setdefault(node.slug, []).append(
-                Offer(node.slug, p.provider, p.slug, opt.value, usd_per_gpu_hour(cc, p.slug, opt))
-            )
+            rate = usd_per_gpu_hour(cc, p.slug, opt, on=o.prices_as_of)
+            out.setdefault(node.slug, []).append(Offer(node.slug, p.provider, p.slug, opt.value, rate))
     return out
 
 
 def _sizes(request: SizeRequest, gpus_per_node: int) -> list[int]:
-    low, high = sorted(float(x) for x in request.gpus_range.split(":"))
+    low, high = parse_range(request.gpus_range)
     nodes = range(max(1, math.ceil(low / gpus_per_node)), int(high // gpus_per_node) + 1)
     if not nodes:
         return []
@@ -228,7 +268,7 @@ DOMINATED = _Dominated()
 @dataclass
 class _Pair:
     """One (node, cluster size) and the offers still in the running, with each offer's bound: (offer, goodput,
-    lowest days, lowest amortised $)."""
+    lowest days, lowest $ on the request's basis)."""
 
     order: (
         int  # place in the exhaustive order (node slug, size): ties are ranked as the exhaustive search would
@@ -249,19 +289,29 @@ class _Goodput:
 
     def __init__(self, catalog: Catalog, params: int, bytes_per_param: float) -> None:
         self.catalog, self.params, self.bytes_per_param = catalog, params, bytes_per_param
-        self.cache: dict[tuple[int, int, bool], float] = {}
+        self.cache: dict[tuple[int, int, int], float] = {}
 
-    def __call__(self, gpus: int, nodes: int, option: str) -> float:
-        key = (gpus, nodes, option == CostOption.spot.value)
+    def __call__(self, gpus: int, nodes: int, offer: Offer) -> float:
+        """Goodput on ``gpus`` in ``nodes`` instances paid through ``offer``: spot's instances (all of them, or the
+        mix's spot share) add their interruptions, as in the cost model."""
+        spot = 0
+        if offer.option == CostOption.spot.value:
+            spot = nodes
+        elif offer.mix is not None:
+            spot = offer.mix.spot_instances(nodes)
+        key = (gpus, nodes, spot)
         if key not in self.cache:
             try:
-                self.cache[key] = reliability_report(
-                    self.catalog.cost, gpus=gpus, nodes=nodes, parameters=self.params,
-                    plan_bytes_per_param=self.bytes_per_param, spot_instances=nodes if key[2] else 0,
-                ).goodput  # fmt: skip
+                self.cache[key] = self.report(gpus, nodes, spot).goodput
             except (KeyError, ValueError):
                 self.cache[key] = 1.0
         return self.cache[key]
+
+    def report(self, gpus: int, nodes: int, spot_instances: int = 0):  # noqa: ANN201 - ReliabilityReport
+        return reliability_report(
+            self.catalog.cost, gpus=gpus, nodes=nodes, parameters=self.params,
+            plan_bytes_per_param=self.bytes_per_param, spot_instances=spot_instances,
+        )  # fmt: skip
 
 
 def _bound_miss(request: SizeRequest, days_bound: float, usd_bound: float) -> str | None:
@@ -280,10 +330,11 @@ def _bound_cluster(catalog: Catalog, node: Any, calibrated: bool) -> Any:
 
 
 def check_size_request(
-    catalog: Catalog, request: SizeRequest
+    catalog: Catalog, request: SizeRequest, notes: list[str] | None = None
 ) -> tuple[Any, set[str], dict[str, list[Offer]]]:
-    """The model, the accelerators and the offers by node of ``request``; InputError naming the field when the
-    catalog has no such model or accelerator, or no offer for them (checked before any search starts)."""
+    """The model, the accelerators and the offers by node of ``request`` (``notes`` gets what the prices say);
+    InputError naming the field when the catalog has no such model, accelerator or region, or no offer for them
+    (checked before any search starts)."""
     try:
         arch = catalog.architecture(request.model)
     except KeyError as exc:
@@ -295,7 +346,11 @@ def check_size_request(
             raise InputError([_error("accelerators", f"no node or instance in the catalog carries "
                                      f"{', '.join(unknown)}; known: {', '.join(known)}", "value_error.unknown_slug")])  # fmt: skip
     accelerators = set(request.accelerators or known)
-    offers = offers_by_node(catalog, accelerators, set(request.options or DEFAULT_OPTIONS))
+    if request.region is not None and request.region not in catalog_regions(catalog.cost):
+        raise InputError([_error("region", f"unknown region {request.region!r}; regions with prices: "
+                                 f"{', '.join(catalog_regions(catalog.cost))}", "value_error.unknown_slug")])  # fmt: skip
+    offers = offers_by_node(catalog, accelerators, set(request.options or DEFAULT_OPTIONS), request.cost_overrides(),
+                            notes)  # fmt: skip
     if not offers:
         raise InputError([_error("options", "no offer in the catalog for these accelerators and options",
                                  "value_error.price")])  # fmt: skip
@@ -328,11 +383,13 @@ def run_size(
     prune: bool = True,
 ) -> SizeResult:
     """The sizing search. ``progress`` is called as the bounds are computed, after each (node, size) is settled
-    and at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds each size's plan space; ``budget`` bounds the
+    and at the end; ``max_plans`` (CAPPLAN_SEARCH_MAX_PLANS) bounds the plans evaluated on each size (the
+    fastest-plan search's chunks; its grid may be larger: the bounds leave most of it unevaluated); ``budget`` bounds the
     wall time of the whole search (CAPPLAN_SEARCH_TIMEOUT_S) and the searches running at once. ``prune=False``
     searches every pair with the planner's exhaustive search (:func:`run_search`), no bound applied: the
     reference the tests compare the pruned search with."""
-    arch, accelerators, offers = check_size_request(catalog, request)
+    notes: list[str] = []
+    arch, accelerators, offers = check_size_request(catalog, request, notes)
     known = sorted({n.accelerator for n in catalog.hardware.nodes})
     batch = max(1, request.global_batch_tokens // request.seq_len)
     # no tokens: with them the planner's search moves the plans to the node its default price option pays for
@@ -350,6 +407,17 @@ def run_size(
     state_bytes = params * plan_checkpoint_bytes_per_param(shape)
     offloads = set(OFFLOADS_BY_FRAMEWORK[template.framework]) - {Offload.none}
     goodput = _Goodput(catalog, params, plan_checkpoint_bytes_per_param(shape))
+    # the dataset and kept checkpoints in object storage and the transfers, as the cost model adds them to every
+    # cloud option (a self-build's storage system is sized to the same bytes, in its capex)
+    storage = storage_cost(catalog.cost, request.cost_overrides(), request.tokens, params,
+                           goodput.report(8, 1).checkpoint_bytes)  # fmt: skip
+    offers = {
+        slug: [o if o.vendor == "self-build" else replace(o, storage_usd_per_month=storage.usd_per_month,
+                                                            transfer_usd=storage.egress_usd + storage.inter_region_usd)
+               for o in node_offers]
+        for slug, node_offers in offers.items()
+    }  # fmt: skip
+    basis = request.basis
     flops = model_flops_per_token(arch, request.seq_len, counts.matmul_weights_active).total
     finder = FastestPlanFinder(arch, spec, flops)
     clusters: dict[
@@ -359,7 +427,7 @@ def run_size(
     priced: list[tuple[int, SizedPlan]] = []
     frontier = Frontier(request.top_k)
     stats = Counter()
-    notes = [f"global batch {batch:,} sequences of {request.seq_len:,} tokens"]
+    notes.insert(0, f"global batch {batch:,} sequences of {request.seq_len:,} tokens")
     start = time.perf_counter()
 
     def report(phase: str, done: int, total: int, label: str = "") -> None:
@@ -369,7 +437,7 @@ def run_size(
 
     def ok(p: SizedPlan) -> bool:
         return (request.deadline_days is None or p.days <= request.deadline_days) and (
-            request.budget_usd is None or p.usd_amortised <= request.budget_usd
+            request.budget_usd is None or p.usd(basis) <= request.budget_usd
         )
 
     # 1. every (node, size), with the bounds of each offer; the memory, deadline and budget bounds drop some
@@ -402,15 +470,15 @@ def run_size(
             pair = _Pair(order, node, gpus, tps, [])
             for offer in node_offers:
                 if offer.option == CostOption.self_build.value:
-                    offer, why = _self_build_at(catalog, offer, node, gpus)
+                    offer, why = _self_build_at(catalog, offer, node, gpus, request, storage.stored_tb)
                     if why:
                         notes.append(f"self-build {node.slug} at {gpus:,} GPUs not priced: {why}")
                 if offer.usd_per_gpu_hour is None:
                     lost[REASON_NO_PRICE] += 1
                     continue
-                g = goodput(gpus, nodes, offer.option)
-                wall_h, usd, _ = money(offer, gpus, gpn, request.tokens, tps, g)
-                pair.live.append((offer, g, wall_h / 24, usd))
+                g = goodput(gpus, nodes, offer)
+                wall_h, amortised, cash = money(offer, gpus, gpn, request.tokens, tps, g)
+                pair.live.append((offer, g, wall_h / 24, cash if basis == "cash" else amortised))
             out = [(x, _bound_miss(request, x[2], x[3])) for x in pair.live]
             dropped = [(x, why) for x, why in out if why and prune]
             if dropped:  # even at the bound's speed it misses the deadline or the budget
@@ -422,6 +490,30 @@ def run_size(
             if pair.live:
                 pairs.append(pair)
     pairs.sort(key=lambda p: p.key)
+
+    def _fastest_within_limits(
+        pair: _Pair, cluster: Cluster, should_stop: Callable[[], bool] | None, dominance: bool
+    ) -> Candidate | None | _Dominated:
+        """The fastest-plan search of one pair (``fastest`` below); SearchTooLarge past the limits."""
+        node, gpus = pair.node, pair.gpus
+        if dominance:
+            tps = finder.upper_tokens_per_s(cluster, gpus, batch)
+            pair.tps_bound = min(pair.tps_bound, tps) if tps > 0 else pair.tps_bound
+            gpn = node.accelerators_per_node
+            if tps > 0 and all(
+                frontier.beats(wall_h / 24, cash if basis == "cash" else amortised)
+                for wall_h, amortised, cash in (
+                    money(o, gpus, gpn, request.tokens, tps, g) for o, g, _, _ in pair.live
+                )
+            ):
+                return DOMINATED
+        found = finder.find(cluster, gpus, batch, should_stop=should_stop)
+        stats["broken"] += found.bound_broken  # the bounds are unsafe: what they dropped is searched
+        stats["valid"] += found.valid_plans
+        stats["evaluated"] += found.evaluated_plans
+        stats["considered"] += found.grid_points
+        stats["plan_bound_broken"] += found.bound_broken
+        return found.candidate
 
     def fastest(
         pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool
@@ -442,27 +534,9 @@ def run_size(
             return next((c for c in found.best_by_gpus if c.gpus == gpus), None)
         cluster = clusters[node.slug].model_copy(update={"gpus": gpus})
         try:
-            check_space(arch, {gpus: cluster}, spec.model_copy(update={"gpus": (gpus,)}))
-        except SearchTooLarge as exc:
-            return str(too_large(exc))
-        if dominance:
-            tps = finder.upper_tokens_per_s(cluster, gpus, batch)
-            pair.tps_bound = min(pair.tps_bound, tps) if tps > 0 else pair.tps_bound
-            gpn = node.accelerators_per_node
-            if tps > 0 and all(
-                frontier.beats(wall_h / 24, usd)
-                for wall_h, usd, _ in (
-                    money(o, gpus, gpn, request.tokens, tps, g) for o, g, _, _ in pair.live
-                )
-            ):
-                return DOMINATED
-        found = finder.find(cluster, gpus, batch, should_stop=should_stop)
-        stats["broken"] += found.bound_broken  # the bounds are unsafe: what they dropped is searched
-        stats["valid"] += found.valid_plans
-        stats["evaluated"] += found.evaluated_plans
-        stats["considered"] += found.grid_points
-        stats["plan_bound_broken"] += found.bound_broken
-        return found.candidate
+            return _fastest_within_limits(pair, cluster, should_stop, dominance)
+        except SearchTooLarge as exc:  # the plans to evaluate (not the grid) exceed CAPPLAN_SEARCH_MAX_PLANS
+            return str(exc)
 
     def search_pair(pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool = False) -> bool:
         """Search the pair and price its plan under each offer; False when it turned out dominated (unsearched)."""
@@ -484,7 +558,7 @@ def run_size(
             p = price_plan(node.accelerator, offer, cand, gpn, request.tokens, g)
             priced.append((pair.order, p))
             if ok(p):
-                frontier.add(p.days, p.usd_amortised)
+                frontier.add(p.days, p.usd(basis))
         return True
 
     def search_all(should_stop: Callable[[], bool] | None) -> None:
@@ -533,13 +607,13 @@ def run_size(
     elapsed = time.perf_counter() - start
     points = [p for _, p in sorted(priced, key=lambda x: x[0])]  # the exhaustive order, for equal ranks
     outcome = choose(points, lost, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
-                     top_k=request.top_k)  # fmt: skip
+                     top_k=request.top_k, basis=basis)  # fmt: skip
     doc = None
     if outcome.ranked:
         doc = winner_document(catalog, request, outcome.ranked[0]).model_dump(mode="json", by_alias=True)
     return SizeResult(
         model=request.model, tokens=request.tokens, deadline_days=request.deadline_days,
-        budget_usd=request.budget_usd, basis=outcome.basis,
+        budget_usd=request.budget_usd, basis=outcome.basis, ranked_on=request.basis,
         ranked=[_row(i + 1, p) for i, p in enumerate(outcome.ranked)],
         pareto=[_row(0, p) for p in outcome.pareto], lost=outcome.lost,
         searched={"accelerators": sorted(accelerators), "nodes": len(offers), "offers": sum(map(len, offers.values())),

@@ -65,6 +65,8 @@ DEFAULTS: dict[str, str] = {
 
 OVERRIDES: dict[str, tuple[str, str]] = {
     "o.instance": ("AWS instance", ""),
+    "o.region": ("region of the AWS prices, e.g. us-west-2", ""),
+    "o.prices_as_of": ("prices in force on, YYYY-MM-DD", ""),
     "o.on_demand_usd_per_hour": ("on-demand $/instance-hour", "$/h"),
     "o.spot_usd_per_hour": ("spot $/instance-hour", "$/h"),
     "o.capacity_block_usd_per_hour": ("capacity block $/instance-hour", "$/h"),
@@ -72,6 +74,8 @@ OVERRIDES: dict[str, tuple[str, str]] = {
     "o.self_build.electricity_usd_per_kwh": ("electricity", "$/kWh"),
     "o.self_build.pue": ("PUE", ""),
     "o.self_build.colocation_usd_per_kw_month": ("colocation", "$/kW-month"),
+    "o.use_after_run_years": ("self-build: years of use after this run", "years"),
+    "o.runs": ("self-build: or runs of this length it serves", "runs"),
     "o.reliability.failures_per_gpu_hour": ("failures per GPU-hour", "1/h"),
     "o.reliability.storage_write_gbyte_per_s_per_node": ("checkpoint write per node", "GB/s"),
     "o.figure.accelerator.bf16_dense_tflops": ("GPU peak dense BF16", "TFLOP/s"),
@@ -302,7 +306,9 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
         out.overrides = CostOverrides.model_validate(overrides)
     except ValidationError as exc:
         for e in exc.errors():
-            out.errors["o." + ".".join(str(p) for p in e["loc"])] = e["msg"]
+            out.errors["o." + ".".join(str(p) for p in e["loc"])] = str(e["msg"]).removeprefix(
+                "Value error, "
+            )
     if out.errors:
         return out
     try:
@@ -310,7 +316,9 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
     except ValidationError as exc:
         for e in exc.errors():
             key = str(e["loc"][0]) if e["loc"] else "model"
-            out.errors.setdefault(key if key in DEFAULTS else "model", e["msg"])
+            out.errors.setdefault(
+                key if key in DEFAULTS else "model", str(e["msg"]).removeprefix("Value error, ")
+            )
     return out
 
 

@@ -230,15 +230,34 @@ def _notes(est: Estimate, catalog: Catalog, cost: TrainingCost | None) -> dict[s
                                                  next(iter(rel_prov.values()), "")))  # fmt: skip
         notes["interval"] = Note("Checkpoint interval", f"{rel.checkpoint_interval_s / 60:,.1f} min",
                                  f"{rel.interval_formula}; checkpoint {rel.checkpoint_bytes / 1e12:,.2f} TB, write "
-                                 f"{rel.checkpoint_write_s:,.0f} s ({rel.checkpoint_mode}), blocking {rel.checkpoint_blocking_s:,.1f} s")  # fmt: skip
+                                 f"{rel.checkpoint_write_s:,.0f} s ({rel.checkpoint_mode}), blocking {rel.checkpoint_blocking_s:,.1f} s"
+                                 + (f" (snapshot to host memory) + {rel.background_slowdown:.0%} slower training for the "
+                                    f"{rel.background_write_s:,.0f} s background write = {rel.checkpoint_overhead_s:,.1f} s "
+                                    "lost per save" if rel.checkpoint_mode == "async" else ""))  # fmt: skip
         notes["goodput"] = Note("Goodput", f"{rel.goodput:.1%}",
                                 f"Daly: τ / (M·e^(R/M)·(e^((τ+δ)/M) − 1)) with τ = {rel.checkpoint_interval_s:,.0f} s, "
                                 f"M = {rel.job_mtbf_hours * 3600:,.0f} s, R (restart) = {rel.restart_s:,.0f} s, "
                                 f"δ = {rel.checkpoint_blocking_s:,.1f} s; expected failures over the run "
                                 f"{cost.expected_failures:,.1f}")  # fmt: skip
-        notes["rule"] = Note("Every-30-min rule", f"+{cost.rule_of_thumb_extra_days:,.2f} days",
-                             f"goodput {rel.rule_of_thumb.goodput:.2%} at τ = 30 min vs {rel.goodput:.2%} at the optimum"
-                             + (f"; +{cost.rule_of_thumb_extra_usd:,.0f} $ on demand" if cost.rule_of_thumb_extra_usd else ""))  # fmt: skip
+        if (
+            not rel.rule_of_thumb.same_as_interval
+        ):  # no "every 30 minutes instead" when it is every 30 minutes
+            notes["rule"] = Note("Every-30-min rule", f"+{cost.rule_of_thumb_extra_days:,.2f} days",
+                                 f"goodput {rel.rule_of_thumb.goodput:.2%} at τ = 30 min vs {rel.goodput:.2%} at the "
+                                 "interval used" + (f"; +{cost.rule_of_thumb_extra_usd:,.0f} $ on demand"
+                                                    if cost.rule_of_thumb_extra_usd else ""))  # fmt: skip
+        points = {p.factor: p for p in rel.interval_sensitivity}
+        if points:
+            notes["sensitivity"] = Note(
+                "Interval ½× / 2×",
+                " / ".join(f"{points[f].goodput:.1%}" for f in (0.5, 2.0) if f in points),
+                "goodput if the checkpoint interval were: " + "; ".join(
+                    f"{p.factor:g}× = {p.interval_s / 60:,.1f} min"
+                    + (" (the write time: no shorter)" if p.limited_by_write else "") + f" → {p.goodput:.2%}"
+                    for p in rel.interval_sensitivity
+                ),
+                "the Daly goodput model with the same MTBF, restart and checkpoint cost",
+            )  # fmt: skip
     return notes
 
 

@@ -106,7 +106,7 @@ def _plain(error: dict[str, Any]) -> str:
     field = str(error["loc"][0]) if error.get("loc") else ""
     if error.get("type") == "string_pattern_mismatch":
         return PLAIN_WORDS.get(field, "not in the expected form")
-    return str(error.get("msg", ""))
+    return str(error.get("msg", "")).removeprefix("Value error, ")
 
 
 def _range_digits(text: str) -> str:
@@ -115,9 +115,12 @@ def _range_digits(text: str) -> str:
     if len(parts) != 2:
         return text.strip()
     try:
-        return ":".join(f"{read_number(p, float):g}" for p in parts)
+        ends = [read_number(p, float) for p in parts]
     except ValueError:
         return text.strip()
+    if not all(math.isfinite(x) for x in ends):  # 1e400: the check names what was typed, not 'inf'
+        return text.strip()
+    return ":".join(f"{x:g}" for x in ends)
 
 
 def load_url(values: dict[str, str], c: Any, config_id: str | None = None) -> str:

@@ -51,6 +51,11 @@ FIELDS = {
     "accelerators": "",
     "options": ",".join(o.value for o in DEFAULT_OPTIONS),
     "gpus_range": DEFAULT_GPUS_RANGE,
+    "basis": "amortised",
+    "region": "",
+    "prices_as_of": "",
+    "use_after_run_years": "",
+    "runs": "",
 }
 
 
@@ -73,32 +78,41 @@ def size_request(values: dict[str, str]) -> tuple[SizeRequest | None, dict[str, 
             errors[key] = "a number, e.g. 15e12"
     body["accelerators"] = _list(values["accelerators"])
     body["options"] = _list(values["options"])
+    body["basis"] = values["basis"].strip() or "amortised"
+    for key in ("region", "prices_as_of", "use_after_run_years", "runs"):  # pydantic reads the text
+        if values[key].strip():
+            body[key] = values[key].strip()
     if errors:
         return None, errors
     try:
         return SizeRequest.model_validate(body), {}
     except ValidationError as exc:
-        return None, {str(e["loc"][0]) if e["loc"] else "model": e["msg"] for e in exc.errors()}
+        return None, {
+            str(e["loc"][0]) if e["loc"] else "model": str(e["msg"]).removeprefix("Value error, ")
+            for e in exc.errors()
+        }
 
 
 def pareto_chart(result: SizeResult) -> dict[str, Any]:
-    """ECharts option: every ranked point and the whole catalog's Pareto front, days against amortised $."""
+    """ECharts option: every ranked point and the whole catalog's Pareto front, days against $ on the ranking's
+    basis (amortised or cash)."""
+    cash = result.ranked_on == "cash"
 
     def point(r: Any) -> dict[str, Any]:
         return {
-            "value": [round(r.days, 2), round(r.usd_amortised / 1e6, 3)],
+            "value": [round(r.days, 2), round((r.usd_cash if cash else r.usd_amortised) / 1e6, 3)],
             "name": f"{r.gpus} × {r.accelerator} ({r.offer}, {r.option})",
         }
 
     return {
-        "title": {"text": "Days against $ (amortised), whole catalog", "left": "center",
+        "title": {"text": f"Days against $ ({result.ranked_on}), whole catalog", "left": "center",
                   "textStyle": {"fontSize": 14}},
         "animation": False,
         "tooltip": {"trigger": "item", "formatter": "{b}: {c}"},
         "legend": {"top": 28},
         "grid": {"left": 70, "right": 30, "top": 70, "bottom": 50},
         "xAxis": {"type": "log", "name": "days after failures", "nameLocation": "middle", "nameGap": 28},
-        "yAxis": {"type": "log", "name": "$ M (amortised)"},
+        "yAxis": {"type": "log", "name": f"$ M ({result.ranked_on})"},
         "series": [
             {"name": "ranked", "type": "scatter", "symbolSize": 9, "itemStyle": {"color": "#4e79a7"},
              "data": [point(r) for r in result.ranked]},

@@ -151,3 +151,16 @@ def test_cost_region(monkeypatch, capsys) -> None:
     assert json.loads(out)["on_demand_usd_per_month"] == pytest.approx(71.552 * 730)
     code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--region", "mars-1")
     assert code == 2 and "unknown region 'mars-1'" in err
+
+
+def test_cost_shows_the_intervals_sensitivity_and_the_async_saves_cost(monkeypatch, capsys) -> None:
+    """Issue 16's checkpoint audit, as `capplan cost` prints it: goodput at ½×, 1× and 2× the interval, and the
+    async save's snapshot plus its background-write slowdown."""
+    code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--option", "on-demand")
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if "interval sensitivity:" in x)
+    assert "0.5×" in line and "1×" in line and "2×" in line and line.count("goodput") == 3
+    assert "async save:" in out and "slower for the" in out and "lost per save" in out
+    code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--option", "on-demand", "--set",
+                             "reliability.checkpoint_mode=sync")  # fmt: skip
+    assert code == 0 and "async save:" not in out and "interval sensitivity:" in out

@@ -48,3 +48,19 @@ def test_size_bad_input_names_the_flag(monkeypatch, capsys) -> None:
     assert code == 2 and "--tokens" in err
     code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--options", "barter")
     assert code == 2 and "--options" in err
+
+
+def test_size_on_cash_with_the_prices_of_a_region_and_a_day(monkeypatch, capsys) -> None:
+    """--basis, --region, --prices-as-of, --runs / --use-after-run-years reach the sizing (the cost model's
+    inputs, as `capplan cost` takes them)."""
+    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--json", "--basis", "cash", "--region",
+                             "us-west-1", "--prices-as-of", "2025-01-01", "--runs", "3")  # fmt: skip
+    assert code == 0, err
+    body = json.loads(out)
+    assert body["ranked_on"] == "cash" and body["basis"].startswith("cash $")
+    cash = [r["usd_cash"] for r in body["ranked"]]
+    assert cash == sorted(cash)
+    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--runs", "2", "--use-after-run-years", "1")
+    assert code == 2 and "not both" in err
+    code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--region", "mars-1")
+    assert code == 2 and "unknown region 'mars-1'" in err

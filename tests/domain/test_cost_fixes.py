@@ -337,3 +337,35 @@ def test_prices_as_of_before_p5_existed_gets_a_note(catalog) -> None:
     later = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.on_demand],
                           overrides=CostOverrides(prices_as_of=date(2024, 6, 1)))  # fmt: skip
     assert not any("existed" in n for n in later.notes)
+
+
+# -- audit (issue 16, part 3): the self-build additions an infra reviewer expects ------------------------------
+
+
+def test_self_build_storage_system_is_sized_to_the_dataset_and_checkpoints(catalog) -> None:
+    """The storage system is in the capex, sized to what the run stores (dataset + kept checkpoints, the same bytes
+    the clouds pay object storage for) at the $ per TB stated as an assumption; more tokens, more storage."""
+    small = training_cost(catalog.cost, catalog.hardware, job(tokens=1e12), options=[CostOption.self_build])
+    large = training_cost(catalog.cost, catalog.hardware, job(tokens=1e13), options=[CostOption.self_build])
+    per_tb = next(a for a in small.assumptions if a.name == "storage capex per TB")
+    for result in (small, large):
+        assert result.self_build.storage_usd == pytest.approx(result.storage.stored_tb * float(per_tb.value))
+    assert large.storage.stored_tb > small.storage.stored_tb and large.self_build.storage_usd > 0
+    assert large.self_build.capex_usd > small.self_build.capex_usd
+
+
+def test_self_build_residual_value_lowers_the_capital_repaid(catalog) -> None:
+    """What the hardware is worth at the end of its life is not repaid by the run: a larger residual value lowers
+    the monthly capital and the amortised cost, never the cash paid up front."""
+    none = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build],
+                         overrides=CostOverrides(self_build=SelfBuildOverrides(residual_fraction=0.0)))  # fmt: skip
+    some = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build],
+                         overrides=CostOverrides(self_build=SelfBuildOverrides(residual_fraction=0.2)))  # fmt: skip
+    assert some.self_build.residual_usd == pytest.approx(0.2 * some.self_build.capex_usd)
+    assert none.self_build.residual_usd == 0
+    assert some.self_build.capital_usd_per_month < none.self_build.capital_usd_per_month
+    assert option(some, "self-build").amortised_usd < option(none, "self-build").amortised_usd
+    assert option(some, "self-build").cash_usd == pytest.approx(option(none, "self-build").cash_usd)
+    default = training_cost(catalog.cost, catalog.hardware, job(), options=[CostOption.self_build])
+    residual = next(a for a in default.assumptions if a.name == "residual value")
+    assert residual.source  # the default carries its source

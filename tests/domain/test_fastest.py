@@ -15,7 +15,7 @@ from app.domain.search import fastest
 from app.domain.search.engine import _evaluate, search
 from app.domain.search.fastest import FastestPlanFinder, _Space
 from app.domain.search.space import _axes
-from app.domain.search.spec import SearchSpec
+from app.domain.search.spec import SearchSpec, SearchTooLarge
 
 # (model, node, framework, GPU counts): dense and MoE, MLA, the three stacks, 8-GPU and 72-GPU NVLink domains,
 # sizes where memory is tight, where nothing fits and where communication dominates
@@ -121,3 +121,23 @@ def test_a_bound_a_plan_beats_is_caught_and_everything_is_evaluated(catalog, mon
     found = FastestPlanFinder(arch, spec, flops).find(cluster, 64, 2048)
     assert found.bound_broken and found.evaluated_plans == found.valid_plans
     assert _same(found.candidate, full.best_by_gpus[0])
+
+
+def test_the_plan_limit_counts_plans_evaluated_not_the_grid(catalog, monkeypatch) -> None:
+    """spec.max_plans bounds the plans evaluated: a limit far below the grid but above what the bounds leave finds
+    the same plan; one below that raises SearchTooLarge; so does a broken bound whose fallback (every valid plan)
+    would pass the limit."""
+    arch, base, spec, flops = _setup(catalog, "mixtral-8x7b", "dgx-b200", Framework.megatron)
+    cluster = base.model_copy(update={"gpus": 64})
+    free = FastestPlanFinder(arch, spec, flops).find(cluster, 64, 2048)
+    assert free.evaluated_plans < free.valid_plans < free.grid_points
+    capped = spec.model_copy(update={"max_plans": free.evaluated_plans})
+    assert _same(FastestPlanFinder(arch, capped, flops).find(cluster, 64, 2048).candidate, free.candidate)
+    tight = spec.model_copy(update={"max_plans": free.evaluated_plans - 1})
+    with pytest.raises(SearchTooLarge, match="CAPPLAN_SEARCH_MAX_PLANS"):
+        FastestPlanFinder(arch, tight, flops).find(cluster, 64, 2048)
+    real = _Space.exact_lower_bound
+    monkeypatch.setattr(_Space, "exact_lower_bound", lambda self, *a: 3.0 * real(self, *a))
+    below_valid = spec.model_copy(update={"max_plans": free.valid_plans - 1})
+    with pytest.raises(SearchTooLarge, match="beat its bound"):
+        FastestPlanFinder(arch, below_valid, flops).find(cluster, 64, 2048)

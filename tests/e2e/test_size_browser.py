@@ -52,3 +52,27 @@ def test_the_progress_panel_shows_while_a_run_is_going(
     page.screenshot(path=str(screenshot_dir / "size-progress.png"))
     expect(page.locator("#size-table tbody tr").first).to_be_visible(timeout=300_000)
     assert console_errors == []
+
+
+ONE_LINE = """() => [...document.querySelectorAll('#size-table td:not(.plan), #size-table th')].filter(cell => {
+    const range = document.createRange();
+    range.selectNodeContents(cell);
+    const tops = new Set([...range.getClientRects()].filter(r => r.width > 0).map(r => Math.round(r.top)));
+    return tops.size > 1;
+}).map(cell => cell.textContent.trim())"""
+
+
+def test_the_ranked_tables_figures_stay_on_one_line(
+    page: Page, live_url: str, console_errors: list[str]
+) -> None:
+    """MFU ("40.5 %"), headroom, dollars, node and option never wrap under their own number at desktop width (the
+    MFU column did); only the plan column wraps. At phone width the table scrolls in its box instead."""
+    query = ("model=llama3.1-70b&tokens=1.5e13&deadline_days=120&accelerators=h100-sxm,h200-sxm,b200"
+             "&gpus_range=512:4096")  # fmt: skip
+    for width, height in ((1440, 900), (1280, 800), (390, 844)):
+        page.set_viewport_size({"width": width, "height": height})
+        page.goto(f"{live_url}/size?{query}")
+        expect(page.locator("#size-table tbody tr").first).to_be_visible(timeout=120_000)
+        assert page.evaluate(ONE_LINE) == [], width
+        assert page.evaluate("document.documentElement.scrollWidth <= window.innerWidth"), width
+    assert console_errors == []

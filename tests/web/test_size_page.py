@@ -158,3 +158,18 @@ def test_fields_in_error_are_marked_invalid_with_their_message(client: TestClien
         r'<span class="field-error" id="z-err-tokens" hx-swap-oob="true"[^>]*>([^<]+)</span>', answer.text
     )
     assert oob and oob.group(1).strip() and answer.text.lstrip().startswith('<section id="size-results"')
+
+
+def test_the_cost_basis_and_prices_are_form_fields(client: TestClient) -> None:
+    """Rank on cash, with a region's prices and a self-build used for 3 runs: the page ranks and charts on cash and
+    keeps what was typed; a bad value is named by its field."""
+    page = client.get("/size", params={**QUERY, "options": "on-demand,commit-1yr", "basis": "cash",
+                                       "region": "us-west-1", "runs": "3"})  # fmt: skip
+    assert page.status_code == 200, page.text[:500]
+    assert "Ranked by cash $" in page.text and '<option value="cash" selected>' in page.text
+    assert 'value="us-west-1"' in page.text and 'value="3"' in page.text and "3 runs" in page.text
+    option = json.loads(re.search(r'data-chart="chart-size-pareto"[^>]*>\s*<script type="application/json">(.*?)</script>',
+                                  page.text, re.S).group(1))  # fmt: skip
+    assert "cash" in option["yAxis"]["name"]
+    bad = client.get("/size", params={**QUERY, "region": "mars-1"})
+    assert bad.status_code == 422 and 'value="mars-1"' in bad.text and "unknown region" in bad.text

@@ -53,9 +53,12 @@ class StorageCost(Frozen):
     assumptions: tuple[Assumption, ...]
 
 
-def _storage(
+def storage_cost(
     cc: CostCatalog, o: CostOverrides, tokens: float, parameters: int, checkpoint_bytes: float
 ) -> StorageCost:
+    """The dataset (``tokens`` × bytes per token) and the kept checkpoints in object storage per month, the egress
+    of the final weights and the inter-region transfer: what :func:`app.domain.cost.training_cost` adds to every
+    cloud option (and sizes a self-build's storage system to)."""
     out: list[Assumption] = []
     terms = cc.pricing_terms
     per_token, a = _choose(o.dataset_bytes_per_token, "dataset bytes per token", "B",
@@ -101,3 +104,6 @@ def _storage(
         usd_per_month=per_month, egress_tb=egress_tb, egress_usd=egress_usd, inter_region_tb=o.inter_region_tb,
         inter_region_usd=o.inter_region_tb * 1000.0 * xr_price, assumptions=tuple(out),
     )  # fmt: skip
+
+
+_storage = storage_cost  # the name app.domain.cost.training imports

@@ -23,6 +23,14 @@ tokens/s. Most plans cannot be it, and proving that is cheaper than evaluating t
 
 Every evaluated plan is checked against its bound; if one beats it (the estimator changed under the bound), the
 whole space is evaluated instead and ``bound_broken`` says so.
+
+Limits. ``spec.max_plans`` (CAPPLAN_SEARCH_MAX_PLANS, the planner's "about 10 s" of evaluation) bounds the plans
+this search *evaluates* on one size — the chunks it takes, or every valid plan when a bound failed — not the grid
+it lays out: a size whose grid is many times the limit is searched when its bounds leave few plans to evaluate
+(GB200 NVL72 above 72 GPUs for DeepSeek-V3: 2.4–15 M grid points, about a thousand evaluated). The layout itself
+(boolean masks, one byte a point, and a floor per sharding and offload) is held under :data:`MAX_LAYOUT` points, a
+memory guard the catalog's models stay well below. Either limit raises :class:`SearchTooLarge` (the caller lists
+the size as not searched).
 """
 
 from __future__ import annotations
@@ -61,11 +69,15 @@ from app.domain.search.spec import (
     Objective,
     SearchCancelled,
     SearchSpec,
+    SearchTooLarge,
 )
 
 REST = ("vpp", "ep", "sh", "off", "mb", "rc")  # the grid's axes after the (tp, cp, pp) triple, in its order
 FIRST_CHUNK = 256  # shapes in the first chunk; each next one is twice as large
 SLACK = 1e-9  # relative margin for rounding: a bound is trusted to this precision, no more
+# The most grid points one size may lay out (masks of one byte a point: about 64 MiB each). DeepSeek-V3 on GB200
+# NVL72, the largest space of the catalog, lays out at most 12.7 M up to 1,048,576 GPUs (tested).
+MAX_LAYOUT = 1 << 26
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +206,12 @@ class FastestPlanFinder:
             if self._branch_and_bound(found, self._space(g, cluster, gpus, batch), should_stop):
                 return FastestPlan(found.best(), g.grid_points, g.n_valid, found.evaluated)
             found = _Found(self, cluster, gpus, batch, g.triples, g.values, g.shape)  # a bound failed: all
+        if g.n_valid > self.spec.max_plans:
+            raise SearchTooLarge(
+                f"{g.n_valid:,} valid plans to evaluate on {gpus:,} GPUs"
+                + ("" if exhaustive else " (a plan beat its bound)")
+                + f", over the limit of {self.spec.max_plans:,} (CAPPLAN_SEARCH_MAX_PLANS)"
+            )
         found.evaluate(np.flatnonzero(g.valid.ravel()), None)
         return FastestPlan(
             found.best(), g.grid_points, g.n_valid, found.evaluated, bound_broken=not exhaustive
@@ -222,6 +240,10 @@ class FastestPlanFinder:
         ).reshape(-1, 3)  # fmt: skip
         values = {k: np.asarray(axes[k], dtype=np.int64) for k in REST}
         shape = (len(triples), *(len(values[k]) for k in REST))
+        if math.prod(shape) > MAX_LAYOUT:
+            raise SearchTooLarge(
+                f"the grid of {gpus:,} GPUs has {math.prod(shape):,} points to lay out (limit {MAX_LAYOUT:,})"
+            )
         valid = (
             self._valid(cluster, gpus, batch, triples, values, shape) if all(shape) else np.zeros(shape, bool)
         )
@@ -310,6 +332,12 @@ class FastestPlanFinder:
                               np.arange(shape[3])[None, :, None], np.arange(shape[4])[None, None, :],
                               m[:, None, None], r[:, None, None]]  # fmt: skip
             b, s, o = np.nonzero(sub)
+            if found.evaluated + b.size > self.spec.max_plans:
+                raise SearchTooLarge(
+                    f"the fastest-plan search on {found.gpus:,} GPUs would evaluate more than "
+                    f"{self.spec.max_plans:,} plans (CAPPLAN_SEARCH_MAX_PLANS) before proving its winner "
+                    f"({found.evaluated:,} evaluated, {b.size:,} more in the next chunk)"
+                )
             plans = np.ravel_multi_index((t[b], v[b], e[b], s, o, m[b], r[b]), shape)
             if not found.evaluate(plans, lower[b], space.floor[t[b], v[b], e[b], s, o, 0, 0]):
                 return False

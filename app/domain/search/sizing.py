@@ -24,41 +24,76 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from app.domain.cost.training import self_build_useful_months
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import head_times, layer_times
 from app.domain.estimator.evaluate import straggler_factor
 from app.domain.estimator.plan import Plan, Recompute
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture
+from app.domain.reliability.formulas import HOURS_PER_MONTH
 from app.domain.search.spec import Candidate
 
 GIB = 1024**3
-HOURS_PER_YEAR = 8766.0
+HOURS_PER_YEAR = 12 * HOURS_PER_MONTH  # 8,760 h: the cost model's year (app.domain.cost.cloud.commitment_usd)
 TERM_HOURS = {"commit-1yr": HOURS_PER_YEAR, "commit-3yr": 3 * HOURS_PER_YEAR}
+BASES = ("amortised", "cash")
 
 # Reasons a (node, size, offer) lost, in the order they are checked.
 REASON_MEMORY = "no plan fits in memory"
 REASON_NO_PRICE = "no price for this option"
 REASON_DEADLINE = "misses the deadline"
 REASON_BUDGET = "over budget"
-REASON_NOT_SEARCHED = "space over CAPPLAN_SEARCH_MAX_PLANS (not searched)"
+REASON_NOT_SEARCHED = "more plans to evaluate than CAPPLAN_SEARCH_MAX_PLANS (not searched)"
 REASON_DOMINATED = "beaten by a found plan even at its best possible speed (not searched)"
+
+
+@dataclass(frozen=True, slots=True)
+class SelfBuildCapital:
+    """A self-built cluster of some size as the cost model prices it (:func:`app.domain.cost.self_build_tco`):
+    capex paid up front, the capital to repay over the depreciation life (with financing, less the residual),
+    opex per month, and how long the cluster works in all (``use_after_run_years`` or ``runs``, else the life)."""
+
+    capex_usd: float
+    capital_total_usd: float
+    opex_usd_per_month: float
+    depreciation_years: float
+    use_after_run_years: float | None = None
+    runs: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ReservedSpotMix:
+    """The reserved + spot mix per instance: the 1-year commitment's and spot's $ per instance-hour, the reserved
+    share of the instances and the GPUs per instance (the cost model rounds the reserved count per cluster)."""
+
+    reserved_usd_per_hour: float
+    spot_usd_per_hour: float
+    reserved_fraction: float
+    gpus_per_instance: int
+
+    def spot_instances(self, instances: int) -> int:
+        return instances - round(self.reserved_fraction * instances)
 
 
 @dataclass(frozen=True, slots=True)
 class Offer:
     """One way to pay for GPUs of ``node``: ``vendor`` (aws, gcp, …, self-build), its ``slug`` (instance,
     provider price or server), the option and its $ per GPU-hour (None: the catalog has no such price).
-    ``capital_usd_per_node``: self-build's up-front cash per node (None for clouds); ``capital_usd_per_gpu_hour``:
-    the part of ``usd_per_gpu_hour`` that repays it."""
+    ``self_build``: a self-build cluster's capital and opex (priced per cluster size); ``mix``: the reserved + spot
+    mix's two rates; ``storage_usd_per_month`` and ``transfer_usd``: the dataset and checkpoints in object storage
+    over the run and the egress and inter-region transfer, which the cost model adds to every cloud option (a
+    self-build's storage is in its capex)."""
 
     node: str
     vendor: str
     slug: str
     option: str
     usd_per_gpu_hour: float | None
-    capital_usd_per_node: float | None = None
-    capital_usd_per_gpu_hour: float = 0.0
+    self_build: SelfBuildCapital | None = None
+    mix: ReservedSpotMix | None = None
+    storage_usd_per_month: float = 0.0
+    transfer_usd: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +118,10 @@ class SizedPlan:
     def plan(self):  # noqa: ANN201 - app.domain.plan.Plan
         return self.candidate.plan
 
+    def usd(self, basis: str) -> float:
+        """The dollars of ``basis``: "amortised" or "cash"."""
+        return self.usd_cash if basis == "cash" else self.usd_amortised
+
 
 @dataclass(frozen=True, slots=True)
 class SizingOutcome:
@@ -97,25 +136,37 @@ class SizingOutcome:
 def money(
     offer: Offer, gpus: int, gpus_per_node: int, tokens: float, tokens_per_s: float, goodput: float
 ) -> tuple[float, float, float]:
-    """(wall hours, amortised $, cash $) of ``tokens`` at ``tokens_per_s`` on ``gpus`` paid through ``offer``:
-    wall time = compute time ÷ goodput; amortised $ = rate × GPUs × wall hours; cash $ adds what is paid
-    regardless of the run's length (a commitment's whole term, a self-build's hardware up front in place of its
-    repayment). All three fall as ``tokens_per_s`` rises, so a speed bound gives a bound of each."""
+    """(wall hours, amortised $, cash $) of ``tokens`` at ``tokens_per_s`` on ``gpus`` paid through ``offer``, as
+    :func:`app.domain.cost.training_cost` computes them for the same cluster, throughput and goodput (tested
+    option by option): wall time = compute time ÷ goodput; a cloud pays its rate × GPUs × wall hours plus storage
+    and transfer, a commitment's cash its whole term (the used part amortised), the reserved + spot mix its
+    reserved instances' term and its spot instances' hours; a self-build pays capex + opex in cash, and amortised
+    its capital × run / useful life + opex. All three fall as ``tokens_per_s`` rises, so a speed bound gives a
+    bound of each."""
     assert offer.usd_per_gpu_hour is not None
     wall_h = tokens / tokens_per_s / 3600 / goodput
-    gpu_h = wall_h * gpus
-    amortised = offer.usd_per_gpu_hour * gpu_h
+    months = wall_h / HOURS_PER_MONTH
+    sb = offer.self_build
+    if sb is not None:
+        useful, _ = self_build_useful_months(months, sb.depreciation_years, sb.use_after_run_years, sb.runs)
+        share = min(1.0, months / useful) if useful > 0 else 1.0
+        amortised = sb.capital_total_usd * share + sb.opex_usd_per_month * months
+        return wall_h, amortised, sb.capex_usd + sb.opex_usd_per_month * months
+    extra = offer.storage_usd_per_month * months + offer.transfer_usd
+    if offer.mix is not None:
+        mix = offer.mix
+        instances = -(-gpus // mix.gpus_per_instance)
+        spot = mix.spot_instances(instances)
+        reserved = instances - spot
+        spot_usd = mix.spot_usd_per_hour * spot * wall_h
+        amortised = mix.reserved_usd_per_hour * reserved * wall_h + spot_usd + extra
+        cash = mix.reserved_usd_per_hour * reserved * max(wall_h, HOURS_PER_YEAR) + spot_usd + extra
+        return wall_h, amortised, cash
+    used = offer.usd_per_gpu_hour * gpus * wall_h
+    cash = used
     if offer.option in TERM_HOURS:
         cash = offer.usd_per_gpu_hour * gpus * max(wall_h, TERM_HOURS[offer.option])
-    elif offer.capital_usd_per_node is not None:
-        nodes = -(-gpus // gpus_per_node)
-        cash = (
-            offer.capital_usd_per_node * nodes
-            + (offer.usd_per_gpu_hour - offer.capital_usd_per_gpu_hour) * gpu_h
-        )
-    else:
-        cash = amortised
-    return wall_h, amortised, cash
+    return wall_h, used + extra, cash + extra
 
 
 def price_plan(
@@ -239,7 +290,7 @@ class Frontier:
 
     def __init__(self, top_k: int) -> None:
         self.top_k = top_k
-        self._usd: list[float] = []  # every point's amortised $, sorted
+        self._usd: list[float] = []  # every point's $ on the ranking's basis, sorted
         self._front: list[tuple[float, float]] = []  # (days, $) of the non-dominated points, by days
 
     def add(self, days: float, usd: float) -> None:
@@ -257,17 +308,25 @@ class Frontier:
         return any(d <= days and u <= usd and (d < days or u < usd) for d, u in self._front)
 
 
-def pareto_front(points: Sequence[SizedPlan]) -> list[SizedPlan]:
-    """The non-dominated points in (days ↓, amortised $ ↓): no other point is at least as good on both and
+def pareto_front(points: Sequence[SizedPlan], basis: str = "amortised") -> list[SizedPlan]:
+    """The non-dominated points in (days ↓, $ of ``basis`` ↓): no other point is at least as good on both and
     better on one. Sorted by days. O(n log n): sweep by days, keep a point when it is cheaper than all faster."""
-    order = sorted(points, key=lambda p: (p.days, p.usd_amortised))
+    order = sorted(points, key=lambda p: (p.days, p.usd(basis)))
     front: list[SizedPlan] = []
     cheapest = float("inf")
     for p in order:
-        if p.usd_amortised < cheapest:
+        if p.usd(basis) < cheapest:
             front.append(p)
-            cheapest = p.usd_amortised
+            cheapest = p.usd(basis)
     return front
+
+
+BASIS_WORDS = {
+    "amortised": "amortised $: the run's share (a commitment's used part; a self-build's capital × run / useful "
+    "life + opex)",
+    "cash": "cash $: what is paid out for the run (a commitment's whole term; a self-build's hardware up front + "
+    "opex)",
+}
 
 
 def choose(
@@ -277,31 +336,30 @@ def choose(
     deadline_days: float | None,
     budget_usd: float | None,
     top_k: int,
+    basis: str = "amortised",
 ) -> SizingOutcome:
-    """Apply the deadline and budget (on amortised $), rank the survivors and find the Pareto front.
+    """Apply the deadline and the budget (on ``basis``), rank the survivors and find the Pareto front.
 
-    Ranking: with a deadline, the cheapest plan that meets it; otherwise the cheapest (amortised $, the basis
-    every option shares; cash $ is shown beside it), ties by fewer days."""
+    Ranking: with a deadline, the cheapest plan that meets it; otherwise the cheapest, on ``basis`` ("amortised",
+    the default, or "cash"; the other is shown beside it), ties by fewer days."""
     ok: list[SizedPlan] = []
     fastest = min(priced, key=lambda p: p.days, default=None)
-    cheapest = min(priced, key=lambda p: p.usd_amortised, default=None)
+    cheapest = min(priced, key=lambda p: p.usd(basis), default=None)
     for p in priced:
         if deadline_days is not None and p.days > deadline_days:
             lost[REASON_DEADLINE] += 1
-        elif budget_usd is not None and p.usd_amortised > budget_usd:
+        elif budget_usd is not None and p.usd(basis) > budget_usd:
             lost[REASON_BUDGET] += 1
         else:
             ok.append(p)
-    ranked = sorted(ok, key=lambda p: (p.usd_amortised, p.days))
-    basis = (
-        "amortised $ (cheapest first" + (f", within {deadline_days:g} days" if deadline_days else "") + ")"
-    )
+    ranked = sorted(ok, key=lambda p: (p.usd(basis), p.days))
+    words = f"{basis} $ (cheapest first" + (f", within {deadline_days:g} days" if deadline_days else "") + ")"
     message = None
     if not ranked:
-        message = _nothing(lost, deadline_days, budget_usd, fastest, cheapest)
+        message = _nothing(lost, deadline_days, budget_usd, fastest, cheapest, basis)
     return SizingOutcome(
-        ranked=tuple(ranked[:top_k]), pareto=tuple(pareto_front(ok or list(priced))),
-        lost={k: n for k, n in lost.most_common() if n}, feasible=len(ok), message=message, basis=basis,
+        ranked=tuple(ranked[:top_k]), pareto=tuple(pareto_front(ok or list(priced), basis)),
+        lost={k: n for k, n in lost.most_common() if n}, feasible=len(ok), message=message, basis=words,
     )  # fmt: skip
 
 
@@ -311,11 +369,18 @@ def _nothing(
     budget_usd: float | None,
     fastest: SizedPlan | None,
     cheapest: SizedPlan | None,
+    basis: str = "amortised",
 ) -> str:
     if fastest is None and deadline_days is not None and lost.get(REASON_DEADLINE):
         return (
             f"nothing meets the deadline of {deadline_days:g} days: even at full peak FLOPs no accelerator and "
             "cluster size in the range trains the tokens in time; give more days, fewer tokens or a larger range"
+        )
+    if fastest is None and budget_usd is not None and lost.get(REASON_BUDGET):
+        return (
+            f"nothing fits the budget of ${budget_usd:,.0f} ({basis}): even at full peak FLOPs no accelerator, "
+            "cluster size and option in the range trains the tokens for that much; give a larger budget, fewer "
+            "tokens or more options"
         )
     if fastest is None:
         reason = lost.most_common(1)[0][0] if lost else "nothing to search"
@@ -328,7 +393,7 @@ def _nothing(
         )
     if budget_usd is not None and lost.get(REASON_BUDGET):
         parts.append(
-            f"nothing fits the budget of ${budget_usd:,.0f}: the cheapest is ${cheapest.usd_amortised:,.0f} "  # type: ignore[union-attr]
+            f"nothing fits the budget of ${budget_usd:,.0f} ({basis}): the cheapest is ${cheapest.usd(basis):,.0f} "  # type: ignore[union-attr]
             f"({cheapest.gpus:,} × {cheapest.accelerator}, {cheapest.vendor} {cheapest.option}, "  # type: ignore[union-attr]
             f"{cheapest.days:,.1f} days)"  # type: ignore[union-attr]
         )
