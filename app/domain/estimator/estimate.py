@@ -23,7 +23,7 @@ from app.domain.estimator.memory import (
     state_bytes_per_param,
 )
 from app.domain.estimator.pipeline import inflight_microbatches
-from app.domain.estimator.plan import Plan, Violation, plan_violations
+from app.domain.estimator.plan import Plan, Recompute, Violation, plan_violations
 from app.domain.estimator.step import StepTime
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
@@ -292,12 +292,25 @@ def _assumptions(
                    value=inflight_microbatches(0, plan.pp, plan.vpp, plan.micro_batches), source="formula",
                    note="1F1B: min(m, pp); interleaved: Megatron warm-up count"),
         Assumption(name="pipeline bubble", value="(pp−1)/vpp × t_micro-batch", source="formula"),
-        Assumption(name="TP/EP collectives", value="not overlapped", source="default",
-                   note="Megatron without tp-comm-overlap; async TP would hide part of it"),
+        Assumption(name="TP collectives", value=f"{cluster.stack(plan.framework.value).tp_overlap:.0%} hidden",
+                   source="formula", note="the stack's fitted tp_overlap share hides behind the neighbouring GEMMs "
+                   "(TE userbuffers, async TP), slowing them by comm_slowdown"),
+        Assumption(name="MoE all-to-alls", value=f"{plan.moe_dispatcher.value}, "
+                   + ("1F1B overlap: ρ·min(all-to-all, adjacent compute) hidden" if plan.moe_a2a_overlap
+                      else "not overlapped"), source="formula",
+                   note="deepep / hybridep send each token once per destination node over the scale-out network"),
         Assumption(name="gradient reduction", value="once per step (no_sync), overlapped with the last backward",
                    source="default", note="FSDP/ZeRO-3 re-gather and reduce-scatter every micro-batch"),
         Assumption(name="fat-tree oversubscription", value=cluster.oversubscription, source="default"),
     ]  # fmt: skip
+    if plan.recompute is Recompute.selective and (arch.is_moe or arch.attention == "mla"):
+        out.append(Assumption(
+            name="activation memory under selective recompute", value="attention core recomputed only",
+            source="default", confidence="low",
+            note="Megatron's --recompute-modules (mla_up_proj, moe_act, mlp, layernorm) and Transformer Engine's "
+            "FP8-saved linear inputs keep less than this; NVIDIA's published DeepSeek-V3 recipes fit where capplan "
+            "says they do not (README, Accuracy: known wrong)",
+        ))  # fmt: skip
     listed = {a.key for a in out if a.key}  # overridden figures not already listed under their own name
     for part in ("accelerator", "node", "efficiency", "scale_up_network", "scale_out_network", "runtime"):
         entry = getattr(cluster, part)
