@@ -26,6 +26,7 @@ from app.cli.options import (
     CalibrationRunOpt,
     Flag,
     request_options,
+    request_values,
     with_options,
 )
 from app.domain.cost.inputs import CostOption, CostOverrides
@@ -302,7 +303,8 @@ def cost_command(
         missing = [f"--{n.replace('_', '-')}" for n in REQUIRED if fields[n] is None]
         if missing:
             raise UsageError(f"give --plan plan.json, or the estimate options (missing {', '.join(missing)})")
-        values = {name: fields[name] for name in PLAN_FIELDS if name != "model"}
+        names = tuple(n for n in PLAN_FIELDS if n != "model")
+        values = request_values(CostRequest, names, COST_FLAGS, fields)  # comma-separated lists parsed
         values.update(calibrated=calibration, **model_argument(fields["model"] or ""))
     try:
         request = CostRequest(**values, tokens=tokens, options=options, overrides=overrides)

@@ -26,6 +26,7 @@ from app.cli.options import (
     CalibrationRunOpt,
     Flag,
     request_options,
+    request_values,
     with_options,
 )
 from app.schemas import EstimateRequest
@@ -83,7 +84,8 @@ def estimate(
     missing = [f"--{n.replace('_', '-')}" for n in REQUIRED if fields[n] is None]
     if missing:
         raise UsageError(f"missing {', '.join(missing)} (or give --plan plan.json)")
-    values = {name: fields[name] for name in ESTIMATE_FIELDS if name != "model"}
+    names = tuple(n for n in ESTIMATE_FIELDS if n != "model")
+    values = request_values(EstimateRequest, names, ESTIMATE_FLAGS, fields)  # comma-separated lists parsed
     values.update(
         figure_overrides=figure_overrides(figure or []),
         calibrated=calibration,
@@ -112,6 +114,7 @@ def print_estimate(est) -> None:
         f"plan: tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} ep={p.ep} {p.sharding.value} "
         f"micro-batch={p.micro_batch} global-batch={p.global_batch} seq={p.seq_len} recompute={p.recompute.value}"
         + (f" ({p.recompute_layers} layers per chunk)" if p.recompute_layers is not None else "")
+        + (f" ({', '.join(m.value for m in p.recompute_modules)})" if p.recompute_modules is not None else "")
         + f" {p.precision.value} {p.framework.value}"
     )
     echo(f"parameters: {est.parameters_total:,} total, {est.parameters_active:,} active per token")

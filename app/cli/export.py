@@ -23,6 +23,7 @@ from app.cli.options import (
     CalibrationRunOpt,
     Flag,
     request_options,
+    request_values,
     with_options,
 )
 from app.domain.export import ExportFormat
@@ -80,7 +81,8 @@ def export_command(
         missing = [f"--{n.replace('_', '-')}" for n in REQUIRED if fields[n] is None]
         if missing:
             raise UsageError(f"give --plan plan.json, or the estimate options (missing {', '.join(missing)})")
-        values = {name: fields[name] for name in ESTIMATE_FIELDS if name != "model"}
+        names = tuple(n for n in ESTIMATE_FIELDS if n != "model")
+        values = request_values(EstimateRequest, names, EXPORT_FLAGS, fields)  # comma-separated lists parsed
         try:
             request = EstimateRequest(**values, calibrated=calibration, **model_argument(fields["model"]))
         except ValidationError as exc:

@@ -18,6 +18,7 @@ from app.domain.estimator.plan import (
     Optimizer,
     Precision,
     Recompute,
+    RecomputeModule,
     Sharding,
 )
 from app.domain.search.spec import Objective
@@ -70,6 +71,12 @@ class EstimateRequest(StrictNumbers):
         le=100_000,
         description="with full recompute: layers per pipeline chunk that recompute (the rest keep their "
         "activations); empty = every layer",
+    )
+    recompute_modules: list[RecomputeModule] | None = Field(
+        default=None,
+        max_length=len(RecomputeModule),
+        description="with selective recompute: Megatron's --recompute-modules (core_attn, layernorm, mla_up_proj, "
+        "mlp, moe_act, moe, shared_experts); empty = the attention core only",
     )
     sequence_parallel: bool = False
     moe_dispatcher: MoeDispatcher = Field(

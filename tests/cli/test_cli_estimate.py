@@ -196,3 +196,17 @@ def test_plan_output_writes_the_winner_as_a_plan_file_export_reads(
     )
     code, _, err = run_cli(monkeypatch, capsys, *args, "--output", str(second), "--pick", "9")
     assert code == 2 and "no plan #9" in err
+
+
+def test_recompute_modules_are_comma_separated_and_checked(monkeypatch, capsys) -> None:
+    """Megatron's --recompute-modules as a comma-separated list (the order does not matter: the plan keeps
+    Megatron's); an unknown module is named with the choices, exit code 2."""
+    from test_cli_catalog import run_cli
+
+    args = ["estimate", "--model", "deepseek-v3", "--gpu", "b200", "--gpus", "256", "--pp", "8", "--vpp", "2",
+            "--ep", "32", "--framework", "megatron", "--sharding", "megatron-distopt", "--recompute", "selective",
+            "--precision", "fp8", "--global-batch", "4096", "--seq-len", "4096"]  # fmt: skip
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--recompute-modules", "mlp,mla_up_proj")
+    assert code == 0 and "recompute=selective (mla_up_proj, mlp)" in out
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--recompute-modules", "mla_up_proj,bogus")
+    assert code == 2 and "error: --recompute-modules: choose from core_attn" in err and "Traceback" not in err

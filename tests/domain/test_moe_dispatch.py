@@ -164,18 +164,24 @@ def test_search_applies_dispatcher_and_overlap_as_the_estimator_does(catalog) ->
 
 
 def test_the_estimate_states_its_moe_dispatch_and_the_memory_caveat(catalog) -> None:
-    """The assumptions name the dispatcher and whether the all-to-alls overlap, and flag (low confidence) that
-    selective recompute is the attention core only — for MoE/MLA models, where Megatron's finer recompute
-    modules keep less (README: known wrong); a dense model without them gets no such caveat."""
+    """The assumptions name the dispatcher and whether the all-to-alls overlap, and what selective recompute re-runs
+    — flagged low-confidence for an MoE/MLA model left at the attention core (NVIDIA's recipes name finer modules,
+    which keep much less); named modules, or a dense model, carry no flag."""
     arch = catalog.architecture("deepseek-v3")
     cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="b200", gpus=256)
     est = estimate(arch, cluster, _deepseek_plan(moe_dispatcher=MoeDispatcher.deepep, moe_a2a_overlap=True))
     named = {a.name: a for a in est.assumptions}
     assert named["MoE all-to-alls"].value.startswith("deepep, 1F1B overlap")
     assert named["activation memory under selective recompute"].confidence == "low"
+    named = {
+        a.name: a
+        for a in estimate(arch, cluster, _deepseek_plan(recompute_modules=("mla_up_proj",))).assumptions
+    }
+    assert named["activation memory under selective recompute"].value == "mla_up_proj re-run in backward"
+    assert named["activation memory under selective recompute"].confidence is None
     dense = catalog.architecture("llama3.1-70b")
     plan = Plan(tp=8, dp=32, global_batch=256, seq_len=8192, recompute=Recompute.selective,
                 sharding=Sharding.megatron_distopt, framework=Framework.megatron)  # fmt: skip
     plain = {a.name: a for a in estimate(dense, cluster, plan).assumptions}
-    assert "activation memory under selective recompute" not in plain
+    assert plain["activation memory under selective recompute"].confidence is None
     assert plain["MoE all-to-alls"].value == "alltoall, not overlapped"

@@ -135,13 +135,15 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     """Across the cases, every rule is some grid point's first failing rule, except those whose plans the
     grid never lays out: tp·cp·pp always divides the GPUs, pp never exceeds the layers, ep divides the experts
     and is 1 on dense models; recompute_layers, sequence parallelism and the HSDP group are the search's own
-    choices; Megatron-LM and DeepSpeed are not offered per-op selective recompute; the search turns Megatron's
+    choices; Megatron-LM and DeepSpeed are not offered per-op selective recompute; the search never names
+    Megatron's recompute modules; it turns Megatron's
     all-to-all overlap on only where Megatron runs it (the cases reach one dispatcher and one overlap refusal)."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
         "group-without-hsdp", "megatron-selective-op", "deepspeed-selective-op", "megatron-a2a-overlap",
-        "deepspeed-moe-dispatcher", "fsdp2-a2a-overlap",
+        "deepspeed-moe-dispatcher", "fsdp2-a2a-overlap", "recompute-modules-without-selective",
+        "fsdp2-recompute-modules", "deepspeed-recompute-modules",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -175,6 +177,7 @@ def _random_plan(rng: np.random.Generator, framework: Framework) -> Plan:
         sequence_parallel=pick([False, True]), precision=pick([Precision.bf16, Precision.fp16, Precision.fp32]),
         optimizer=pick([Optimizer.adamw, Optimizer.sgd]), framework=framework,
         moe_dispatcher=pick(list(MoeDispatcher)), moe_a2a_overlap=pick([False, True]),
+        recompute_modules=pick([None, ("mlp",), ("core_attn", "moe_act")]),
     )  # fmt: skip
 
 
@@ -268,6 +271,9 @@ CASES: dict[str, tuple[dict, dict]] = {
     "deepspeed-moe-dispatcher": (dict(ZERO1, ep=2, moe_dispatcher=MoeDispatcher.hybridep), dict(n_experts=8)),
     "fsdp2-a2a-overlap": (dict(ep=2, moe_a2a_overlap=True), dict(n_experts=8)),
     "deepspeed-a2a-overlap": (dict(ZERO1, ep=2, moe_a2a_overlap=True), dict(n_experts=8)),
+    "recompute-modules-without-selective": (dict(recompute=Recompute.full, recompute_modules=("mlp",)), {}),
+    "fsdp2-recompute-modules": (dict(recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
+    "deepspeed-recompute-modules": (dict(ZERO1, recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
 }  # fmt: skip
 
 

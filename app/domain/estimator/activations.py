@@ -283,7 +283,11 @@ def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle) -> None:
         terms.add("experts", "permuted tokens (fc1 input) + unpermute input", "2·T·k·h·B", 2 * T * k * h * B)
     f_e = sh.sharded(arch.expert_ffn_hidden_size)  # type: ignore[arg-type]
     n = (4 if style == "torch" else 3) if arch.activation == "swiglu" else 2
-    terms.add("experts", "expert mlp tensors", f"{n}·T·k·(f_e/t)·B", n * T * k * f_e * B)
+    if style == "torch":
+        terms.add("experts", "expert mlp tensors", f"{n}·T·k·(f_e/t)·B", n * T * k * f_e * B)
+    else:  # fc1 output (gate‖up for SwiGLU) and the activation's output (fc2 input, what moe_act re-runs)
+        terms.add("experts", "expert fc1 output", f"{n - 1}·T·k·(f_e/t)·B", (n - 1) * T * k * f_e * B)
+        terms.add("experts", "expert activation output", "T·k·(f_e/t)·B", T * k * f_e * B)
     if arch.n_shared_experts:
         f_s = sh.sharded(arch.shared_expert_ffn_hidden_size)  # type: ignore[arg-type]
         terms.add(
@@ -425,6 +429,66 @@ def _core_recompute_bytes(sh: _Shape, style: FrameworkStyle, flash: bool, dropou
     return scores * per_score + copies + T * a_l * d_v * B
 
 
+# What each of Megatron's recompute modules stops keeping: (component, row label) pairs, or a component with
+# "*" (every row but its input). The block modules (mlp, moe, shared_experts) checkpoint their input.
+_MODULE_ROWS: dict[str, frozenset[tuple[str, str]]] = {
+    "layernorm": frozenset({("attention", "qkv input"), ("mlp", "mlp input"), ("router", "router input")}),
+    "mla_up_proj": frozenset(
+        {("attention", "q, k (qk_head wide)"), ("attention", "v"), ("attention", "v (whole wkv_b output)")}
+    ),  # fmt: skip
+    "moe_act": frozenset({("experts", "expert activation output")}),
+    "mlp": frozenset({("mlp", "*")}),
+    "moe": frozenset({("router", "*"), ("experts", "*"), ("shared_experts", "*")}),
+    "shared_experts": frozenset({("shared_experts", "*")}),
+}
+_BLOCK_INPUTS = frozenset({("mlp", "mlp input"), ("router", "router input")})
+
+
+# Transformer Engine under FP8 keeps the FP8 copy (1 byte) of a linear layer's input for its weight gradient, not
+# the 16-bit tensor: the share of each Megatron-style row that is a linear input (the rest stays 16-bit). The
+# router runs in fp32 and keeps its 16-bit input.
+_LINEAR_INPUT_SHARE: dict[tuple[str, str], float] = {
+    ("attention", "qkv input"): 1.0,
+    ("attention", "attention output = wo input"): 1.0,
+    ("attention", "wo input"): 1.0,
+    ("attention", "q latent (norm input, wq_b input)"): 0.5,
+    ("attention", "kv latent norm out (wkv_b input)"): 1.0,
+    ("mlp", "mlp input"): 1.0,
+    ("mlp", "fc1 out (gate‖up), product"): 1 / 3,  # the product is fc2's input
+    ("mlp", "gelu input, fc2 input"): 0.5,
+    ("experts", "permuted tokens (fc1 input) + unpermute input"): 0.5,
+    ("experts", "expert activation output"): 1.0,
+}
+
+
+def _fp8_inputs(terms: _Terms) -> _Terms:
+    """The rows with their linear-input share kept at 1 byte instead of 2 (``_LINEAR_INPUT_SHARE``)."""
+    out = _Terms()
+    for component, label, expr, value in terms.rows:
+        share = _LINEAR_INPUT_SHARE.get((component, label), 0.0)
+        out.rows.append(
+            (component, label, expr + (" (fp8 inputs)" if share else ""), math.ceil(value * (1 - share / 2)))
+        )
+    return out
+
+
+def _drop_recomputed(terms: _Terms, modules: frozenset[str]) -> tuple[_Terms, int]:
+    """The rows ``modules`` no longer keep removed: (kept terms, bytes the backward re-materialises)."""
+    kept, dropped = _Terms(), 0
+    for component, label, expr, value in terms.rows:
+        gone = any(
+            (component, label) in _MODULE_ROWS[m]
+            or ((component, "*") in _MODULE_ROWS[m] and (component, label) not in _BLOCK_INPUTS)
+            for m in modules
+            if m in _MODULE_ROWS
+        )
+        if gone:
+            dropped += value
+        else:
+            kept.rows.append((component, label, expr, value))
+    return kept, dropped
+
+
 def layer_activation_bytes(
     arch: Architecture,
     kind: LayerKind,
@@ -439,6 +503,8 @@ def layer_activation_bytes(
     act_bytes: int = 2,
     framework_style: FrameworkStyle = "torch",
     dropout: bool | None = None,
+    recompute_modules: frozenset[str] | None = None,
+    fp8_linear_inputs: bool = False,
 ) -> ActivationTerms:
     """Bytes one ``kind`` layer keeps between forward and backward for one micro-batch, on one rank.
 
@@ -460,7 +526,13 @@ def layer_activation_bytes(
         raise ValueError("the torch reference model has no dropout; use framework_style='megatron'")
     sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
 
-    full = _layer_terms(sh, style, kind, Recompute.none, flash_attention, dropout)
+    fp8 = fp8_linear_inputs and style == "megatron"  # Transformer Engine's FP8 linears (Megatron's FP8 path)
+
+    def layer(recompute_: Recompute) -> _Terms:
+        terms = _layer_terms(sh, style, kind, recompute_, flash_attention, dropout)
+        return _fp8_inputs(terms) if fp8 else terms
+
+    full = layer(Recompute.none)
 
     grads = _grad_working_set(arch, kind, sh)
     legend = (
@@ -487,13 +559,20 @@ def layer_activation_bytes(
             f"{grads} {legend}",
         )
     if recompute is Recompute.selective:
-        terms = _layer_terms(sh, style, kind, Recompute.selective, flash_attention, dropout)
-        core = _core_recompute_bytes(sh, style, flash_attention, dropout)
+        # Megatron's recompute modules (None: the attention core alone, its default); a module re-runs one layer
+        # at a time in backward, so what it dropped re-materialises on top of the gradients
+        modules = frozenset({"core_attn"}) if recompute_modules is None else recompute_modules
+        with_core = "core_attn" in modules
+        terms = layer(Recompute.selective if with_core else Recompute.none)
+        terms, dropped = _drop_recomputed(terms, modules)
+        core = _core_recompute_bytes(sh, style, flash_attention, dropout) if with_core else 0
+        named = "" if recompute_modules is None else f" ({', '.join(sorted(modules))})"
         return ActivationTerms(
             saved_bytes=terms.total(),
-            peak_extra_bytes=core + grads,
+            peak_extra_bytes=core + dropped + grads,
             by_component=terms.by_component(),
-            formula=f"selective recompute: {terms.render()}; core recomputed {core} + grads {grads} {legend}",
+            formula=f"selective recompute{named}: {terms.render()}; core recomputed {core}, modules re-run "
+            f"{dropped} + grads {grads} {legend}",
         )
     return ActivationTerms(
         saved_bytes=full.total(),

@@ -31,7 +31,15 @@ from app.domain.estimator.head_activations import (
 from app.domain.estimator.memory import StageMemory, exact_fsdp2, layer_terms, state_bytes_per_param
 from app.domain.estimator.network import link_speeds, plan_groups
 from app.domain.estimator.pipeline import RankLayers, rank_layers
-from app.domain.estimator.plan import Framework, Offload, Plan, Precision, Recompute, Sharding
+from app.domain.estimator.plan import (
+    Framework,
+    Offload,
+    Plan,
+    Precision,
+    Recompute,
+    RecomputeModule,
+    Sharding,
+)
 from app.domain.estimator.sharding import sharded_state_bytes_counted
 from app.domain.estimator.step import RankTime, StepTime
 from app.domain.estimator.xp import SCALAR
@@ -87,6 +95,7 @@ def plan_q(arch: Architecture, plan: Plan) -> PlanQ:
         offload_nvme=plan.offload is Offload.nvme, recompute_full=plan.recompute_share(arch.n_layers),
         sequence_parallel=plan.sequence_parallel, exact=exact, exact_params=e_params, exact_grads=e_grads,
         exact_optimizer=e_opt, ep_dedup=plan.moe_dispatcher.dedups_per_node, ep_a2a_overlap=plan.moe_a2a_overlap,
+        recompute_moe=RecomputeModule.moe in plan.recompute_module_set,
     )  # fmt: skip
 
 

@@ -106,6 +106,10 @@ def _no_a2a_overlap(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, moe_a2a_overlap=False)
 
 
+def _default_modules(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, recompute_modules=None)
+
+
 _NAME = {Framework.fsdp2: "torchtitan 0.3.0", Framework.deepspeed: "DeepSpeed 0.19.8"}
 
 
@@ -221,6 +225,16 @@ CAPABILITIES: tuple[Rule, ...] = (
             f"{_NAME[fw]} does not overlap the MoE all-to-alls with another micro-batch's compute (a "
             "Megatron-Core feature)", "turn the all-to-all overlap off, or use framework megatron",
             TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE, lambda f: f.a2a_overlap, _no_a2a_overlap,
+        )
+        for fw in (Framework.fsdp2, Framework.deepspeed)
+    ),
+    *(
+        _refusal(
+            fw, f"{fw.value}-recompute-modules", "recompute_modules",
+            f"{_NAME[fw]} has no per-module selective recompute like Megatron's --recompute-modules",
+            "leave recompute_modules empty, or use framework megatron",
+            TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE, lambda f: f.modules_named,
+            _default_modules,
         )
         for fw in (Framework.fsdp2, Framework.deepspeed)
     ),

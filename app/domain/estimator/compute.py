@@ -30,7 +30,7 @@ from functools import lru_cache
 from pydantic import Field
 
 from app.domain.estimator.cluster import Cluster
-from app.domain.estimator.plan import Plan, Precision, Recompute
+from app.domain.estimator.plan import Plan, Precision, Recompute, RecomputeModule
 from app.domain.model.architecture import Architecture, LayerKind
 from app.domain.model.counts import attention_projection_weights, kv_dim, q_dim
 from app.domain.provenance import Frozen
@@ -325,7 +325,9 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
     if plan.recompute is Recompute.full:
         recompute = fwd
     elif plan.recompute is Recompute.selective:
-        recompute = attention_fwd + (score_traffic / hbm)
+        recompute = _module_recompute_seconds(
+            arch, kind, plan, rates, tokens, hbm, attention_s=attention_fwd + score_traffic / hbm
+        )
     elif plan.recompute is Recompute.selective_op:
         # the even matmuls and every elementwise op (norms, rotary, activation function) run again
         recompute = gemm_fwd * selective_op_matmul_share(arch) + memory_fwd
@@ -335,6 +337,47 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
         gemm_fwd_s=gemm_fwd, attention_fwd_s=attention_fwd, memory_fwd_s=memory_fwd, fwd_s=fwd, bwd_s=bwd,
         recompute_s=recompute, gemms=gemms,
     )  # fmt: skip
+
+
+def _module_recompute_seconds(
+    arch: Architecture, kind: LayerKind, plan: Plan, rates: GemmRates, tokens: float, hbm: float, *,
+    attention_s: float,
+) -> float:  # fmt: skip
+    """Forward work selective recompute repeats in one layer's backward, per Megatron recompute module: the
+    attention core (``attention_s``), the MLA up-projections (2·T·(q_lora·a·d_qk + kv_lora·a·(d_nope+d_v))/t
+    FLOPs), the dense MLP's or the experts' GEMMs, the shared experts' GEMMs, and the memory-bound norms and
+    expert activation (read + write of their tensors at 16 bits). A module the layer does not have costs 0."""
+    modules = plan.recompute_module_set
+    tp, h, glu = plan.tp, arch.hidden_size, arch.activation == "swiglu"
+    act = 4 if plan.precision is Precision.fp32 else 2
+
+    def mlp_s(width: float, m: float, groups: int = 1) -> float:
+        return rates.seconds(m, (2 if glu else 1) * width, h, groups) + rates.seconds(m, h, width, groups)
+
+    out = attention_s if RecomputeModule.core_attn in modules else 0.0
+    if RecomputeModule.layernorm in modules:
+        rows = tokens / (tp if plan.sequence_parallel else 1)
+        out += 2 * 2 * rows * h * act / hbm  # two norms, each reads its input and writes its output
+    if RecomputeModule.mla_up_proj in modules and arch.attention == "mla":
+        heads = arch.n_heads / tp
+        if arch.q_lora_rank:
+            out += rates.seconds(tokens, heads * arch.head_dim, arch.q_lora_rank)
+        out += rates.seconds(tokens, heads * (arch.qk_nope_head_dim + arch.value_head_dim), arch.kv_lora_rank)
+    if kind == "dense" and RecomputeModule.mlp in modules:
+        out += mlp_s(arch.ffn_hidden_size / tp, tokens)
+    if kind == "moe":
+        k, e, fe = arch.experts_top_k, arch.n_experts, (arch.expert_ffn_hidden_size or 0) / tp
+        slots = tokens * plan.ep * k / e  # tokens per local expert (balanced routing)
+        shared = arch.n_shared_experts * (arch.shared_expert_ffn_hidden_size or 0) / tp
+        if RecomputeModule.moe in modules:
+            out += mlp_s(fe, slots, max(1, e // plan.ep)) + rates.seconds(tokens, e, h)
+            out += mlp_s(shared, tokens) if shared else 0.0
+        else:
+            if RecomputeModule.moe_act in modules:
+                out += ((3 if glu else 2) * tokens * k * fe) * act / hbm  # read gate‖up (or input), write
+            if RecomputeModule.shared_experts in modules and shared:
+                out += mlp_s(shared, tokens)
+    return out
 
 
 def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float, float]:

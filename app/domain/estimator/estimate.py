@@ -303,13 +303,17 @@ def _assumptions(
                    source="default", note="FSDP/ZeRO-3 re-gather and reduce-scatter every micro-batch"),
         Assumption(name="fat-tree oversubscription", value=cluster.oversubscription, source="default"),
     ]  # fmt: skip
-    if plan.recompute is Recompute.selective and (arch.is_moe or arch.attention == "mla"):
+    if plan.recompute is Recompute.selective:
+        modules = sorted(m.value for m in plan.recompute_module_set)
+        moe_or_mla = arch.is_moe or arch.attention == "mla"
         out.append(Assumption(
-            name="activation memory under selective recompute", value="attention core recomputed only",
-            source="default", confidence="low",
-            note="Megatron's --recompute-modules (mla_up_proj, moe_act, mlp, layernorm) and Transformer Engine's "
-            "FP8-saved linear inputs keep less than this; NVIDIA's published DeepSeek-V3 recipes fit where capplan "
-            "says they do not (README, Accuracy: known wrong)",
+            name="activation memory under selective recompute", value=", ".join(modules) + " re-run in backward",
+            source="formula" if plan.recompute_modules is not None or not moe_or_mla else "default",
+            confidence="low" if plan.recompute_modules is None and moe_or_mla else None,
+            note="Megatron's --recompute-modules; NVIDIA's MoE/MLA recipes also re-run mla_up_proj, mlp or moe_act "
+            "(set recompute_modules to match), which keeps much less than the attention core alone"
+            if plan.recompute_modules is None and moe_or_mla else "CUDA graphs and activation offloading are not "
+            "modelled",
         ))  # fmt: skip
     listed = {a.key for a in out if a.key}  # overridden figures not already listed under their own name
     for part in ("accelerator", "node", "efficiency", "scale_up_network", "scale_out_network", "runtime"):

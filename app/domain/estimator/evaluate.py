@@ -87,6 +87,9 @@ class PlanQ:
         False  # DeepEP / HybridEP dispatcher: each token crosses the scale-out network once per node
     )
     ep_a2a_overlap: Num = False  # Megatron-Core's overlap_moe_expert_parallel_comm (1F1B all-to-all overlap)
+    recompute_moe: Num = (
+        False  # Megatron's "moe" recompute module: the layer's dispatch and combine run again
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -395,7 +398,7 @@ def rank_time(
         return exposed + c.comm_slowdown * hidden + kq.cp_forwards * kq.cp_fwd + kq.cp_bwd
 
     cp_s = xp.where(pq.cp > 1, rq.n_dense * cp_layer(kq.attn_dense) + rq.n_moe * cp_layer(kq.attn_moe), 0)
-    ep_total = rq.n_moe * comm["ep_a2a"] * (4 + 2 * pq.recompute_full)
+    ep_total = rq.n_moe * comm["ep_a2a"] * (4 + 2 * pq.recompute_full + 2 * pq.recompute_moe)
     mb_compute = compute + recompute
     ep_s = exposed_a2a(xp, ep_total, mb_compute, pq.ep_a2a_overlap, c)
 

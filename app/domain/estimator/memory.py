@@ -149,7 +149,11 @@ def layer_terms(arch: Architecture, plan: Plan) -> dict[str, ActivationTerms]:
             flash_attention=plan.flash_attention,
             act_bytes=act_bytes,
             framework_style=style,
-        )  # fmt: skip
+            recompute_modules=None
+            if plan.recompute_modules is None
+            else frozenset(plan.recompute_module_set),
+            fp8_linear_inputs=plan.precision is Precision.fp8,
+        )
         for kind in kinds
     }
 

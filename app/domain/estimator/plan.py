@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from app.domain.provenance import Frozen
 
@@ -81,6 +81,23 @@ class Optimizer(StrEnum):
     sgd = "sgd"  # with momentum
 
 
+class RecomputeModule(StrEnum):
+    """Megatron-Core's ``--recompute-modules`` under selective recompute (TransformerConfig, core_v0.16.1):
+    core_attn and the layer blocks are checkpointed (input kept); layernorm, mla_up_proj and moe_act discard
+    their outputs and re-run them in backward."""
+
+    core_attn = "core_attn"  # the attention core (Megatron's default)
+    layernorm = "layernorm"  # input_layernorm and pre_mlp_layernorm outputs
+    mla_up_proj = "mla_up_proj"  # MLA's q/kv up-projections and RoPE
+    mlp = "mlp"  # the dense MLP block
+    moe_act = "moe_act"  # the experts' activation function
+    moe = "moe"  # the whole MoE layer (its all-to-alls run again)
+    shared_experts = "shared_experts"
+
+
+DEFAULT_RECOMPUTE_MODULES = (RecomputeModule.core_attn,)
+
+
 class MoeDispatcher(StrEnum):
     """How MoE tokens reach their experts across the expert-parallel group."""
 
@@ -131,6 +148,12 @@ class Plan(Frozen):
         "block --recompute-num-layers; torchtitan's and fms-fsdp's every-n-th-layer checkpointing); the other "
         "layers keep their activations. None = every layer",
     )
+    recompute_modules: tuple[RecomputeModule, ...] | None = Field(
+        default=None,
+        max_length=len(RecomputeModule),
+        description="with selective recompute: Megatron's --recompute-modules (core_attn, layernorm, mla_up_proj, "
+        "mlp, moe_act, moe, shared_experts); None = the attention core only",
+    )
     sequence_parallel: bool = False
     moe_dispatcher: MoeDispatcher = Field(
         default=MoeDispatcher.alltoall,
@@ -162,6 +185,25 @@ class Plan(Frozen):
         description="fused linear cross-entropy (Liger-Kernel's FusedLinearCrossEntropy, Cut Cross-Entropy): the "
         "output GEMM and the loss run in token chunks, so the b·s·V logits are never held",
     )
+
+    @field_validator("recompute_modules")
+    @classmethod
+    def _canonical_modules(
+        cls, value: tuple[RecomputeModule, ...] | None
+    ) -> tuple[RecomputeModule, ...] | None:
+        """One spelling per set: each module once, in the enum's order."""
+        if value is None:
+            return None
+        return tuple(m for m in RecomputeModule if m in set(value))
+
+    @property
+    def recompute_module_set(self) -> frozenset[RecomputeModule]:
+        """The modules selective recompute re-runs (empty unless recompute is selective)."""
+        if self.recompute is not Recompute.selective:
+            return frozenset()
+        return frozenset(
+            DEFAULT_RECOMPUTE_MODULES if self.recompute_modules is None else self.recompute_modules
+        )
 
     @property
     def uses_fused_kernels(self) -> bool:

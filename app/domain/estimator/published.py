@@ -143,6 +143,7 @@ _INFERABLE = {
     "sequence_parallel",
     "moe_dispatcher",
     "moe_a2a_overlap",
+    "recompute_modules",
     "sharding",
     "tflops_per_gpu_reported",
     "model_tflops_per_gpu",
@@ -239,6 +240,10 @@ class PublishedRun(CatalogEntry):
         "only some layers); absent = every layer",
     )
     sequence_parallel: bool
+    recompute_modules: list[str] | None = Field(
+        default=None,
+        description="with selective recompute: Megatron's --recompute-modules as the run's recipe sets them",
+    )
     moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
         default="alltoall",
         description="MoE token dispatcher the run used (Megatron's flex dispatcher backend: deepep, hybridep)",

@@ -97,6 +97,7 @@ _NO_OFFLOAD, _OPTIMIZER_CPU, _PARAMS_CPU, _NVME = (
     OFFLOADS.index(o) for o in (Offload.none, Offload.optimizer_cpu, Offload.params_cpu, Offload.nvme)
 )
 _SELECTIVE_OP, _FULL = RECOMPUTES.index(Recompute.selective_op), RECOMPUTES.index(Recompute.full)
+_SELECTIVE = RECOMPUTES.index(Recompute.selective)
 _OFFERED = {fw: tuple(s in offered for s in SHARDINGS) for fw, offered in SHARDINGS_BY_FRAMEWORK.items()}
 
 
@@ -168,13 +169,15 @@ class Facts:
     offload_nvme: Any
     selective_op: Any  # torchtitan's per-op selective activation checkpointing
     full_recompute: Any
+    selective: Any  # Megatron-style selective recompute
+    modules_named: Any  # recompute_modules given (Megatron's --recompute-modules)
 
 
 def facts(
     *, tp: Any, pp: Any, vpp: Any, dp: Any, cp: Any, ep: Any, micro_batch: Any, global_batch: Any, seq_len: Any,
     sharding: Any, offload: Any, recompute: Any, recompute_layers: Any, shard_group: Any, sequence_parallel: Any,
     framework: Framework, fp16: Any, sgd: Any, context: Context, fp32: Any = False, dedup_dispatcher: Any = False,
-    a2a_overlap: Any = False,
+    a2a_overlap: Any = False, modules_named: Any = False,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike."""
     per_step = micro_batch * _at_least_1(dp)
@@ -183,7 +186,7 @@ def facts(
         tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, micro_batch=micro_batch, global_batch=global_batch,
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
-        fp32=fp32, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap,
+        fp32=fp32, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
         gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
         n_experts=context.n_experts, gpus_per_node=context.gpus_per_node, nvlink_domain=context.nvlink_domain,
         allow_tp_across_nodes=context.allow_tp_across_nodes, tied_embeddings=context.tied_embeddings,
@@ -194,7 +197,7 @@ def facts(
         sharding_offered=_lookup(_OFFERED[framework], sharding), group_or_1=_at_least_1(shard_group),
         offload_any=offload != _NO_OFFLOAD, offload_optimizer=offload == _OPTIMIZER_CPU,
         offload_params=(offload == _PARAMS_CPU) | (offload == _NVME), offload_nvme=offload == _NVME,
-        selective_op=recompute == _SELECTIVE_OP, full_recompute=recompute == _FULL,
+        selective_op=recompute == _SELECTIVE_OP, full_recompute=recompute == _FULL, selective=recompute == _SELECTIVE,
     )  # fmt: skip
 
 
@@ -208,7 +211,7 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         shard_group=plan.shard_group_size or 0, sequence_parallel=plan.sequence_parallel, framework=plan.framework,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, context=context,
         fp32=plan.precision is Precision.fp32, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
-        a2a_overlap=plan.moe_a2a_overlap,
+        a2a_overlap=plan.moe_a2a_overlap, modules_named=plan.recompute_modules is not None,
     )  # fmt: skip
 
 
@@ -336,6 +339,12 @@ PLAN_RULES: tuple[Rule, ...] = (
         lambda f: (f.recompute_layers >= 0) & no(f.full_recompute),
         lambda f: "recompute_layers counts the layers that recompute fully; it needs recompute = full",
         lambda f: "set recompute = full, or leave recompute_layers empty",
+    ),
+    Rule(
+        "recompute-modules-without-selective", "recompute_modules", "recompute_modules without selective recompute",
+        lambda f: f.modules_named & no(f.selective),
+        lambda f: "recompute_modules names what selective recompute re-runs; it needs recompute = selective",
+        lambda f: "set recompute = selective, or leave recompute_modules empty",
     ),
     Rule(
         "recompute-layers-exceed-chunk", "recompute_layers", "recompute_layers exceeds a pipeline chunk's layers",

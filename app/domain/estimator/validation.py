@@ -156,6 +156,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
         recompute_layers=run.recompute_layers if recompute is Recompute.full else None,
         sequence_parallel=run.sequence_parallel, moe_dispatcher=MoeDispatcher(run.moe_dispatcher),
+        recompute_modules=run.recompute_modules if recompute is Recompute.selective else None,
         moe_a2a_overlap=run.moe_a2a_overlap, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,

@@ -19,7 +19,7 @@ from app.domain.export.launch import (
 )
 from app.domain.export.text import comment_block, shell_word
 
-Arg = tuple[str, str | None]  # (flag, value); value None for a switch
+Arg = tuple[str, str | tuple[str, ...] | None]  # (flag, value); None for a switch, a tuple for nargs='+'
 
 
 def pipeline_layout(n_layers: int, pp: int, vpp: int) -> str:
@@ -214,6 +214,8 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         args.append(("--sequence-parallel", None))
     if p.recompute is Recompute.selective:
         args.append(("--recompute-granularity", "selective"))
+        if p.recompute_modules is not None:
+            args.append(("--recompute-modules", tuple(m.value for m in p.recompute_modules)))
     elif p.recompute is Recompute.full and p.recompute_layers is not None:
         # block: the first N layers of each pipeline chunk recompute, the rest keep their activations
         args += [
@@ -255,7 +257,11 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
 def megatron_args(doc: PlanDocument) -> list[str]:
     """The flat argument list (what ``pretrain_gpt.py`` receives)."""
     pairs, _ = megatron_arg_pairs(doc)
-    return [w for flag, value in pairs for w in ((flag,) if value is None else (flag, value))]
+    return [w for flag, value in pairs for w in (flag, *_words(value))]
+
+
+def _words(value: str | tuple[str, ...] | None) -> tuple[str, ...]:
+    return () if value is None else (value,) if isinstance(value, str) else value
 
 
 def megatron_script(doc: PlanDocument) -> tuple[str, list[str]]:
@@ -274,7 +280,7 @@ def megatron_script(doc: PlanDocument) -> tuple[str, list[str]]:
             "    --data-path ... --tokenizer-type ... --tokenizer-model ... --lr ... --lr-decay-style cosine",
         ]
     )
-    lines = [f"  {flag}" + ("" if value is None else f" {shell_word(value)}") for flag, value in pairs]
+    lines = [f"  {flag}" + "".join(f" {shell_word(w)}" for w in _words(value)) for flag, value in pairs]
     env = "".join(f"export {var}={value}  # {comment}\n" for var, value, comment in framework_env(doc))
     if doc.plan.sharding.shards_params:
         env += "unset CUDA_DEVICE_MAX_CONNECTIONS  # torch FSDP2 refuses CUDA_DEVICE_MAX_CONNECTIONS=1\n"
