@@ -450,57 +450,104 @@ def layer_activation_bytes(
     Examples (GPT-3 layer, h=12288, a=96, s=2048, b=1, Megatron style, no flash) — see
     ``tests/domain/test_activations.py`` for the hand-worked numbers.
     """
+    layer = LayerActivations(
+        arch, kind, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sequence_parallel=sequence_parallel,
+        flash_attention=flash_attention, act_bytes=act_bytes, framework_style=framework_style, dropout=dropout,
+    )  # fmt: skip
+    sh = layer.sh
+    kept, again = layer.kept(recompute)
+    legend = (
+        f"[{layer.style}; T={sh.tokens} (b={micro_batch}·s={seq_len}/c={cp}), t={tp}, SP={sequence_parallel}, "
+        f"h={arch.hidden_size}, a={arch.n_heads}, g={arch.n_kv_heads}, d={arch.head_dim}, "
+        f"f={arch.ffn_hidden_size}, B={act_bytes}, flash={flash_attention}, dropout={layer.dropout}]"
+    )
+    formula = _FORMULAS[recompute].format(kept=kept.render(), again=again, grads=layer.grads)
+    return ActivationTerms(
+        saved_bytes=kept.total(),
+        peak_extra_bytes=again + layer.grads,
+        by_component=kept.by_component(),
+        formula=f"{formula} {legend}",
+    )
+
+
+class LayerActivations:
+    """One layer kind's activation terms for one shape (the arguments of :func:`layer_activation_bytes` but the
+    recompute), built once: :meth:`totals` gives each recompute mode's (saved, peak extra) bytes — what the plan
+    search reads for every key of its space, without the formula and its split."""
+
+    def __init__(
+        self,
+        arch: Architecture,
+        kind: LayerKind,
+        *,
+        micro_batch: int,
+        seq_len: int,
+        tp: int = 1,
+        cp: int = 1,
+        sequence_parallel: bool = False,
+        flash_attention: bool = True,
+        act_bytes: int = 2,
+        framework_style: FrameworkStyle = "torch",
+        dropout: bool | None = None,
+    ) -> None:
+        self.sh, self.style, self.dropout = _setup(
+            arch, kind, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, framework_style, dropout
+        )
+        self.kind, self.flash = kind, flash_attention
+        self.full = _layer_terms(self.sh, self.style, kind, Recompute.none, flash_attention, self.dropout)
+        self.grads = _grad_working_set(arch, kind, self.sh)
+
+    def totals(self, recompute: Recompute) -> tuple[int, int]:
+        """(saved_bytes, peak_extra_bytes) of :func:`layer_activation_bytes` with ``recompute``."""
+        kept, again = self.kept(recompute)
+        return kept.total(), again + self.grads
+
+    def kept(self, recompute: Recompute) -> tuple[_Terms, int]:
+        """What the layer keeps under ``recompute`` and what its backward re-materialises besides the
+        gradients: every term (full and per-op selective recompute), the attention core (selective), nothing
+        (no recompute)."""
+        sh, full = self.sh, self.full
+        if recompute is Recompute.full:
+            kept = _Terms()
+            kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * sh.arch.hidden_size * sh.B)
+            return kept, full.total()
+        if recompute is Recompute.selective_op:
+            return _selective_op_terms(sh, self.kind), full.total()
+        if recompute is Recompute.selective:
+            terms = _layer_terms(sh, self.style, self.kind, Recompute.selective, self.flash, self.dropout)
+            return terms, _core_recompute_bytes(sh, self.style, self.flash, self.dropout)
+        return full, 0
+
+
+def _setup(
+    arch: Architecture,
+    kind: LayerKind,
+    micro_batch: int,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sp: bool,
+    act_bytes: int,
+    style: FrameworkStyle,
+    dropout: bool | None,
+) -> tuple[_Shape, FrameworkStyle, bool]:
+    """The checked arguments of :func:`layer_activation_bytes`: the rank's shape, the style and the dropout."""
     _check(micro_batch, seq_len, tp, cp, act_bytes)
     if kind == "moe" and not arch.is_moe:
         raise ValueError(f"{arch.slug} has no MoE layers")
-    style: FrameworkStyle = framework_style
     if dropout is None:
         dropout = _default_dropout(arch, style)
     elif dropout and style == "torch":
         raise ValueError("the torch reference model has no dropout; use framework_style='megatron'")
-    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+    return _Shape(arch, micro_batch, seq_len, tp, cp, sp, act_bytes), style, dropout
 
-    full = _layer_terms(sh, style, kind, Recompute.none, flash_attention, dropout)
 
-    grads = _grad_working_set(arch, kind, sh)
-    legend = (
-        f"[{style}; T={sh.tokens} (b={micro_batch}·s={seq_len}/c={cp}), t={tp}, SP={sequence_parallel}, "
-        f"h={arch.hidden_size}, a={arch.n_heads}, g={arch.n_kv_heads}, d={arch.head_dim}, "
-        f"f={arch.ffn_hidden_size}, B={act_bytes}, flash={flash_attention}, dropout={dropout}]"
-    )
-    if recompute is Recompute.full:
-        kept = _Terms()
-        kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * arch.hidden_size * act_bytes)
-        return ActivationTerms(
-            saved_bytes=kept.total(),
-            peak_extra_bytes=full.total() + grads,
-            by_component=kept.by_component(),
-            formula=f"full recompute: {kept.render()}; peak re-materialises {full.total()} + grads {grads} {legend}",
-        )
-    if recompute is Recompute.selective_op:
-        kept = _selective_op_terms(sh, kind)
-        return ActivationTerms(
-            saved_bytes=kept.total(),
-            peak_extra_bytes=full.total() + grads,
-            by_component=kept.by_component(),
-            formula=f"per-op selective recompute: {kept.render()}; peak re-materialises {full.total()} + grads "
-            f"{grads} {legend}",
-        )
-    if recompute is Recompute.selective:
-        terms = _layer_terms(sh, style, kind, Recompute.selective, flash_attention, dropout)
-        core = _core_recompute_bytes(sh, style, flash_attention, dropout)
-        return ActivationTerms(
-            saved_bytes=terms.total(),
-            peak_extra_bytes=core + grads,
-            by_component=terms.by_component(),
-            formula=f"selective recompute: {terms.render()}; core recomputed {core} + grads {grads} {legend}",
-        )
-    return ActivationTerms(
-        saved_bytes=full.total(),
-        peak_extra_bytes=grads,
-        by_component=full.by_component(),
-        formula=f"no recompute: {full.render()}; grads {grads} {legend}",
-    )
+_FORMULAS = {
+    Recompute.full: "full recompute: {kept}; peak re-materialises {again} + grads {grads}",
+    Recompute.selective_op: "per-op selective recompute: {kept}; peak re-materialises {again} + grads {grads}",
+    Recompute.selective: "selective recompute: {kept}; core recomputed {again} + grads {grads}",
+    Recompute.none: "no recompute: {kept}; grads {grads}",
+}
 
 
 def framework_style_for(framework: str) -> FrameworkStyle:
