@@ -131,16 +131,23 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
     )  # fmt: skip
 
 
-def key_q(arch: Architecture, plan: Plan, cluster: Cluster, work: KeyWork | None = None) -> KeyQ:
-    """Per-layer activation bytes and compute seconds for the plan's (tp, cp, sp, recompute, micro-batch, ep).
-    ``work``: :func:`key_work` of ``plan`` or of a plan that differs from it only in recompute (computed here
-    when not given)."""
-    w = work or key_work(arch, plan, cluster)
-    totals = {kind: a.totals(plan.recompute) for kind, a in w.activations.items()}  # (saved, peak extra)
+def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
+    """Per-layer activation bytes and compute seconds for the plan's (tp, cp, sp, recompute, micro-batch, ep)."""
+    return recompute_key_q(
+        arch, key_work(arch, plan, cluster), plan.recompute, plan.recompute_share(arch.n_layers)
+    )
+
+
+def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share: float | None = None) -> KeyQ:
+    """:func:`key_q` of the plans whose :func:`key_work` is ``w`` under ``recompute`` (the search: one
+    :class:`KeyWork` for all the recompute modes of a key). ``share``: of the layers that recompute fully
+    (:meth:`Plan.recompute_share`; default every layer under full recompute, none otherwise)."""
+    full = recompute is Recompute.full
+    if share is None:
+        share = 1.0 if full else 0.0
+    totals = {kind: a.totals(recompute) for kind, a in w.activations.items()}  # (saved, peak extra)
     # Full recompute of only some layers (recompute_layers): that share of the layers keeps its input and
     # repeats its forward; the others keep every activation (the saved bytes are the share-weighted mean).
-    full = plan.recompute is Recompute.full
-    share = plan.recompute_share(arch.n_layers)
     partial = full and share < 1.0
     kept = {kind: a.totals(Recompute.none) for kind, a in w.activations.items()} if partial else totals
 
@@ -154,16 +161,16 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster, work: KeyWork | None
     dense, moe = w.dense, w.moe
     # the ring runs again for each recomputed attention forward: full recompute (its share of the layers) and
     # selective recompute (the attention core); selective-op keeps the attention outputs
-    cp_forwards = 1.0 + (share if full else 1.0 if plan.recompute is Recompute.selective else 0.0)
+    cp_forwards = 1.0 + (share if full else 1.0 if recompute is Recompute.selective else 0.0)
     zero = 0.0
     return KeyQ(
         saved_dense=saved("dense"), saved_moe=saved("moe"), peak_extra=peak_extra,
         embedding_act=w.embedding_act, head_act=w.head_act, logits=w.logits,
         fwd_dense=dense.fwd_s if dense else zero, bwd_dense=dense.bwd_s if dense else zero,
-        rec_dense=rec * dense.recompute_s(arch, plan.recompute) if dense else zero,
+        rec_dense=rec * dense.recompute_s(arch, recompute) if dense else zero,
         attn_dense=dense.attention_fwd_s if dense else zero,
         fwd_moe=moe.fwd_s if moe else zero, bwd_moe=moe.bwd_s if moe else zero,
-        rec_moe=rec * moe.recompute_s(arch, plan.recompute) if moe else zero,
+        rec_moe=rec * moe.recompute_s(arch, recompute) if moe else zero,
         attn_moe=moe.attention_fwd_s if moe else zero,
         head_fwd=w.head_fwd, head_bwd=w.head_bwd, cp_fwd=w.cp_fwd, cp_bwd=w.cp_bwd, cp_forwards=cp_forwards,
     )  # fmt: skip

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from app.domain.estimator.assemble import KeyWork, consts, exact_state, key_q, key_work, model_q
+from app.domain.estimator.assemble import KeyWork, consts, exact_state, key_work, model_q, recompute_key_q
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.estimate import estimate
 from app.domain.estimator.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
@@ -159,12 +159,12 @@ def _key_arrays(arch: Architecture, spec: SearchSpec, cluster: Cluster, g: dict)
     for tp, cp, rc, mb, ep in unique.tolist():
         hit = shared.get((tp, cp, rc, mb, ep))
         if hit is None:
-            plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp,
-                                offload=Offload.none, micro_batch=mb, batch=mb, recompute=RECOMPUTES[rc])  # fmt: skip
             w = work.get((tp, cp, mb, ep))
             if w is None:
+                plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp,
+                                    offload=Offload.none, micro_batch=mb, batch=mb, recompute=Recompute.none)  # fmt: skip
                 w = work[(tp, cp, mb, ep)] = key_work(arch, plan, cluster)
-            hit = shared[(tp, cp, rc, mb, ep)] = key_q(arch, plan, cluster, w)
+            hit = shared[(tp, cp, rc, mb, ep)] = recompute_key_q(arch, w, RECOMPUTES[rc])
         values.append(hit)
     fields = tuple(KeyQ.__dataclass_fields__)
     table = np.array([[getattr(v, f) for f in fields] for v in values], dtype=float)[inverse.ravel()]
