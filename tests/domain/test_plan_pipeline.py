@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.estimator.pipeline import chunk_layer_counts, inflight_microbatches
+from app.domain.estimator.pipeline import chunk_layer_counts, inflight_microbatches, rank_counts, rank_layers
 from app.domain.estimator.plan import Framework, Plan, Sharding, plan_violations
 
 LLAMA70 = dict(n_layers=80, n_heads=64, n_kv_heads=8, n_experts=0)
@@ -82,3 +82,18 @@ def test_inflight_microbatches_1f1b_and_interleaved() -> None:
     # interleaved, rank 0: pp·(1 + (pp−1)/(pp·vpp)) = 8·(1 + 7/24) = 10.333…
     assert inflight_microbatches(0, 8, 3, 64) == pytest.approx(8 * (1 + 7 / 24))
     assert inflight_microbatches(0, 1, 1, 64) == 1
+
+
+def test_rank_counts_are_rank_layers_without_the_lists(catalog) -> None:
+    """The search's per-rank layer counts (prefix sums) equal the estimator's rank lists, rank by rank, for every
+    architecture (dense, MoE with leading dense layers) and pipeline with at least one layer per chunk."""
+    for arch in catalog.architectures:
+        for pp in (1, 2, 3, 4, 5, 7, 8, 16, 32):
+            for vpp in (1, 2, 3, 4):
+                if pp * vpp > arch.n_layers:
+                    continue
+                expected = tuple(
+                    (r.rank, r.dense_layers, r.moe_layers, r.first, r.last)
+                    for r in rank_layers(arch, pp, vpp)
+                )
+                assert rank_counts(arch, pp, vpp) == expected, (arch.slug, pp, vpp)

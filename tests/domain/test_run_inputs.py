@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import pytest
 
-from app.domain.estimator.assemble import evaluate_plan, key_q
+from app.domain.estimator.assemble import evaluate_plan, key_q, key_work, recompute_key_q
 from app.domain.estimator.estimate import build_cluster, estimate
 from app.domain.estimator.network import Collective, collective_time, plan_groups
 from app.domain.estimator.plan import Framework, Plan, Recompute, Sharding, plan_violations
@@ -166,3 +166,22 @@ def test_torchtitan_pipeline_rows_split_the_local_batch_into_pp_micro_batches(ca
     # other stacks keep one sequence per micro-batch when the published micro-batch is the local batch
     megatron = runs["torchtitan-llama3.1-405b-512gpu-3d"].model_copy(update={"framework": "megatron-lm"})
     assert run_plan(megatron)[0].micro_batch == 1
+
+
+@pytest.mark.parametrize("model", ["llama2-13b", "deepseek-v3", "gpt3-175b"])
+def test_one_key_work_serves_every_recompute_mode(catalog, model) -> None:
+    """The search builds one KeyWork per (tp, cp, micro-batch, ep) from a plan without recompute and derives each
+    recompute mode's KeyQ from it: exactly (==) the KeyQ of the plan itself, partial recompute included."""
+    arch = catalog.architecture(model)
+    cluster = _cluster(catalog, accelerator="h100-sxm")
+    for framework, tp, cp in (
+        (Framework.fsdp2, 1, 1),
+        (Framework.megatron, 4, 2),
+        (Framework.deepspeed, 2, 1),
+    ):
+        base = _plan(framework=framework, tp=tp, cp=cp, dp=8, sequence_parallel=tp > 1, sharding=Sharding.ddp)
+        work = key_work(arch, base, cluster)
+        for recompute, layers in [(r, None) for r in Recompute] + [(Recompute.full, 2)]:
+            plan = base.model_copy(update={"recompute": recompute, "recompute_layers": layers})
+            shared = recompute_key_q(arch, work, recompute, plan.recompute_share(arch.n_layers))
+            assert shared == key_q(arch, plan, cluster), (framework, recompute, layers)

@@ -43,6 +43,7 @@ from typing import Literal
 from pydantic import Field
 
 from app.domain.estimator.plan import Recompute
+from app.domain.estimator.saved_rows import drop_recomputed, fp8_linear_inputs
 from app.domain.model.architecture import Architecture, LayerKind
 from app.domain.provenance import Frozen
 
@@ -429,66 +430,6 @@ def _core_recompute_bytes(sh: _Shape, style: FrameworkStyle, flash: bool, dropou
     return scores * per_score + copies + T * a_l * d_v * B
 
 
-# What each of Megatron's recompute modules stops keeping: (component, row label) pairs, or a component with
-# "*" (every row but its input). The block modules (mlp, moe, shared_experts) checkpoint their input.
-_MODULE_ROWS: dict[str, frozenset[tuple[str, str]]] = {
-    "layernorm": frozenset({("attention", "qkv input"), ("mlp", "mlp input"), ("router", "router input")}),
-    "mla_up_proj": frozenset(
-        {("attention", "q, k (qk_head wide)"), ("attention", "v"), ("attention", "v (whole wkv_b output)")}
-    ),  # fmt: skip
-    "moe_act": frozenset({("experts", "expert activation output")}),
-    "mlp": frozenset({("mlp", "*")}),
-    "moe": frozenset({("router", "*"), ("experts", "*"), ("shared_experts", "*")}),
-    "shared_experts": frozenset({("shared_experts", "*")}),
-}
-_BLOCK_INPUTS = frozenset({("mlp", "mlp input"), ("router", "router input")})
-
-
-# Transformer Engine under FP8 keeps the FP8 copy (1 byte) of a linear layer's input for its weight gradient, not
-# the 16-bit tensor: the share of each Megatron-style row that is a linear input (the rest stays 16-bit). The
-# router runs in fp32 and keeps its 16-bit input.
-_LINEAR_INPUT_SHARE: dict[tuple[str, str], float] = {
-    ("attention", "qkv input"): 1.0,
-    ("attention", "attention output = wo input"): 1.0,
-    ("attention", "wo input"): 1.0,
-    ("attention", "q latent (norm input, wq_b input)"): 0.5,
-    ("attention", "kv latent norm out (wkv_b input)"): 1.0,
-    ("mlp", "mlp input"): 1.0,
-    ("mlp", "fc1 out (gate‖up), product"): 1 / 3,  # the product is fc2's input
-    ("mlp", "gelu input, fc2 input"): 0.5,
-    ("experts", "permuted tokens (fc1 input) + unpermute input"): 0.5,
-    ("experts", "expert activation output"): 1.0,
-}
-
-
-def _fp8_inputs(terms: _Terms) -> _Terms:
-    """The rows with their linear-input share kept at 1 byte instead of 2 (``_LINEAR_INPUT_SHARE``)."""
-    out = _Terms()
-    for component, label, expr, value in terms.rows:
-        share = _LINEAR_INPUT_SHARE.get((component, label), 0.0)
-        out.rows.append(
-            (component, label, expr + (" (fp8 inputs)" if share else ""), math.ceil(value * (1 - share / 2)))
-        )
-    return out
-
-
-def _drop_recomputed(terms: _Terms, modules: frozenset[str]) -> tuple[_Terms, int]:
-    """The rows ``modules`` no longer keep removed: (kept terms, bytes the backward re-materialises)."""
-    kept, dropped = _Terms(), 0
-    for component, label, expr, value in terms.rows:
-        gone = any(
-            (component, label) in _MODULE_ROWS[m]
-            or ((component, "*") in _MODULE_ROWS[m] and (component, label) not in _BLOCK_INPUTS)
-            for m in modules
-            if m in _MODULE_ROWS
-        )
-        if gone:
-            dropped += value
-        else:
-            kept.rows.append((component, label, expr, value))
-    return kept, dropped
-
-
 def layer_activation_bytes(
     arch: Architecture,
     kind: LayerKind,
@@ -516,70 +457,125 @@ def layer_activation_bytes(
     Examples (GPT-3 layer, h=12288, a=96, s=2048, b=1, Megatron style, no flash) — see
     ``tests/domain/test_activations.py`` for the hand-worked numbers.
     """
+    layer = LayerActivations(
+        arch, kind, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sequence_parallel=sequence_parallel,
+        flash_attention=flash_attention, act_bytes=act_bytes, framework_style=framework_style, dropout=dropout,
+        recompute_modules=recompute_modules, fp8_linear_inputs=fp8_linear_inputs,
+    )  # fmt: skip
+    sh = layer.sh
+    kept, again = layer.kept(recompute)
+    legend = (
+        f"[{layer.style}; T={sh.tokens} (b={micro_batch}·s={seq_len}/c={cp}), t={tp}, SP={sequence_parallel}, "
+        f"h={arch.hidden_size}, a={arch.n_heads}, g={arch.n_kv_heads}, d={arch.head_dim}, "
+        f"f={arch.ffn_hidden_size}, B={act_bytes}, flash={flash_attention}, dropout={layer.dropout}]"
+    )
+    formula = _FORMULAS[recompute].format(kept=kept.render(), again=again, grads=layer.grads)
+    if recompute is Recompute.selective and recompute_modules is not None:
+        named = ", ".join(sorted(recompute_modules))
+        formula = formula.replace("selective recompute:", f"selective recompute ({named}):", 1)
+    return ActivationTerms(
+        saved_bytes=kept.total(),
+        peak_extra_bytes=again + layer.grads,
+        by_component=kept.by_component(),
+        formula=f"{formula} {legend}",
+    )
+
+
+class LayerActivations:
+    """One layer kind's activation terms for one shape (the arguments of :func:`layer_activation_bytes` but the
+    recompute), built once: :meth:`totals` gives each recompute mode's (saved, peak extra) bytes — what the plan
+    search reads for every key of its space, without the formula and its split."""
+
+    def __init__(
+        self,
+        arch: Architecture,
+        kind: LayerKind,
+        *,
+        micro_batch: int,
+        seq_len: int,
+        tp: int = 1,
+        cp: int = 1,
+        sequence_parallel: bool = False,
+        flash_attention: bool = True,
+        act_bytes: int = 2,
+        framework_style: FrameworkStyle = "torch",
+        dropout: bool | None = None,
+        recompute_modules: frozenset[str] | None = None,
+        fp8_linear_inputs: bool = False,
+    ) -> None:
+        self.sh, self.style, self.dropout = _setup(
+            arch, kind, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, framework_style, dropout
+        )
+        self.kind, self.flash, self.modules = kind, flash_attention, recompute_modules
+        self.fp8 = fp8_linear_inputs and self.style == "megatron"  # Transformer Engine's FP8 linears
+        self.full = self._layer(Recompute.none)
+        self.grads = _grad_working_set(arch, kind, self.sh)
+
+    def totals(self, recompute: Recompute) -> tuple[int, int]:
+        """(saved_bytes, peak_extra_bytes) of :func:`layer_activation_bytes` with ``recompute``."""
+        kept, again = self.kept(recompute)
+        return kept.total(), again + self.grads
+
+    def kept(self, recompute: Recompute) -> tuple[_Terms, int]:
+        """What the layer keeps under ``recompute`` and what its backward re-materialises besides the
+        gradients: every term (full and per-op selective recompute), the attention core (selective), nothing
+        (no recompute)."""
+        sh, full = self.sh, self.full
+        if recompute is Recompute.full:
+            kept = _Terms()
+            kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * sh.arch.hidden_size * sh.B)
+            return kept, full.total()
+        if recompute is Recompute.selective_op:
+            return _selective_op_terms(sh, self.kind), full.total()
+        if recompute is Recompute.selective:
+            # Megatron's recompute modules (None: the attention core alone, its default); a module re-runs one
+            # layer at a time in backward, so what it dropped re-materialises on top of the gradients
+            modules = frozenset({"core_attn"}) if self.modules is None else self.modules
+            with_core = "core_attn" in modules
+            layer = self._layer(Recompute.selective if with_core else Recompute.none)
+            kept_rows, dropped = drop_recomputed(layer.rows, modules)
+            terms = _Terms()
+            terms.rows = kept_rows
+            core = _core_recompute_bytes(sh, self.style, self.flash, self.dropout) if with_core else 0
+            return terms, core + dropped
+        return full, 0
+
+    def _layer(self, recompute: Recompute) -> _Terms:
+        terms = _layer_terms(self.sh, self.style, self.kind, recompute, self.flash, self.dropout)
+        if self.fp8:
+            terms.rows = fp8_linear_inputs(terms.rows)
+        return terms
+
+
+def _setup(
+    arch: Architecture,
+    kind: LayerKind,
+    micro_batch: int,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sp: bool,
+    act_bytes: int,
+    style: FrameworkStyle,
+    dropout: bool | None,
+) -> tuple[_Shape, FrameworkStyle, bool]:
+    """The checked arguments of :func:`layer_activation_bytes`: the rank's shape, the style and the dropout."""
     _check(micro_batch, seq_len, tp, cp, act_bytes)
     if kind == "moe" and not arch.is_moe:
         raise ValueError(f"{arch.slug} has no MoE layers")
-    style: FrameworkStyle = framework_style
     if dropout is None:
         dropout = _default_dropout(arch, style)
     elif dropout and style == "torch":
         raise ValueError("the torch reference model has no dropout; use framework_style='megatron'")
-    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+    return _Shape(arch, micro_batch, seq_len, tp, cp, sp, act_bytes), style, dropout
 
-    fp8 = fp8_linear_inputs and style == "megatron"  # Transformer Engine's FP8 linears (Megatron's FP8 path)
 
-    def layer(recompute_: Recompute) -> _Terms:
-        terms = _layer_terms(sh, style, kind, recompute_, flash_attention, dropout)
-        return _fp8_inputs(terms) if fp8 else terms
-
-    full = layer(Recompute.none)
-
-    grads = _grad_working_set(arch, kind, sh)
-    legend = (
-        f"[{style}; T={sh.tokens} (b={micro_batch}·s={seq_len}/c={cp}), t={tp}, SP={sequence_parallel}, "
-        f"h={arch.hidden_size}, a={arch.n_heads}, g={arch.n_kv_heads}, d={arch.head_dim}, "
-        f"f={arch.ffn_hidden_size}, B={act_bytes}, flash={flash_attention}, dropout={dropout}]"
-    )
-    if recompute is Recompute.full:
-        kept = _Terms()
-        kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * arch.hidden_size * act_bytes)
-        return ActivationTerms(
-            saved_bytes=kept.total(),
-            peak_extra_bytes=full.total() + grads,
-            by_component=kept.by_component(),
-            formula=f"full recompute: {kept.render()}; peak re-materialises {full.total()} + grads {grads} {legend}",
-        )
-    if recompute is Recompute.selective_op:
-        kept = _selective_op_terms(sh, kind)
-        return ActivationTerms(
-            saved_bytes=kept.total(),
-            peak_extra_bytes=full.total() + grads,
-            by_component=kept.by_component(),
-            formula=f"per-op selective recompute: {kept.render()}; peak re-materialises {full.total()} + grads "
-            f"{grads} {legend}",
-        )
-    if recompute is Recompute.selective:
-        # Megatron's recompute modules (None: the attention core alone, its default); a module re-runs one layer
-        # at a time in backward, so what it dropped re-materialises on top of the gradients
-        modules = frozenset({"core_attn"}) if recompute_modules is None else recompute_modules
-        with_core = "core_attn" in modules
-        terms = layer(Recompute.selective if with_core else Recompute.none)
-        terms, dropped = _drop_recomputed(terms, modules)
-        core = _core_recompute_bytes(sh, style, flash_attention, dropout) if with_core else 0
-        named = "" if recompute_modules is None else f" ({', '.join(sorted(modules))})"
-        return ActivationTerms(
-            saved_bytes=terms.total(),
-            peak_extra_bytes=core + dropped + grads,
-            by_component=terms.by_component(),
-            formula=f"selective recompute{named}: {terms.render()}; core recomputed {core}, modules re-run "
-            f"{dropped} + grads {grads} {legend}",
-        )
-    return ActivationTerms(
-        saved_bytes=full.total(),
-        peak_extra_bytes=grads,
-        by_component=full.by_component(),
-        formula=f"no recompute: {full.render()}; grads {grads} {legend}",
-    )
+_FORMULAS = {
+    Recompute.full: "full recompute: {kept}; peak re-materialises {again} + grads {grads}",
+    Recompute.selective_op: "per-op selective recompute: {kept}; peak re-materialises {again} + grads {grads}",
+    Recompute.selective: "selective recompute: {kept}; core recomputed {again} + grads {grads}",
+    Recompute.none: "no recompute: {kept}; grads {grads}",
+}
 
 
 def framework_style_for(framework: str) -> FrameworkStyle:

@@ -7,10 +7,11 @@ The plan search builds the same bundles as numpy arrays (:mod:`app.domain.search
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
-from app.domain.estimator.activations import framework_style_for
+from app.domain.estimator.activations import LayerActivations, framework_style_for
 from app.domain.estimator.cluster import Cluster
-from app.domain.estimator.compute import head_times, layer_times
+from app.domain.estimator.compute import LayerWork, head_times, layer_work
 from app.domain.estimator.context_parallel import ring_fixed_seconds, ring_for, ring_merge_bytes
 from app.domain.estimator.evaluate import (
     Consts,
@@ -28,7 +29,7 @@ from app.domain.estimator.head_activations import (
     head_activation_bytes,
     logits_bytes,
 )
-from app.domain.estimator.memory import StageMemory, exact_fsdp2, layer_terms, state_bytes_per_param
+from app.domain.estimator.memory import StageMemory, exact_fsdp2, layer_activations, state_bytes_per_param
 from app.domain.estimator.network import link_speeds, plan_groups
 from app.domain.estimator.pipeline import RankLayers, rank_layers
 from app.domain.estimator.plan import (
@@ -99,43 +100,36 @@ def plan_q(arch: Architecture, plan: Plan) -> PlanQ:
     )  # fmt: skip
 
 
-def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
-    """Per-layer activation bytes and compute seconds for the plan's (tp, cp, sp, recompute, micro-batch, ep)."""
+@dataclass(frozen=True, slots=True)
+class KeyWork:
+    """What :func:`key_q` reads of a plan's (tp, cp, sp, micro-batch, ep) whatever its recompute: the layers'
+    activation terms and seconds before recompute, the head's seconds, the ring's and the head activations' bytes. The plan search
+    builds it once for all the recompute modes of a key."""
+
+    activations: dict[str, LayerActivations]
+    dense: LayerWork | None
+    moe: LayerWork | None
+    head_fwd: float
+    head_bwd: float
+    cp_fwd: float
+    cp_bwd: float
+    embedding_act: float
+    head_act: float
+    logits: float
+
+
+def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
+    """:class:`KeyWork` of ``plan`` (``plan.recompute`` is not read)."""
     act_bytes = 4 if plan.precision is Precision.fp32 else 2
     style = framework_style_for(plan.framework.value)
-    terms = layer_terms(arch, plan)
-    # Full recompute of only some layers (recompute_layers): that share of the layers keeps its input and
-    # repeats its forward; the others keep every activation (the saved bytes are the share-weighted mean).
-    full = plan.recompute is Recompute.full
-    share = plan.recompute_share(arch.n_layers)
-    partial = full and share < 1.0
-    # the other layers' terms, only for partial recompute (key_q runs for every key of a search)
-    kept = (
-        layer_terms(arch, plan.model_copy(update={"recompute": Recompute.none, "recompute_layers": None}))
-        if partial
-        else terms
-    )
-
-    def saved(kind: str) -> float:  # the share-weighted mean (exactly the plan's own terms unless partial)
-        if kind not in terms:
-            return 0.0
-        return share * terms[kind].saved_bytes + (1 - share) * kept[kind].saved_bytes
-
-    peak_extra = max(t.peak_extra_bytes for t in (*terms.values(), *kept.values()))
-    rec = share if full else 1.0
     shape = dict(micro_batch=plan.micro_batch, seq_len=plan.seq_len, tp=plan.tp, cp=plan.cp)
-    dense = layer_times(arch, "dense", plan, cluster) if arch.n_dense_layers else None
-    moe = layer_times(arch, "moe", plan, cluster) if arch.n_moe_layers else None
     head_fwd, head_bwd = head_times(arch, plan, cluster)
     cp_fwd, cp_bwd = ring_layer_seconds(arch, plan, cluster)
-    # the ring runs again for each recomputed attention forward: full recompute (its share of the layers) and
-    # selective recompute (the attention core); selective-op keeps the attention outputs
-    cp_forwards = 1.0 + (share if full else 1.0 if plan.recompute is Recompute.selective else 0.0)
-    zero = 0.0
-    return KeyQ(
-        saved_dense=saved("dense"),
-        saved_moe=saved("moe"),
-        peak_extra=peak_extra,
+    return KeyWork(
+        activations=layer_activations(arch, plan),
+        dense=layer_work(arch, "dense", plan, cluster) if arch.n_dense_layers else None,
+        moe=layer_work(arch, "moe", plan, cluster) if arch.n_moe_layers else None,
+        head_fwd=head_fwd, head_bwd=head_bwd, cp_fwd=cp_fwd, cp_bwd=cp_bwd,
         embedding_act=embedding_activation_bytes(
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
@@ -143,11 +137,51 @@ def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
         logits=logits_bytes(arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy),
+    )  # fmt: skip
+
+
+def key_q(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyQ:
+    """Per-layer activation bytes and compute seconds for the plan's (tp, cp, sp, recompute, micro-batch, ep)."""
+    return recompute_key_q(
+        arch, key_work(arch, plan, cluster), plan.recompute, plan.recompute_share(arch.n_layers)
+    )
+
+
+def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share: float | None = None) -> KeyQ:
+    """:func:`key_q` of the plans whose :func:`key_work` is ``w`` under ``recompute`` (the search: one
+    :class:`KeyWork` for all the recompute modes of a key). ``share``: of the layers that recompute fully
+    (:meth:`Plan.recompute_share`; default every layer under full recompute, none otherwise)."""
+    full = recompute is Recompute.full
+    if share is None:
+        share = 1.0 if full else 0.0
+    totals = {kind: a.totals(recompute) for kind, a in w.activations.items()}  # (saved, peak extra)
+    # Full recompute of only some layers (recompute_layers): that share of the layers keeps its input and
+    # repeats its forward; the others keep every activation (the saved bytes are the share-weighted mean).
+    partial = full and share < 1.0
+    kept = {kind: a.totals(Recompute.none) for kind, a in w.activations.items()} if partial else totals
+
+    def saved(kind: str) -> float:  # the share-weighted mean (exactly the plan's own bytes unless partial)
+        if kind not in totals:
+            return 0.0
+        return share * totals[kind][0] + (1 - share) * kept[kind][0]
+
+    peak_extra = max(t[1] for t in (*totals.values(), *kept.values()))
+    rec = share if full else 1.0
+    dense, moe = w.dense, w.moe
+    # the ring runs again for each recomputed attention forward: full recompute (its share of the layers) and
+    # selective recompute (the attention core); selective-op keeps the attention outputs
+    cp_forwards = 1.0 + (share if full else 1.0 if recompute is Recompute.selective else 0.0)
+    zero = 0.0
+    return KeyQ(
+        saved_dense=saved("dense"), saved_moe=saved("moe"), peak_extra=peak_extra,
+        embedding_act=w.embedding_act, head_act=w.head_act, logits=w.logits,
         fwd_dense=dense.fwd_s if dense else zero, bwd_dense=dense.bwd_s if dense else zero,
-        rec_dense=rec * dense.recompute_s if dense else zero, attn_dense=dense.attention_fwd_s if dense else zero,
+        rec_dense=rec * dense.recompute_s(arch, recompute) if dense else zero,
+        attn_dense=dense.attention_fwd_s if dense else zero,
         fwd_moe=moe.fwd_s if moe else zero, bwd_moe=moe.bwd_s if moe else zero,
-        rec_moe=rec * moe.recompute_s if moe else zero, attn_moe=moe.attention_fwd_s if moe else zero,
-        head_fwd=head_fwd, head_bwd=head_bwd, cp_fwd=cp_fwd, cp_bwd=cp_bwd, cp_forwards=cp_forwards,
+        rec_moe=rec * moe.recompute_s(arch, recompute) if moe else zero,
+        attn_moe=moe.attention_fwd_s if moe else zero,
+        head_fwd=w.head_fwd, head_bwd=w.head_bwd, cp_fwd=w.cp_fwd, cp_bwd=w.cp_bwd, cp_forwards=cp_forwards,
     )  # fmt: skip
 
 

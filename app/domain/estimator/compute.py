@@ -220,7 +220,44 @@ def _linear_peak(cluster: Cluster, precision: Precision) -> float:
     return cluster.peak_flops_for(precision.value)
 
 
+@dataclass(frozen=True, slots=True)
+class LayerWork:
+    """One layer's seconds before its recompute term (:func:`layer_work`): what every recompute mode of the same
+    (tp, cp, micro-batch, ep) shares, so the plan search times a layer once for all of them."""
+
+    gemm_fwd_s: float
+    attention_fwd_s: float
+    memory_fwd_s: float
+    fwd_s: float
+    bwd_s: float
+    score_s: float  # the unfused attention's score traffic (HBM seconds); 0 with flash attention
+    gemms: int
+    modules_s: float | None = None  # selective recompute of the plan's named Megatron modules
+
+    def recompute_s(self, arch: Architecture, recompute: Recompute) -> float:
+        """Seconds ``recompute`` repeats in the backward."""
+        if recompute is Recompute.full:
+            return self.fwd_s
+        if recompute is Recompute.selective:
+            return self.attention_fwd_s + self.score_s if self.modules_s is None else self.modules_s
+        if recompute is Recompute.selective_op:
+            # the even matmuls and every elementwise op (norms, rotary, activation function) run again
+            return self.gemm_fwd_s * selective_op_matmul_share(arch) + self.memory_fwd_s
+        return 0.0
+
+
 def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster) -> LayerTimes:
+    """Seconds for one ``kind`` layer of ``plan``, one micro-batch on one rank (:func:`layer_work` and its
+    recompute term)."""
+    w = layer_work(arch, kind, plan, cluster)
+    return LayerTimes(
+        gemm_fwd_s=w.gemm_fwd_s, attention_fwd_s=w.attention_fwd_s, memory_fwd_s=w.memory_fwd_s, fwd_s=w.fwd_s,
+        bwd_s=w.bwd_s, recompute_s=w.recompute_s(arch, plan.recompute), gemms=w.gemms,
+    )  # fmt: skip
+
+
+def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster) -> LayerWork:
+    """:func:`layer_times` without the recompute term (``plan.recompute`` is not read)."""
     tp, cp = plan.tp, plan.cp
     tokens = plan.micro_batch * plan.seq_len / cp
     h = arch.hidden_size
@@ -322,32 +359,30 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
 
     fwd = gemm_fwd + attention_fwd + memory_fwd
     bwd = gemm_bwd + 2 * attention_fwd + 2 * memory_fwd
-    if plan.recompute is Recompute.full:
-        recompute = fwd
-    elif plan.recompute is Recompute.selective:
-        recompute = _module_recompute_seconds(
-            arch, kind, plan, rates, tokens, hbm, attention_s=attention_fwd + score_traffic / hbm
+    # Megatron's recompute modules (scalar plans only: the search never names them): what selective recompute
+    # re-runs when the plan names its modules
+    modules_s = (
+        None
+        if plan.recompute_modules is None
+        else _module_recompute_seconds(
+            arch, kind, plan, frozenset(plan.recompute_modules), rates, tokens, hbm,
+            attention_s=attention_fwd + score_traffic / hbm,
         )
-    elif plan.recompute is Recompute.selective_op:
-        # the even matmuls and every elementwise op (norms, rotary, activation function) run again
-        recompute = gemm_fwd * selective_op_matmul_share(arch) + memory_fwd
-    else:
-        recompute = 0.0
-    return LayerTimes(
+    )  # fmt: skip
+    return LayerWork(
         gemm_fwd_s=gemm_fwd, attention_fwd_s=attention_fwd, memory_fwd_s=memory_fwd, fwd_s=fwd, bwd_s=bwd,
-        recompute_s=recompute, gemms=gemms,
+        score_s=score_traffic / hbm, gemms=gemms, modules_s=modules_s,
     )  # fmt: skip
 
 
 def _module_recompute_seconds(
-    arch: Architecture, kind: LayerKind, plan: Plan, rates: GemmRates, tokens: float, hbm: float, *,
-    attention_s: float,
+    arch: Architecture, kind: LayerKind, plan: Plan, modules: frozenset[RecomputeModule], rates: GemmRates,
+    tokens: float, hbm: float, *, attention_s: float,
 ) -> float:  # fmt: skip
     """Forward work selective recompute repeats in one layer's backward, per Megatron recompute module: the
     attention core (``attention_s``), the MLA up-projections (2·T·(q_lora·a·d_qk + kv_lora·a·(d_nope+d_v))/t
     FLOPs), the dense MLP's or the experts' GEMMs, the shared experts' GEMMs, and the memory-bound norms and
     expert activation (read + write of their tensors at 16 bits). A module the layer does not have costs 0."""
-    modules = plan.recompute_module_set
     tp, h, glu = plan.tp, arch.hidden_size, arch.activation == "swiglu"
     act = 4 if plan.precision is Precision.fp32 else 2
 

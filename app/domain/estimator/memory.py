@@ -24,7 +24,12 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from app.domain.estimator.activations import ActivationTerms, framework_style_for, layer_activation_bytes
+from app.domain.estimator.activations import (
+    ActivationTerms,
+    LayerActivations,
+    framework_style_for,
+    layer_activation_bytes,
+)
 from app.domain.estimator.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding
 from app.domain.model.architecture import Architecture
 from app.domain.provenance import Frozen
@@ -133,29 +138,30 @@ def exact_fsdp2(plan: Plan) -> bool:
 
 def layer_terms(arch: Architecture, plan: Plan) -> dict[str, ActivationTerms]:
     """Per-layer activation terms of one micro-batch, for each layer kind the model has."""
-    act_bytes = 4 if plan.precision is Precision.fp32 else 2
-    style = framework_style_for(plan.framework.value)
-    kinds = [k for k, n in (("dense", arch.n_dense_layers), ("moe", arch.n_moe_layers)) if n]
-    return {
-        kind: layer_activation_bytes(
-            arch,
-            kind,
-            micro_batch=plan.micro_batch,
-            seq_len=plan.seq_len,
-            tp=plan.tp,
-            cp=plan.cp,
-            sequence_parallel=plan.sequence_parallel,
-            recompute=plan.recompute,
-            flash_attention=plan.flash_attention,
-            act_bytes=act_bytes,
-            framework_style=style,
-            recompute_modules=None
-            if plan.recompute_modules is None
-            else frozenset(plan.recompute_module_set),
-            fp8_linear_inputs=plan.precision is Precision.fp8,
-        )
-        for kind in kinds
-    }
+    return {kind: layer_activation_bytes(arch, kind, **_activation_args(plan)) for kind in _kinds(arch)}
+
+
+def layer_activations(arch: Architecture, plan: Plan) -> dict[str, LayerActivations]:
+    """Per layer kind, the activation terms of one micro-batch for every recompute mode (``plan.recompute`` is
+    not read): the numbers of :func:`layer_terms` without the formulas (the plan search)."""
+    args = _activation_args(plan)
+    del args["recompute"]
+    return {kind: LayerActivations(arch, kind, **args) for kind in _kinds(arch)}
+
+
+def _kinds(arch: Architecture) -> list[str]:
+    return [k for k, n in (("dense", arch.n_dense_layers), ("moe", arch.n_moe_layers)) if n]
+
+
+def _activation_args(plan: Plan) -> dict:
+    """The plan's arguments of :func:`layer_activation_bytes`."""
+    return dict(
+        micro_batch=plan.micro_batch, seq_len=plan.seq_len, tp=plan.tp, cp=plan.cp,
+        sequence_parallel=plan.sequence_parallel, recompute=plan.recompute, flash_attention=plan.flash_attention,
+        act_bytes=4 if plan.precision is Precision.fp32 else 2, framework_style=framework_style_for(plan.framework.value),
+        recompute_modules=None if plan.recompute_modules is None else frozenset(plan.recompute_modules),
+        fp8_linear_inputs=plan.precision is Precision.fp8,
+    )  # fmt: skip
 
 
 def host_bytes_per_node(stages: tuple[StageMemory, ...], plan: Plan, gpus_per_node: int) -> tuple[int, int]:

@@ -9,6 +9,7 @@ last ranks (which also hold the embedding and the output layer and logits) are t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture, LayerKind
@@ -61,6 +62,21 @@ def rank_layers(arch: Architecture, pp: int, vpp: int) -> tuple[RankLayers, ...]
                 moe_layers=moe,
             )
         )
+    return tuple(out)
+
+
+def rank_counts(arch: Architecture, pp: int, vpp: int) -> tuple[tuple[int, int, int, bool, bool], ...]:
+    """(rank, dense layers, MoE layers, first, last) of each rank of :func:`rank_layers`, without its layer lists
+    (the plan search asks for every pipeline of its space)."""
+    counts = chunk_layer_counts(arch.n_layers, pp * vpp)
+    starts = list(accumulate(counts, initial=0))
+    moe_before = list(accumulate((kind == "moe" for kind in arch.layer_kinds()), initial=0))
+    out = []
+    for r in range(pp):
+        chunks = range(r, pp * vpp, pp)
+        layers = sum(counts[c] for c in chunks)
+        moe = sum(moe_before[starts[c + 1]] - moe_before[starts[c]] for c in chunks)
+        out.append((r, layers - moe, moe, r == 0, r == pp - 1))
     return tuple(out)
 
 

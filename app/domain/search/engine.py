@@ -22,12 +22,12 @@ from typing import Any
 
 import numpy as np
 
-from app.domain.estimator.assemble import consts, exact_state, key_q, model_q
+from app.domain.estimator.assemble import KeyWork, consts, exact_state, key_work, model_q, recompute_key_q
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.estimate import estimate
 from app.domain.estimator.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
 from app.domain.estimator.memory import host_capacity_bytes
-from app.domain.estimator.pipeline import rank_layers
+from app.domain.estimator.pipeline import rank_counts
 from app.domain.estimator.plan import (
     Framework,
     Offload,
@@ -155,12 +155,16 @@ def _key_arrays(arch: Architecture, spec: SearchSpec, cluster: Cluster, g: dict)
     unique, inverse = _unique_rows([g["tp"], g["cp"], g["rc"], g["mb"], g["ep"]])
     values = []
     shared = _key_q_context(arch, spec, cluster)
+    work: dict[tuple[int, ...], KeyWork] = {}  # the recompute modes of one (tp, cp, mb, ep) share their work
     for tp, cp, rc, mb, ep in unique.tolist():
         hit = shared.get((tp, cp, rc, mb, ep))
         if hit is None:
-            plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp,
-                                offload=Offload.none, micro_batch=mb, batch=mb, recompute=RECOMPUTES[rc])  # fmt: skip
-            hit = shared[(tp, cp, rc, mb, ep)] = key_q(arch, plan, cluster)
+            w = work.get((tp, cp, mb, ep))
+            if w is None:
+                plan = _scalar_plan(spec, tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, sharding=Sharding.ddp,
+                                    offload=Offload.none, micro_batch=mb, batch=mb, recompute=Recompute.none)  # fmt: skip
+                w = work[(tp, cp, mb, ep)] = key_work(arch, plan, cluster)
+            hit = shared[(tp, cp, rc, mb, ep)] = recompute_key_q(arch, w, RECOMPUTES[rc])
         values.append(hit)
     fields = tuple(KeyQ.__dataclass_fields__)
     table = np.array([[getattr(v, f) for f in fields] for v in values], dtype=float)[inverse.ravel()]
@@ -193,9 +197,8 @@ def _rank_reps(arch: Architecture, pp: int, vpp: int) -> list[tuple[int, int, in
     reps = entry[1].get((pp, vpp))
     if reps is None:
         seen: dict[tuple, tuple] = {}
-        for r in rank_layers(arch, pp, vpp):
-            sig = (r.dense_layers, r.moe_layers, r.first, r.last)
-            seen.setdefault(sig, (r.rank, *sig))
+        for rank, *sig in rank_counts(arch, pp, vpp):
+            seen.setdefault(tuple(sig), (rank, *sig))
         reps = entry[1][(pp, vpp)] = list(seen.values())
     return reps
 
