@@ -143,6 +143,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
         "group-without-hsdp", "megatron-selective-op", "deepspeed-selective-op", "megatron-a2a-overlap",
         "deepspeed-moe-dispatcher", "fsdp2-a2a-overlap", "recompute-modules-without-selective",
+        "mla-up-proj-without-mla", "moe-modules-dense-model",
         "fsdp2-recompute-modules", "deepspeed-recompute-modules",
     }  # fmt: skip
     reached: set[str] = set()
@@ -177,7 +178,7 @@ def _random_plan(rng: np.random.Generator, framework: Framework) -> Plan:
         sequence_parallel=pick([False, True]), precision=pick([Precision.bf16, Precision.fp16, Precision.fp32]),
         optimizer=pick([Optimizer.adamw, Optimizer.sgd]), framework=framework,
         moe_dispatcher=pick(list(MoeDispatcher)), moe_a2a_overlap=pick([False, True]),
-        recompute_modules=pick([None, ("mlp",), ("core_attn", "moe_act")]),
+        recompute_modules=pick([None, ("mlp",), ("core_attn", "moe_act"), ("mla_up_proj",)]),
     )  # fmt: skip
 
 
@@ -272,6 +273,8 @@ CASES: dict[str, tuple[dict, dict]] = {
     "fsdp2-a2a-overlap": (dict(ep=2, moe_a2a_overlap=True), dict(n_experts=8)),
     "deepspeed-a2a-overlap": (dict(ZERO1, ep=2, moe_a2a_overlap=True), dict(n_experts=8)),
     "recompute-modules-without-selective": (dict(recompute=Recompute.full, recompute_modules=("mlp",)), {}),
+    "mla-up-proj-without-mla": (dict(DISTOPT, recompute=Recompute.selective, recompute_modules=("mla_up_proj",)), {}),
+    "moe-modules-dense-model": (dict(DISTOPT, recompute=Recompute.selective, recompute_modules=("moe_act",)), {}),
     "fsdp2-recompute-modules": (dict(recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
     "deepspeed-recompute-modules": (dict(ZERO1, recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
 }  # fmt: skip

@@ -203,7 +203,7 @@ def estimate(
     violations = plan_violations(
         plan, n_layers=arch.n_layers, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads, n_experts=arch.n_experts,
         gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, nvlink_domain_size=cluster.nvlink_domain,
-        allow_tp_across_nodes=allow_tp_across_nodes,
+        allow_tp_across_nodes=allow_tp_across_nodes, mla=arch.attention == "mla",
     )  # fmt: skip
     if violations:
         raise InvalidPlan(violations)

@@ -270,6 +270,7 @@ def plan_violations(
     nvlink_domain_size: int,
     allow_tp_across_nodes: bool = False,
     tied_embeddings: bool = False,
+    mla: bool = False,
 ) -> list[Violation]:
     """Every violation of ``plan`` for this model and cluster, each with how to fix it (empty = valid).
 
@@ -281,6 +282,6 @@ def plan_violations(
     context = Context(
         gpus=gpus, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, n_experts=n_experts,
         gpus_per_node=gpus_per_node, nvlink_domain=nvlink_domain_size, allow_tp_across_nodes=allow_tp_across_nodes,
-        tied_embeddings=tied_embeddings,
+        tied_embeddings=tied_embeddings, mla=mla,
     )  # fmt: skip
     return violations(plan, context)

@@ -114,6 +114,7 @@ class Context(NamedTuple):  # a named tuple: built once per validated plan, chea
     nvlink_domain: int | None = None
     allow_tp_across_nodes: bool = False
     tied_embeddings: bool = False
+    mla: bool = False  # multi-latent attention (Megatron's mla_up_proj recompute needs it)
 
 
 @dataclass(slots=True)  # read-only by convention: frozen would cost a third of one plan's validation
@@ -171,13 +172,16 @@ class Facts:
     full_recompute: Any
     selective: Any  # Megatron-style selective recompute
     modules_named: Any  # recompute_modules given (Megatron's --recompute-modules)
+    up_proj_named: Any  # mla_up_proj among them
+    moe_modules_named: Any  # moe, moe_act or shared_experts among them
+    mla: bool
 
 
 def facts(
     *, tp: Any, pp: Any, vpp: Any, dp: Any, cp: Any, ep: Any, micro_batch: Any, global_batch: Any, seq_len: Any,
     sharding: Any, offload: Any, recompute: Any, recompute_layers: Any, shard_group: Any, sequence_parallel: Any,
     framework: Framework, fp16: Any, sgd: Any, context: Context, fp32: Any = False, dedup_dispatcher: Any = False,
-    a2a_overlap: Any = False, modules_named: Any = False,
+    a2a_overlap: Any = False, modules_named: Any = False, up_proj_named: Any = False, moe_modules_named: Any = False,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike."""
     per_step = micro_batch * _at_least_1(dp)
@@ -187,6 +191,7 @@ def facts(
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
         fp32=fp32, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
+        up_proj_named=up_proj_named, moe_modules_named=moe_modules_named, mla=context.mla,
         gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
         n_experts=context.n_experts, gpus_per_node=context.gpus_per_node, nvlink_domain=context.nvlink_domain,
         allow_tp_across_nodes=context.allow_tp_across_nodes, tied_embeddings=context.tied_embeddings,
@@ -212,6 +217,8 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, context=context,
         fp32=plan.precision is Precision.fp32, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
         a2a_overlap=plan.moe_a2a_overlap, modules_named=plan.recompute_modules is not None,
+        up_proj_named="mla_up_proj" in (plan.recompute_modules or ()),
+        moe_modules_named=bool({"moe", "moe_act", "shared_experts"} & set(plan.recompute_modules or ())),
     )  # fmt: skip
 
 
@@ -345,6 +352,19 @@ PLAN_RULES: tuple[Rule, ...] = (
         lambda f: f.modules_named & no(f.selective),
         lambda f: "recompute_modules names what selective recompute re-runs; it needs recompute = selective",
         lambda f: "set recompute = selective, or leave recompute_modules empty",
+    ),
+    Rule(
+        "mla-up-proj-without-mla", "recompute_modules", "mla_up_proj on a model without multi-latent attention",
+        lambda f: f.up_proj_named & no(f.mla),
+        lambda f: "mla_up_proj re-runs the up-projections of multi-latent attention; this model has none (Megatron "
+        "refuses it)",
+        lambda f: "drop mla_up_proj from recompute_modules",
+    ),
+    Rule(
+        "moe-modules-dense-model", "recompute_modules", "moe, moe_act or shared_experts on a dense model",
+        lambda f: f.moe_modules_named & (f.n_experts == 0),
+        lambda f: "moe, moe_act and shared_experts recompute parts of MoE layers; this model has none",
+        lambda f: "drop them from recompute_modules",
     ),
     Rule(
         "recompute-layers-exceed-chunk", "recompute_layers", "recompute_layers exceeds a pipeline chunk's layers",

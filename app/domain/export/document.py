@@ -249,6 +249,7 @@ def plan_document_problems(doc: PlanDocument) -> list[tuple[str, str]]:
         doc.plan, n_layers=arch.n_layers, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads, n_experts=arch.n_experts,
         gpus=hw.gpus, gpus_per_node=hw.gpus_per_node, nvlink_domain_size=hw.nvlink_domain_size,
         allow_tp_across_nodes=doc.allow_tp_across_nodes, tied_embeddings=arch.tied_embeddings,
+        mla=arch.attention == "mla",
     )  # fmt: skip
     out.extend((f"plan.{v.field}", f"{v.message} (fix: {v.fix})") for v in violations)
     out.extend(

@@ -141,6 +141,7 @@ def _reject_masks(
         gpus=gpus, n_layers=arch.n_layers, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads, n_experts=arch.n_experts,
         gpus_per_node=cluster.gpus_per_node, nvlink_domain=cluster.nvlink_domain,
         allow_tp_across_nodes=spec.allow_tp_across_nodes, tied_embeddings=arch.tied_embeddings,
+        mla=arch.attention == "mla",
     )  # fmt: skip
     return rule_masks(facts(
         tp=tp, pp=pp, vpp=g["vpp"], dp=dp, cp=cp, ep=g["ep"], micro_batch=g["mb"], global_batch=batch,
