@@ -110,9 +110,6 @@ def _default_modules(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, recompute_modules=None)
 
 
-_NAME = {Framework.fsdp2: "torchtitan 0.3.0", Framework.deepspeed: "DeepSpeed 0.19.8"}
-
-
 def _refusal(
     framework: Framework, code: str, field: str, message: str, fix: str, source: str,
     refuses: Callable[[Facts], Any], nearest: Callable[[Plan, Framework], Plan],
@@ -124,6 +121,20 @@ def _refusal(
         code, field, text, refuses, lambda f: text, lambda f: fix, frameworks=(framework,), source=source,
         nearest=nearest,
     )  # fmt: skip
+
+
+def _megatron_only(
+    code: str, field: str, lacks: str, fix: str, refuses: Callable[[Facts], Any],
+    nearest: Callable[[Plan, Framework], Plan],
+) -> tuple[Rule, ...]:  # fmt: skip
+    """A plan feature only Megatron-Core runs, refused by torchtitan and by DeepSpeed: ``"<release> <lacks>"``."""
+    return tuple(
+        _refusal(fw, f"{fw.value}-{code}", field, f"{release} {lacks}", fix, source, refuses, nearest)
+        for fw, release, source in (
+            (Framework.fsdp2, "torchtitan 0.3.0", TORCHTITAN_SOURCE),
+            (Framework.deepspeed, "DeepSpeed 0.19.8", DEEPSPEED_SOURCE),
+        )
+    )
 
 
 def _zero1(plan: Plan, fw: Framework) -> Plan:
@@ -209,34 +220,21 @@ CAPABILITIES: tuple[Rule, ...] = (
         lambda f: f.a2a_overlap & (moe_a2a_overlap_runs(f.ep, f.pp, f.vpp, f.full_recompute, f.fp32) == False),  # noqa: E712
         _no_a2a_overlap,
     ),
-    *(
-        _refusal(
-            fw, f"{fw.value}-moe-dispatcher", "moe_dispatcher",
-            f"{_NAME[fw]} has no DeepEP/HybridEP token dispatcher (Megatron-Core's flex dispatcher): it "
-            "dispatches MoE tokens with a plain all-to-all",
-            "use the alltoall dispatcher, or framework megatron",
-            TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE, lambda f: f.dedup_dispatcher, _alltoall,
-        )
-        for fw in (Framework.fsdp2, Framework.deepspeed)
+    *_megatron_only(
+        "moe-dispatcher", "moe_dispatcher",
+        "has no DeepEP/HybridEP token dispatcher (Megatron-Core's flex dispatcher): it dispatches MoE tokens with a "
+        "plain all-to-all", "use the alltoall dispatcher, or framework megatron", lambda f: f.dedup_dispatcher,
+        _alltoall,
     ),
-    *(
-        _refusal(
-            fw, f"{fw.value}-a2a-overlap", "moe_a2a_overlap",
-            f"{_NAME[fw]} does not overlap the MoE all-to-alls with another micro-batch's compute (a "
-            "Megatron-Core feature)", "turn the all-to-all overlap off, or use framework megatron",
-            TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE, lambda f: f.a2a_overlap, _no_a2a_overlap,
-        )
-        for fw in (Framework.fsdp2, Framework.deepspeed)
+    *_megatron_only(
+        "a2a-overlap", "moe_a2a_overlap",
+        "does not overlap the MoE all-to-alls with another micro-batch's compute (a Megatron-Core feature)",
+        "turn the all-to-all overlap off, or use framework megatron", lambda f: f.a2a_overlap, _no_a2a_overlap,
     ),
-    *(
-        _refusal(
-            fw, f"{fw.value}-recompute-modules", "recompute_modules",
-            f"{_NAME[fw]} has no per-module selective recompute like Megatron's --recompute-modules",
-            "leave recompute_modules empty, or use framework megatron",
-            TORCHTITAN_SOURCE if fw is Framework.fsdp2 else DEEPSPEED_SOURCE, lambda f: f.modules_named,
-            _default_modules,
-        )
-        for fw in (Framework.fsdp2, Framework.deepspeed)
+    *_megatron_only(
+        "recompute-modules", "recompute_modules",
+        "has no per-module selective recompute like Megatron's --recompute-modules",
+        "leave recompute_modules empty, or use framework megatron", lambda f: f.modules_named, _default_modules,
     ),
     _refusal(
         Framework.fsdp2, "torchtitan-pp-microbatches", "micro_batch",
