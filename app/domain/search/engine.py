@@ -32,10 +32,8 @@ from app.domain.estimator.plan import (
     Framework,
     Offload,
     Plan,
-    Precision,
     Recompute,
     Sharding,
-    moe_a2a_overlap_runs,
 )
 from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
@@ -107,8 +105,7 @@ def _plan_arrays(
         recompute_full=col(g["rc"] == RECOMPUTES.index(Recompute.full)), sequence_parallel=col(tp > 1),
         exact=col(exact), exact_params=col(e_params), exact_grads=col(e_grads), exact_optimizer=col(e_opt),
         ep_dedup=spec.moe_dispatcher.dedups_per_node,
-        ep_a2a_overlap=col(spec.moe_a2a_overlap & moe_a2a_overlap_runs(
-            ep, pp, vpp, g["rc"] == RECOMPUTES.index(Recompute.full), spec.precision is Precision.fp32)),
+        ep_a2a_overlap=col(spec.a2a_overlap(ep, pp, vpp, g["rc"] == RECOMPUTES.index(Recompute.full))),
     )  # fmt: skip
 
 
@@ -121,8 +118,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels,
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
         moe_dispatcher=spec.moe_dispatcher,
-        moe_a2a_overlap=bool(spec.moe_a2a_overlap and moe_a2a_overlap_runs(
-            ep, pp, vpp, recompute is Recompute.full, spec.precision is Precision.fp32)),
+        moe_a2a_overlap=bool(spec.a2a_overlap(ep, pp, vpp, recompute is Recompute.full)),
     )  # fmt: skip
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.domain.estimator.cluster import Cluster
-from app.domain.estimator.plan import Optimizer, Precision, Recompute, Sharding, moe_a2a_overlap_runs
+from app.domain.estimator.plan import Optimizer, Precision, Recompute, Sharding
 from app.domain.estimator.rules import Context, facts, rule_masks, structural_reasons
 from app.domain.model.architecture import Architecture
 from app.domain.search.spec import (
@@ -149,7 +149,5 @@ def _reject_masks(
         shard_group=np.where(hybrid, np.minimum(group, dp), 0), sequence_parallel=tp > 1, framework=spec.framework,
         fp16=spec.precision is Precision.fp16, sgd=spec.optimizer is Optimizer.sgd, context=context,
         fp32=spec.precision is Precision.fp32, dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
-        # the search turns the overlap on only where Megatron runs it (as its plans do: search.engine)
-        a2a_overlap=spec.moe_a2a_overlap & moe_a2a_overlap_runs(
-            g["ep"], pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full), spec.precision is Precision.fp32),
+        a2a_overlap=spec.a2a_overlap(g["ep"], pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full)),
     ))  # fmt: skip

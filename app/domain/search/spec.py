@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Any
 
 from pydantic import Field
 
@@ -19,6 +20,7 @@ from app.domain.estimator.plan import (
     Precision,
     Recompute,
     Sharding,
+    moe_a2a_overlap_runs,
 )
 from app.domain.estimator.rules import (  # noqa: F401 - the grid's codes and shardings are the rules' own
     OFFLOADS,
@@ -94,6 +96,13 @@ class SearchSpec(Frozen):
     objective: Objective = Objective.max_tokens_per_s
     top_k: int = Field(default=10, ge=1, le=100)
     max_plans: int = Field(default=2_000_000, ge=1)
+
+    def a2a_overlap(self, ep: Any, pp: Any, vpp: Any, recompute_full: Any) -> Any:
+        """Whether a plan of the space runs the MoE all-to-all overlap: asked for, and where Megatron runs it
+        (numbers for one plan, arrays for the grid)."""
+        return self.moe_a2a_overlap & moe_a2a_overlap_runs(
+            ep, pp, vpp, recompute_full, self.precision is Precision.fp32
+        )
 
 
 @dataclass(frozen=True, slots=True)
