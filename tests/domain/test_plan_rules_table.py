@@ -61,6 +61,16 @@ def _violations(plan: Plan, arch, cluster, spec: SearchSpec):
     )  # fmt: skip
 
 
+def _violations_in(plan: Plan, context: Context) -> list:
+    """``plan_violations`` with every field of a rules Context (what the table reads)."""
+    return plan_violations(
+        plan, n_layers=context.n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
+        n_experts=context.n_experts, gpus=context.gpus, gpus_per_node=context.gpus_per_node,
+        nvlink_domain_size=context.nvlink_domain, allow_tp_across_nodes=context.allow_tp_across_nodes,
+        tied_embeddings=context.tied_embeddings, mla=context.mla,
+    )  # fmt: skip
+
+
 # -- grid → plan: the search's own points, both directions ------------------------------------------------------
 
 # Wide axes on purpose: every sharding and offload (the framework does not offer them all), cp and vpp values
@@ -185,7 +195,7 @@ def _random_plan(rng: np.random.Generator, framework: Framework) -> Plan:
 CONTEXTS = [
     Context(gpus=64, n_layers=80, n_heads=64, n_kv_heads=8, n_experts=0, gpus_per_node=8, nvlink_domain=8),
     Context(gpus=48, n_layers=32, n_heads=32, n_kv_heads=8, n_experts=8, gpus_per_node=8, nvlink_domain=4,
-            allow_tp_across_nodes=True, tied_embeddings=True),
+            allow_tp_across_nodes=True, tied_embeddings=True, mla=True),
 ]  # fmt: skip
 
 
@@ -207,12 +217,7 @@ def test_each_rule_answers_the_same_on_a_plan_and_on_arrays(framework, context) 
     # and plan validation reports exactly the rules that break (the framework's only when the plan's pass)
     for plan, f in zip(plans[:200], alone[:200], strict=True):
         expected = {r.code for r in broken(f)} or {r.code for r in broken(f, capability=True)}
-        found = plan_violations(
-            plan, n_layers=context.n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
-            n_experts=context.n_experts, gpus=context.gpus, gpus_per_node=context.gpus_per_node,
-            nvlink_domain_size=context.nvlink_domain, allow_tp_across_nodes=context.allow_tp_across_nodes,
-            tied_embeddings=context.tied_embeddings,
-        )  # fmt: skip
+        found = _violations_in(plan, context)
         assert {v.code for v in found} == expected, plan
 
 
@@ -294,12 +299,7 @@ def test_each_rule_breaks_on_its_hand_made_plan(name: str) -> None:
     context = Context(**{**BASE_CONTEXT, **context_fields})
     f = plan_facts(plan, context)
     assert rule in broken(f, capability=rule.capability)
-    found = plan_violations(
-        plan, n_layers=context.n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
-        n_experts=context.n_experts, gpus=context.gpus, gpus_per_node=context.gpus_per_node,
-        nvlink_domain_size=context.nvlink_domain, allow_tp_across_nodes=context.allow_tp_across_nodes,
-        tied_embeddings=context.tied_embeddings,
-    )  # fmt: skip
+    found = _violations_in(plan, context)
     mine = [v for v in found if v.code == rule.code and v.message == rule.message(f)]
     assert len(mine) == 1, found
     assert mine[0].field == rule.field and mine[0].fix.startswith(rule.fix(f))
