@@ -13,11 +13,8 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import sys
 import tempfile
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -83,48 +80,22 @@ SHOTS = [
 ]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @contextmanager
 def serve() -> Iterator[str]:
     """The app on a free loopback port with a fresh SQLite database holding two scenarios."""
+    import json
     import urllib.request
 
-    import uvicorn
+    from app.live_server import serve as serve_app
 
-    from app.db.migrate import upgrade
-    from app.main import create_app
-    from app.settings import Settings
-
-    with tempfile.TemporaryDirectory() as tmp:
-        settings = Settings(database_url=f"sqlite:///{tmp}/shots.db", api_token=TOKEN, log_level="WARNING")
-        upgrade(settings.database_url)
-        port = _free_port()
-        server = uvicorn.Server(
-            uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-        )
-        thread = threading.Thread(target=server.run, daemon=True)
-        thread.start()
-        while not server.started:
-            time.sleep(0.05)
-        url = f"http://127.0.0.1:{port}"
-        import json
-
+    with tempfile.TemporaryDirectory() as tmp, serve_app(Path(tmp) / "shots.db", TOKEN) as url:
         for body in SCENARIOS:
             request = urllib.request.Request(
                 f"{url}/api/v1/scenarios", data=json.dumps(body).encode(), method="POST",
                 headers={"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"},
             )  # fmt: skip
             urllib.request.urlopen(request).close()
-        try:
-            yield url
-        finally:
-            server.should_exit = True
-            thread.join(timeout=10)
+        yield url
 
 
 def take(shots: list[Shot], out: Path, chromium: str) -> list[str]:

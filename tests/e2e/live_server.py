@@ -1,47 +1,17 @@
-"""A live server for the browser tests: the app on a free loopback port, uvicorn in a thread."""
+"""A live server for the browser tests: the app on a free loopback port (app.live_server), API token
+``e2e-token``."""
 
 from __future__ import annotations
 
-import socket
-import threading
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+from app.live_server import serve as serve_app
 
 
 @contextmanager
 def serve(folder: Path) -> Iterator[str]:
     """The app on a free loopback port, on a new SQLite database in ``folder`` (API token ``e2e-token``)."""
-    import uvicorn
-
-    from app.db.migrate import upgrade
-    from app.main import create_app
-    from app.settings import Settings
-
-    settings = Settings(
-        database_url=f"sqlite:///{folder / 'e2e.db'}", api_token="e2e-token", log_level="WARNING"
-    )
-    upgrade(settings.database_url)
-    port = _free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(create_app(settings), host="127.0.0.1", port=port, log_level="warning")
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=10)
+    with serve_app(folder / "e2e.db", "e2e-token") as url:
+        yield url
