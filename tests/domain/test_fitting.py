@@ -49,7 +49,9 @@ def test_gemm_time_is_compute_bound_when_large_and_memory_bound_when_thin() -> N
     c = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8)
     eff, overhead = c.efficiency.gemm_efficiency, c.efficiency.gemm_overhead_us * 1e-6
     big = GemmRates.of(c, Precision.bf16).seconds(8192, 8192, 8192)
-    flops = 2 * 8192**3
+    # each tile's fixed cost lengthens the reduction by gemm_tile_fixed_k steps (200 on Hopper)
+    flops = 2 * 8192 * 8192 * (8192 + c.efficiency.gemm_tile_fixed_k)
+    assert c.efficiency.gemm_tile_fixed_k == 200
     expected = flops / (c.peak_flops_for("bf16") * eff * wave_efficiency(8192, 8192, 132)) + overhead
     assert big == pytest.approx(expected)
     # m = 1: a matrix-vector product reads the whole weight: bytes / HBM, not FLOPs / peak

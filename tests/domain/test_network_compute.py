@@ -2,15 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 
 from app.domain.catalog import load_catalog
-from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
+from app.domain.estimator.compute import GemmRates, hardware_flops_per_token, model_flops_per_token
 from app.domain.estimator.estimate import build_cluster
 from app.domain.estimator.network import Collective, collective_time, place_group
-from app.domain.estimator.plan import Plan, Recompute
+from app.domain.estimator.plan import Plan, Precision, Recompute
 from app.domain.model.counts import parameter_counts
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
@@ -146,3 +147,31 @@ def test_interleaving_widens_the_window_of_the_distributed_optimizer_collectives
     flat = estimate(arch, cluster, Plan(**base, vpp=1))
     interleaved = estimate(arch, cluster, Plan(**base, vpp=12))
     assert interleaved.step.dp_exposed_s < 0.9 * flat.step.dp_exposed_s  # equal before the window
+
+
+# tile-ai/tilelang benchmark/matmul/README.md: M = N = 8192 FP16 GEMMs on an H800 SXM (the H100 SXM's 132 SMs),
+# TFLOP/s by reduction length K (source TILELANG-H800-KSWEEP in data/sources_estimation.toml)
+TILELANG_H800_TFLOPS = {256: 386, 512: 520, 1024: 628, 2048: 705, 4096: 736, 8192: 758, 16384: 766}
+
+
+def test_short_reductions_run_slower_as_a_measured_k_sweep_does() -> None:
+    """Each output tile pays a fixed cost (first operand stages, storing the tile) of gemm_tile_fixed_k = 200
+    reduction steps on Hopper, on top of the 8 µs launch overhead per GEMM. 8192×8192 outputs in 128×256 tiles:
+    2,048 tiles in 16 waves on 132 SMs, the same for every K. By hand at a GEMM rate of 667 TFLOP/s (the fitted
+    H100 rate when this was written), K = 1,024: 2·8192²·1224 / 667e12 / 0.970 (waves) + 8 µs = 262 µs → 525
+    TFLOP/s; K = 16,384: 2·8192²·16584 / 667e12 / 0.970 + 8 µs = 3,450 µs → 637 TFLOP/s; ratio 0.823 vs the
+    measured 628/766 = 0.820. Every K from 256 to 16,384 lands within 2.5 % of the measured ratio; without the
+    tile term K = 1,024 would sit at 0.99."""
+    rates = GemmRates.of(cluster(8), Precision.bf16)
+    assert rates.tile_fixed_k == 200
+
+    def tflops(k: int) -> float:
+        return 2 * 8192 * 8192 * k / rates.seconds(8192, 8192, k)
+
+    for k, measured in TILELANG_H800_TFLOPS.items():
+        ratio = tflops(k) / tflops(16384)
+        assert ratio == pytest.approx(measured / TILELANG_H800_TFLOPS[16384], abs=0.025), k
+    # a short reduction is slower per FLOP; the launch overhead makes the shortest ones slower still
+    assert tflops(256) < tflops(512) < tflops(1024) < tflops(4096)
+    no_tile = dataclasses.replace(rates, tile_fixed_k=0.0)
+    assert 2 * 8192 * 8192 * 1024 / no_tile.seconds(8192, 8192, 1024) / tflops(16384) > 0.95

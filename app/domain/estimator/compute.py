@@ -8,10 +8,13 @@ layer's forward (+2·N_layers + the attention forward), selective repeats the at
 
 Compute time, shape-aware: every GEMM (m×k by k×n) is timed from its own shape (:meth:`GemmRates.seconds`):
 
-    t = max(2·m·n·k / (peak · gemm_efficiency · wave(m, n)),  bytes(m, n, k) / (HBM · hbm_efficiency))
+    t = max(2·m·n·(k + k₀) / (peak · gemm_efficiency · wave(m, n)),  bytes(m, n, k) / (HBM · hbm_efficiency))
         + gemm_overhead
 
-where wave(m, n) is the tile/wave quantisation of :func:`wave_efficiency` (a GEMM's output tiles run in waves
+where k₀ (``gemm_tile_fixed_k``) is each output tile's fixed cost — loading the first operand stages and
+storing the tile — in steps of the reduction length: a GEMM with a short reduction (the output projection and
+second MLP GEMM after a TP split, small models) runs at k/(k + k₀) of the rate (H800, M = N = 8192: K = 1024
+at 82 % of K = 16,384, source TILELANG-H800-KSWEEP); wave(m, n) is the tile/wave quantisation of :func:`wave_efficiency` (a GEMM's output tiles run in waves
 of one tile per SM; the last wave and the padding of edge tiles do useful work only in part — after a TP or CP
 split the GEMMs shrink and lose more of it) and the second term is the roofline bound of a GEMM too thin to be
 compute-bound. The backward runs each GEMM twice with transposed shapes (data gradient m×n·n×k, weight
@@ -157,6 +160,7 @@ class GemmRates:
     elem_bytes: int
     sm_count: int | None
     overhead_s: float
+    tile_fixed_k: float = 0.0
 
     @classmethod
     def of(cls, cluster: Cluster, precision: Precision) -> GemmRates:
@@ -168,11 +172,14 @@ class GemmRates:
             elem_bytes=1 if precision is Precision.fp8 else (4 if precision is Precision.fp32 else 2),
             sm_count=cluster.accelerator.sm_count,
             overhead_s=eff.gemm_overhead_us * 1e-6,
+            tile_fixed_k=eff.gemm_tile_fixed_k,
         )
 
     def seconds(self, m: float, n: float, k: float, groups: int = 1) -> float:
-        """``groups`` GEMMs (m×k)·(k×n): compute- or memory-bound, plus the launch overhead."""
-        compute = 2.0 * m * n * k * groups / (self.flops_per_s * wave_efficiency(m, n, self.sm_count, groups))
+        """``groups`` GEMMs (m×k)·(k×n): compute- or memory-bound (each tile's fixed cost adds ``tile_fixed_k``
+        steps to its reduction), plus the launch overhead."""
+        flops = 2.0 * m * n * (k + self.tile_fixed_k) * groups
+        compute = flops / (self.flops_per_s * wave_efficiency(m, n, self.sm_count, groups))
         memory = self.elem_bytes * (m * k + k * n + m * n) * groups / self.hbm_bytes_per_s
         return max(compute, memory) + self.overhead_s
 

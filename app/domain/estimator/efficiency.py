@@ -22,6 +22,11 @@ class AcceleratorEfficiency(CatalogEntry):
 
     gemm_efficiency: float = Fraction
     gemm_overhead_us: float = Field(ge=0, le=1000)
+    gemm_tile_fixed_k: float = Field(
+        default=0.0, ge=0, le=4096,
+        description="per-tile fixed cost (prologue, epilogue) of a GEMM in units of its reduction length k: a GEMM "
+        "with reduction k runs at k/(k + this) of its rate",
+    )  # fmt: skip
     attention_efficiency: float = Fraction
     hbm_efficiency: float = Fraction
     scale_up_efficiency: float = Fraction
