@@ -55,6 +55,8 @@ DEFAULTS: dict[str, str] = {
     "offload": "none",
     "micro_batch": "1",
     "recompute": "full",
+    "recompute_layers": "",
+    "recompute_modules": "",
     "sequence_parallel": "off",
     "flash_attention": "on",
     "moe_dispatcher": "alltoall",
@@ -103,12 +105,23 @@ INT_FIELDS = (
     "ep",
     "micro_batch",
     "shard_group_size",
+    "recompute_layers",
 )
 FLOAT_FIELDS = ("tokens", "oversubscription")
-OPTIONAL_FIELDS = ("dp", "node", "fabric", "tokens", "shard_group_size")
+OPTIONAL_FIELDS = (
+    "dp",
+    "node",
+    "fabric",
+    "tokens",
+    "shard_group_size",
+    "recompute_layers",
+    "recompute_modules",
+)
+LIST_FIELDS = ("recompute_modules",)
+"""Comma-separated lists (Megatron's --recompute-modules core_attn,mlp)."""
 FORM_FIELDS = tuple(DEFAULTS) + tuple(OVERRIDES)
 LAYOUT_FIELDS = ("tp", "pp", "vpp", "dp", "cp", "ep", "sharding", "shard_group_size", "offload", "micro_batch",
-                 "recompute", "sequence_parallel")  # fmt: skip
+                 "recompute", "recompute_layers", "recompute_modules", "sequence_parallel")  # fmt: skip
 """The hand-set parallel layout: what "Find the best plan" chooses itself, so errors here never block it."""
 MAX_HF_CONFIG_CHARS = 64_000
 
@@ -232,6 +245,8 @@ def parse_planner(params: Mapping[str, Any]) -> PlannerInput:
             if name == "tokens":
                 out.tokens = float(num)
             body[name] = num
+        elif name in LIST_FIELDS:
+            body[name] = [item.strip() for item in text.replace(" ", ",").split(",") if item.strip()]
         else:
             body[name] = text
     if (

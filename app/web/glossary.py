@@ -35,6 +35,11 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "weights) sharded over data-parallel GPUs, parameters replicated."),
     ("recompute", "recompute", "Activation checkpointing: selective recomputes the attention internals, full "
      "recomputes each layer's forward in backward: less memory, more FLOPs (HFU rises, MFU does not)."),
+    ("recompute layers", "recompute-layers", "With full recompute: how many layers of each pipeline chunk recompute "
+     "(Megatron's --recompute-method block --recompute-num-layers); the others keep their activations. Empty: all."),
+    ("recompute modules", "recompute-modules", "With selective recompute: which parts of each layer are recomputed "
+     "instead of kept (Megatron's --recompute-modules: core_attn, layernorm, mla_up_proj, mlp, moe_act, moe, "
+     "shared_experts). Empty: the attention core only."),
     ("sequence parallel", "sequence-parallel", "With tp > 1, the norms and dropout work on a 1/tp slice of the "
      "sequence, so their activations are split too."),
     ("offload", "offload", "Optimizer state or parameters kept in host RAM (CPU) or on NVMe instead of GPU memory: "
@@ -73,6 +78,7 @@ FIELD_TERMS = {
     "fsdp-full": "fsdp-full", "fsdp-grad-op": "fsdp-grad-op", "fsdp-hybrid": "fsdp-hybrid",
     "shard_group_size": "fsdp-hybrid", "megatron-distopt": "megatron-distopt",
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
+    "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip
 """Planner form fields and option values → the glossary term their hover title explains."""
 

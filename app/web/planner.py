@@ -28,6 +28,7 @@ from app.domain.estimator.plan import (
     Optimizer,
     Precision,
     Recompute,
+    RecomputeModule,
     Sharding,
 )
 from app.domain.estimator.schedule import Schedule, ScheduleError, stage_times_from_rank
@@ -128,6 +129,7 @@ def choices(catalog: Catalog) -> dict[str, Any]:
         "offloads": [o.value for o in Offload],
         "recomputes": [r.value for r in Recompute],
         "moe_dispatchers": [d.value for d in MoeDispatcher],
+        "recompute_modules": [m.value for m in RecomputeModule],
     }
 
 

@@ -145,6 +145,8 @@ def layout_values(c: Any) -> dict[str, str]:
         "sharding": p.sharding.value, "shard_group_size": p.shard_group_size or "", "offload": p.offload.value,
         "micro_batch": p.micro_batch, "global_batch": p.global_batch, "recompute": p.recompute.value,
         "sequence_parallel": "on" if p.sequence_parallel else "off",
+        "recompute_layers": "" if p.recompute_layers is None else p.recompute_layers,
+        "recompute_modules": "" if p.recompute_modules is None else ",".join(m.value for m in p.recompute_modules),
     }  # fmt: skip
     return {k: str(v) for k, v in layout.items()}
 

@@ -226,3 +226,44 @@ def test_moe_dispatch_fields_reach_the_estimate_and_their_refusals_land_on_the_f
     assert "torchtitan 0.3.0 has no DeepEP/HybridEP token dispatcher" in refused.text
     assert 'name="moe_dispatcher" aria-invalid="true"' in refused.text
     assert '<option value="deepep" selected' in refused.text
+
+
+def test_recompute_modules_and_layers_reach_the_estimate_and_bad_ones_land_on_their_fields(
+    client: TestClient,
+) -> None:
+    """Megatron's --recompute-modules as a comma-separated field: DeepSeek-V3 with selective recompute of the
+    attention core, MoE activation and MLA up-projection keeps less than the attention core alone, and the
+    estimate page states the modules; a module Megatron does not have, or moe_act on a dense model, is refused on
+    that field with the form kept as typed. Full recompute of 2 layers per chunk reaches the request."""
+    base = {**DEFAULTS, "model": "deepseek-v3", "gpus": "256", "tp": "1", "pp": "8", "vpp": "2", "ep": "32",
+            "framework": "megatron", "sharding": "megatron-distopt", "recompute": "selective",
+            "precision": "fp8", "global_batch": "4096", "seq_len": "4096"}  # fmt: skip
+    html = client.get("/").text
+    assert 'name="recompute_modules"' in html and 'name="recompute_layers"' in html
+    form = parse_planner({**base, "recompute_modules": "core_attn, moe_act,mla_up_proj"})
+    assert form.ok, form.errors
+    assert [m.value for m in form.request.recompute_modules] == ["core_attn", "moe_act", "mla_up_proj"]
+    assert parse_planner(base).request.recompute_modules is None  # empty: the attention core only
+    ok = client.get("/?" + to_query({**base, "recompute_modules": "core_attn,moe_act,mla_up_proj"}))
+    assert ok.status_code == 200
+    assert 'value="core_attn,moe_act,mla_up_proj"' in ok.text
+    typo = client.get("/?" + to_query({**base, "recompute_modules": "core_attn,attn_core"}))
+    assert typo.status_code == 422
+    assert 'name="recompute_modules"' in typo.text and 'value="core_attn,attn_core"' in typo.text
+    assert (
+        'id="f-recompute_modules" name="recompute_modules" type="text" value="core_attn,attn_core"'
+        in typo.text
+    )
+    assert 'aria-invalid="true" aria-describedby="err-recompute_modules"' in typo.text
+    dense = {**DEFAULTS, "framework": "megatron", "sharding": "megatron-distopt", "recompute": "selective",
+             "recompute_modules": "moe_act"}  # fmt: skip
+    refused = client.get("/?" + to_query(dense))
+    assert refused.status_code == 422
+    assert 'aria-invalid="true" aria-describedby="err-recompute_modules"' in refused.text
+    layers = parse_planner({**DEFAULTS, "recompute": "full", "recompute_layers": "2"})
+    assert layers.ok and layers.request.recompute_layers == 2
+    assert (
+        parse_planner({**DEFAULTS, "recompute_layers": "two"})
+        .errors["recompute_layers"]
+        .startswith("a whole")
+    )
