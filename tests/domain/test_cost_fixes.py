@@ -124,9 +124,35 @@ def test_unknown_region_is_a_clear_error(catalog) -> None:
     ) as err:
         training_cost(catalog.cost, catalog.hardware, job(), overrides=CostOverrides(region="mars-1"))
     assert err.value.field == "overrides.region"
-    with pytest.raises(CostInputError, match="no p4d.24xlarge on-demand price for region 'us-west-1'"):
+    with pytest.raises(CostInputError, match="no p4d.24xlarge price of any kind for region 'us-west-1'"):
         training_cost(catalog.cost, catalog.hardware, job(accelerator="a100-40gb"),
                       overrides=CostOverrides(region="us-west-1"))  # fmt: skip
+
+
+def test_a_region_with_some_options_prices_those_and_says_why_the_others_are_missing(catalog) -> None:
+    """p5e.48xlarge has its on-demand price in us-east-1 only, but a spot snapshot and Capacity Blocks in us-east-2:
+    in us-east-2 those two are priced (the regional spot median, the block rate) and every option derived from
+    on-demand (commitments at the average discount, off-peak) or needing a commitment (the mix) says why it is not."""
+    from app.domain.cost.cloud import cloud_prices
+
+    price = next(p for p in catalog.cost.instance_prices if p.slug == "p5e.48xlarge")
+    east2 = cloud_prices(catalog.cost, "p5e.48xlarge", CostOverrides(region="us-east-2"))
+    spot = price.spot_observation(None, "us-east-2")
+    assert spot is not None and spot.region == "us-east-2"
+    assert east2.spot == pytest.approx(spot.median_usd_per_hour)
+    assert east2.capacity_block == pytest.approx(price.capacity_block.usd_per_hour)
+    assert east2.on_demand is east2.commit_1yr is east2.off_peak is east2.reserved_spot_mix is None
+    result = training_cost(catalog.cost, catalog.hardware, job(accelerator="h200-sxm"),
+                           overrides=CostOverrides(region="us-east-2", instance="p5e.48xlarge"))  # fmt: skip
+    assert option(result, "spot").available and option(result, "capacity-block").available
+    od = option(result, "on-demand")
+    assert not od.available and od.reason == (
+        "no on-demand price for p5e.48xlarge in us-east-2 in the catalog (on-demand priced in: us-east-1)"
+    )
+    assert "commitment rates are us-east-1's" in option(result, "commit-3yr").reason
+    assert "1-yr commitment and a spot price" in option(result, "reserved-spot-mix").reason
+    # the home region keeps every option and no gaps
+    assert cloud_prices(catalog.cost, "p5e.48xlarge", CostOverrides(region="us-east-1")).missing == ()
 
 
 # -- 2. checkpoint storage ------------------------------------------------------------------------------------

@@ -46,11 +46,20 @@ class CloudPrices(Frozen):
     off_peak_discount: float
     assumptions: tuple[Assumption, ...]
     notes: tuple[str, ...] = Field(default=(), description="warnings about these prices (dates, inversions)")
+    missing: tuple[tuple[str, str], ...] = Field(
+        default=(), description="(option, why it has no price here): options the asked region does not offer"
+    )
 
     def usd_per_hour(self, option: CostOption) -> float | None:
         if option is CostOption.self_build:
             return None
         return getattr(self, option.name)
+
+    def missing_reason(self, option: CostOption) -> str:
+        """Why ``option`` has no price: the region's own reason, else the catalog has none for the instance."""
+        return dict(self.missing).get(
+            option.value, f"{self.instance} has no {option.value} price in the catalog"
+        )
 
 
 def instance_for_accelerator(cost_catalog: CostCatalog, hardware: HardwareCatalog, accelerator: str) -> str:
@@ -169,12 +178,36 @@ def cloud_prices(
     c1 = commits[CostOption.commit_1yr]
     mix = None if c1 is None or spot is None else reserved_fraction * c1 + (1.0 - reserved_fraction) * spot
     notes = _price_notes(price, on, on_demand, spot, commits)
+    rates = {CostOption.on_demand: on_demand, CostOption.commit_1yr: c1, CostOption.commit_3yr: commits[CostOption.commit_3yr],
+             CostOption.spot: spot, CostOption.capacity_block: block, CostOption.off_peak: off_peak,
+             CostOption.reserved_spot_mix: mix}  # fmt: skip
+    missing = () if home else _regional_gaps(price, region, rates)
     return CloudPrices(
         instance=instance, gpus_per_instance=price.gpus_per_instance, region=region, on=on,
         on_demand=on_demand, commit_1yr=c1, commit_3yr=commits[CostOption.commit_3yr], spot=spot,
         capacity_block=block, off_peak=off_peak, reserved_spot_mix=mix, reserved_fraction=reserved_fraction,
-        off_peak_discount=off_discount, assumptions=tuple(out), notes=notes,
+        off_peak_discount=off_discount, assumptions=tuple(out), notes=notes, missing=missing,
     )  # fmt: skip
+
+
+def _regional_gaps(
+    price: InstancePrice, region: str, rates: dict[CostOption, float | None]
+) -> tuple[tuple[str, str], ...]:
+    """Why each option the catalog cannot price in ``region`` (away from the instance's home region) is missing;
+    the other options are still priced there (e.g. p5e.48xlarge in us-east-2: spot and Capacity Blocks only)."""
+    od_regions = ", ".join(sorted({price.region, *(r.region for r in price.regional_on_demand)}))
+    where = f"{price.slug} in {region}"
+    no_od = f"no on-demand price for {where} in the catalog (on-demand priced in: {od_regions})"
+    why = {
+        CostOption.on_demand: no_od,
+        CostOption.commit_1yr: f"the catalog's commitment rates are {price.region}'s, and there is {no_od} to discount",
+        CostOption.off_peak: f"off-peak is on-demand less a discount, and there is {no_od}",
+        CostOption.spot: f"no spot snapshot for {where} in the catalog",
+        CostOption.capacity_block: f"no Capacity Block offer for {where} in the catalog",
+        CostOption.reserved_spot_mix: f"the reserved + spot mix needs a 1-yr commitment and a spot price for {where}",
+    }
+    why[CostOption.commit_3yr] = why[CostOption.commit_1yr]
+    return tuple((option.value, why[option]) for option, rate in rates.items() if rate is None)
 
 
 def catalog_regions(cost_catalog: CostCatalog) -> tuple[str, ...]:
@@ -189,7 +222,8 @@ def catalog_regions(cost_catalog: CostCatalog) -> tuple[str, ...]:
 
 def _region(cost_catalog: CostCatalog, price: InstancePrice, wanted: str | None) -> str:
     """The region to price in: the instance's own unless ``wanted``; CostInputError for an unknown region or one
-    where the catalog has no on-demand price for this instance."""
+    where the catalog has no price of any kind for this instance (a region with some options is priced for those,
+    the others say why they are missing: :func:`_regional_gaps`)."""
     if wanted is None or wanted == price.region:
         return price.region
     known = catalog_regions(cost_catalog)
@@ -197,11 +231,14 @@ def _region(cost_catalog: CostCatalog, price: InstancePrice, wanted: str | None)
         raise CostInputError(
             "overrides.region", f"unknown region {wanted!r}; regions with prices: {', '.join(known)}"
         )
-    priced = sorted({price.region, *(r.region for r in price.regional_on_demand)})
+    priced = sorted({
+        price.region, *(r.region for r in price.regional_on_demand), *(s.region for s in price.spot),
+        *(price.capacity_block.regions if price.capacity_block is not None else ()),
+    })  # fmt: skip
     if wanted not in priced:
         raise CostInputError(
             "overrides.region",
-            f"no {price.slug} on-demand price for region {wanted!r} in the catalog; priced in: {', '.join(priced)}",
+            f"no {price.slug} price of any kind for region {wanted!r} in the catalog; priced in: {', '.join(priced)}",
         )
     return wanted
 

@@ -153,9 +153,7 @@ def _cloud_option(
 ) -> OptionCost:  # fmt: skip
     rate = prices.usd_per_hour(option)
     if rate is None:
-        return _unavailable(
-            option, f"{prices.instance} has no {option.value} price in the catalog", prices.instance
-        )
+        return _unavailable(option, prices.missing_reason(option), prices.instance)
     notes: list[str] = []
     rel = base
     spot_instances = 0
