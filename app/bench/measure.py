@@ -309,6 +309,9 @@ def _fsdp2_worker(
         if rank == 0:
             for r in gathered:
                 out[r.rank] = r  # type: ignore[union-attr]
+        # every rank leaves together: a rank that tears gloo down while a peer is still in the gather's last
+        # exchange aborts that peer ("terminate called without an active exception", seen under a loaded suite)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 

@@ -353,6 +353,7 @@ def run(preset: Preset, catalog: Catalog, output: Path | None) -> BenchmarkResul
         progress.update("GEMMs")
         gathered: list[dict[str, float] | None] = [None] * world
         dist.all_gather_object(gathered, measured)
+        dist.barrier()  # leave together: a rank tearing the group down mid-exchange aborts its peer (gloo)
         if rank != 0:
             return None
         progress.close(f"{preset.name}: {world} rank(s) measured")
