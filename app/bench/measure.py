@@ -334,13 +334,20 @@ def fsdp2_state_bytes(
         init_file = os.path.join(tmp, "pg_init")
         manager = mp.Manager()
         out = manager.dict()
-        mp.start_processes(
-            _fsdp2_worker,
-            args=(world_size, init_file, arch_json, micro_batch, seq_len, checkpoint, out),
-            nprocs=world_size,
-            join=True,
-            start_method="spawn",
-        )
+        try:
+            mp.start_processes(
+                _fsdp2_worker,
+                args=(world_size, init_file, arch_json, micro_batch, seq_len, checkpoint, out),
+                nprocs=world_size,
+                join=True,
+                start_method="spawn",
+            )
+        except mp.ProcessExitedException:
+            # A rank that aborts in gloo's teardown ("terminate called without an active exception", seen under
+            # a loaded machine) after every rank's figures were gathered has measured everything: rank 0 stores
+            # them only after the all-gather, so a complete set is the measurement. Anything less is a failure.
+            if len(out) != world_size:
+                raise
         results = [out[r] for r in range(world_size)]
         manager.shutdown()
     return results

@@ -129,3 +129,30 @@ def test_fsdp2_per_rank_state_bytes_equal_the_formula(arch, world_size):
         )
     losses = {round(r.loss, 5) for r in results}
     assert len(losses) == 1, losses  # every rank saw the same batch and the same model
+
+
+@pytest.mark.parametrize("gathered", [2, 1])
+def test_a_teardown_abort_after_the_gather_keeps_the_measurement_and_an_earlier_one_fails(
+    monkeypatch, gathered
+):
+    """A rank aborting in gloo's teardown after every rank's figures reached rank 0 (2 of 2) leaves a complete
+    measurement, which is returned; one aborting before (1 of 2 stored) is the failure it is. The spawn is stubbed:
+    it stores ``gathered`` results, then raises what torch raises for a rank killed by SIGABRT."""
+    pytest.importorskip("torch")
+    import torch.multiprocessing as mp
+
+    from app.bench import measure
+
+    def fake_start(fn, args, nprocs, join, start_method):  # noqa: ARG001 - torch's signature
+        out = args[-1]
+        for rank in range(gathered):
+            out[rank] = f"rank {rank}"
+        raise mp.ProcessExitedException("process 1 terminated with signal SIGABRT", error_index=1,
+                                        error_pid=0, exit_code=-6, signal_name="SIGABRT")  # fmt: skip
+
+    monkeypatch.setattr(measure.mp, "start_processes", fake_start)
+    if gathered == 2:
+        assert measure.fsdp2_state_bytes("{}", 2) == ["rank 0", "rank 1"]
+    else:
+        with pytest.raises(mp.ProcessExitedException):
+            measure.fsdp2_state_bytes("{}", 2)
