@@ -76,7 +76,7 @@ def print_size(result) -> None:
         echo(f"\nPareto front, days vs {result.ranked_on} $ ({len(result.pareto)} points, whole catalog):")
         for r in result.pareto:
             usd = r.usd_cash if result.ranked_on == "cash" else r.usd_amortised
-            echo(f"  {r.days:8,.1f} days  ${usd:>16,.0f}  {r.gpus:>6,} × {r.accelerator} "
+            echo(f"  {r.days:9,.2f} days  ${usd:>16,.0f}  {r.gpus:>6,} × {r.accelerator} "
                  f"({r.offer}, {r.option})")  # fmt: skip
     if result.lost:
         echo("lost: " + "; ".join(f"{reason}: {n:,}" for reason, n in result.lost.items()))

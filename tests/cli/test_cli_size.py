@@ -64,3 +64,31 @@ def test_size_on_cash_with_the_prices_of_a_region_and_a_day(monkeypatch, capsys)
     assert code == 2 and "not both" in err
     code, out, err = run_cli(monkeypatch, capsys, "size", *SMALL, "--region", "mars-1")
     assert code == 2 and "unknown region 'mars-1'" in err
+
+
+def test_the_pareto_front_prints_days_finely_enough_to_tell_its_points_apart(monkeypatch, capsys) -> None:
+    """Two front points 2.1549 and 2.1588 days apart (self-build against a 3-yr commitment, llama3.1-8b on 64 H200s)
+    both read "2.2 days" at one decimal, so the dearer one looked dominated; the front prints two decimals, as
+    the --json figures say."""
+    args = [
+        "size",
+        "--model",
+        "llama3.1-8b",
+        "--tokens",
+        "1e11",
+        "--accelerators",
+        "h200-sxm",
+        "--gpus-range",
+        "8:64",
+    ]
+    code, out, err = run_cli(monkeypatch, capsys, *args)
+    assert code == 0, err
+    printed = [
+        line.split(" days")[0].strip()
+        for line in out.split("Pareto front")[1].splitlines()[1:]
+        if " days" in line
+    ]
+    code, body, err = run_cli(monkeypatch, capsys, *args, "--json")
+    assert code == 0, err
+    assert printed == [f"{p['days']:,.2f}" for p in json.loads(body)["pareto"]]
+    assert len(printed) >= 2
