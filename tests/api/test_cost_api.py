@@ -139,3 +139,17 @@ def test_cost_unknown_region_is_422(client: TestClient) -> None:
     response = post(client, overrides={"region": "mars-1"})
     assert response.status_code == 422, response.text
     assert "unknown region" in response.text and "region" in response.text
+
+
+def test_cost_in_a_region_with_some_prices_prices_those_and_one_with_none_is_422(client: TestClient) -> None:
+    """p5.48xlarge has a Capacity Block offer in us-east-2 but no on-demand price there: the block is priced and
+    on-demand says why not; g5.48xlarge has no price of any kind in us-east-2: 422 at overrides.region."""
+    response = post(client, overrides={"region": "us-east-2"})
+    assert response.status_code == 200, response.text
+    rows = {o["option"]: o for o in response.json()["options"] if o.get("provider", "aws") == "aws"}
+    assert rows["capacity-block"]["available"] and not rows["on-demand"]["available"]
+    assert "no on-demand price for p5.48xlarge in us-east-2" in rows["on-demand"]["reason"]
+    response = post(client, overrides={"region": "us-east-2", "instance": "g5.48xlarge"}, gpu="a10g")
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body", "overrides", "region"] and "price of any kind" in error["msg"]

@@ -9,6 +9,7 @@ from datetime import date
 from pydantic import Field
 
 from app.domain.cost.inputs import (
+    CLOUD_OPTIONS,
     DEFAULT_RESERVED_FRACTION,
     HOURS_PER_YEAR,
     TERM_YEARS,
@@ -178,25 +179,20 @@ def cloud_prices(
     c1 = commits[CostOption.commit_1yr]
     mix = None if c1 is None or spot is None else reserved_fraction * c1 + (1.0 - reserved_fraction) * spot
     notes = _price_notes(price, on, on_demand, spot, commits)
-    rates = {CostOption.on_demand: on_demand, CostOption.commit_1yr: c1, CostOption.commit_3yr: commits[CostOption.commit_3yr],
-             CostOption.spot: spot, CostOption.capacity_block: block, CostOption.off_peak: off_peak,
-             CostOption.reserved_spot_mix: mix}  # fmt: skip
-    missing = () if home else _regional_gaps(price, region, rates)
-    return CloudPrices(
+    prices = CloudPrices(
         instance=instance, gpus_per_instance=price.gpus_per_instance, region=region, on=on,
         on_demand=on_demand, commit_1yr=c1, commit_3yr=commits[CostOption.commit_3yr], spot=spot,
         capacity_block=block, off_peak=off_peak, reserved_spot_mix=mix, reserved_fraction=reserved_fraction,
-        off_peak_discount=off_discount, assumptions=tuple(out), notes=notes, missing=missing,
+        off_peak_discount=off_discount, assumptions=tuple(out), notes=notes,
     )  # fmt: skip
+    return prices if home else prices.model_copy(update={"missing": _regional_gaps(price, prices)})
 
 
-def _regional_gaps(
-    price: InstancePrice, region: str, rates: dict[CostOption, float | None]
-) -> tuple[tuple[str, str], ...]:
-    """Why each option the catalog cannot price in ``region`` (away from the instance's home region) is missing;
+def _regional_gaps(price: InstancePrice, prices: CloudPrices) -> tuple[tuple[str, str], ...]:
+    """Why each option ``prices`` has none of in its region (away from the instance's home region) is missing;
     the other options are still priced there (e.g. p5e.48xlarge in us-east-2: spot and Capacity Blocks only)."""
-    od_regions = ", ".join(sorted({price.region, *(r.region for r in price.regional_on_demand)}))
-    where = f"{price.slug} in {region}"
+    od_regions = ", ".join(sorted(price.on_demand_regions()))
+    where = f"{price.slug} in {prices.region}"
     no_od = f"no on-demand price for {where} in the catalog (on-demand priced in: {od_regions})"
     why = {
         CostOption.on_demand: no_od,
@@ -207,17 +203,14 @@ def _regional_gaps(
         CostOption.reserved_spot_mix: f"the reserved + spot mix needs a 1-yr commitment and a spot price for {where}",
     }
     why[CostOption.commit_3yr] = why[CostOption.commit_1yr]
-    return tuple((option.value, why[option]) for option, rate in rates.items() if rate is None)
+    return tuple(
+        (option.value, why[option]) for option in CLOUD_OPTIONS if prices.usd_per_hour(option) is None
+    )
 
 
 def catalog_regions(cost_catalog: CostCatalog) -> tuple[str, ...]:
     """Every region the catalog has a price in (home regions, regional on-demand, spot, capacity blocks)."""
-    regions: set[str] = set()
-    for p in cost_catalog.instance_prices:
-        regions |= {p.region, *(r.region for r in p.regional_on_demand), *(s.region for s in p.spot)}
-        if p.capacity_block is not None:
-            regions |= set(p.capacity_block.regions)
-    return tuple(sorted(regions))
+    return tuple(sorted(set().union(*(p.regions() for p in cost_catalog.instance_prices))))
 
 
 def _region(cost_catalog: CostCatalog, price: InstancePrice, wanted: str | None) -> str:
@@ -231,10 +224,7 @@ def _region(cost_catalog: CostCatalog, price: InstancePrice, wanted: str | None)
         raise CostInputError(
             "overrides.region", f"unknown region {wanted!r}; regions with prices: {', '.join(known)}"
         )
-    priced = sorted({
-        price.region, *(r.region for r in price.regional_on_demand), *(s.region for s in price.spot),
-        *(price.capacity_block.regions if price.capacity_block is not None else ()),
-    })  # fmt: skip
+    priced = sorted(price.regions())
     if wanted not in priced:
         raise CostInputError(
             "overrides.region",

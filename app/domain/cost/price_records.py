@@ -150,6 +150,15 @@ class InstancePrice(CatalogEntry):
         """An instance-hour price divided over the instance's GPUs."""
         return None if usd_per_hour is None else usd_per_hour / self.gpus_per_instance
 
+    def on_demand_regions(self) -> set[str]:
+        """The regions with an on-demand price of this instance: its home region and the regional records."""
+        return {self.region, *(r.region for r in self.regional_on_demand)}
+
+    def regions(self) -> set[str]:
+        """Every region the catalog has a price of this instance in: on-demand, spot, capacity blocks."""
+        blocks = self.capacity_block.regions if self.capacity_block is not None else ()
+        return self.on_demand_regions() | {s.region for s in self.spot} | set(blocks)
+
     # on-demand -----------------------------------------------------------------------------------
     def on_demand_price(self, on: date | None = None) -> OnDemandPrice | None:
         return in_force(self.on_demand, on)
