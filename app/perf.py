@@ -104,8 +104,8 @@ def planner_bench(requests: int = 30) -> None:
 
 
 def sizing_bench(catalog) -> None:
-    """Issue 16's sizing runs: the whole catalog × whole-node sizes 8…65,536 (powers of two of nodes and the
-    ends) × the full plan space × every pricing option. Each run starts cold (the shared per-rank terms are
+    """Issue 16's sizing runs: the whole catalog × every whole-node size 8…65,536 × the full plan space × every
+    pricing option. Each run starts cold (the shared per-rank terms are
     cleared), so the figure is what a first request costs; CPU seconds beside the wall time say how much of it
     was this process (the rest is the machine's other load). "pairs" is (node, size) pairs searched of all (the
     others were dropped by the memory, speed and dominance bounds); "valid plans" those pairs hold (what an

@@ -97,12 +97,13 @@ def size_command(
         str | None,
         typer.Option(help="e.g. on-demand,commit-1yr,spot,self-build (default: all but off-peak/mix)"),
     ] = None,
-    gpus_range: Annotated[
-        str, typer.Option(help="'A:B' GPUs: powers of two of nodes and the ends")
-    ] = "8:65536",
+    gpus_range: Annotated[str, typer.Option(help="'A:B' GPUs: every whole-node size in it")] = "8:65536",
     seq_len: Annotated[int, typer.Option(help="tokens per sequence")] = 8192,
     global_batch_tokens: Annotated[int, typer.Option(help="tokens per step")] = 16_777_216,
     top: Annotated[int, typer.Option(help="how many ranked rows")] = 20,
+    front_tolerance_pct: Annotated[
+        float, typer.Option(help="the Pareto front is exact to this many % of days and $ (0: exact)")
+    ] = 1.0,
     basis: Annotated[
         str, typer.Option(help="rank, budget and front on amortised $ (the run's share) or cash $ (paid out)")
     ] = "amortised",
@@ -141,7 +142,8 @@ def size_command(
             model=model, tokens=tokens, deadline_days=deadline_days, budget_usd=budget_usd,
             accelerators=[a.strip() for a in accelerators.split(",") if a.strip()] if accelerators else None,
             options=enum_list(options, CostOption, "--options"), gpus_range=gpus_range, seq_len=seq_len,
-            global_batch_tokens=global_batch_tokens, top_k=top, calibrated=calibration, basis=basis,
+            global_batch_tokens=global_batch_tokens, top_k=top, front_tolerance_pct=front_tolerance_pct,
+            calibrated=calibration, basis=basis,
             region=region, prices_as_of=prices_as_of, use_after_run_years=use_after_run_years, runs=runs,
         )  # fmt: skip
     except ValidationError as exc:

@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 from datetime import date
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field, model_validator
 
 from app.domain.catalog import Catalog
@@ -42,6 +43,7 @@ from app.domain.search.sizing import (
     REASON_DEADLINE,
     REASON_DOMINATED,
     REASON_MEMORY,
+    REASON_NO_LAYOUT,
     REASON_NO_PRICE,
     REASON_NOT_SEARCHED,
     Frontier,
@@ -73,8 +75,7 @@ BOUND_READS = {"accelerator", "efficiency", "scale", "stacks", "power_limit_w"}
 
 class SizeRequest(StrictNumbers):
     """Size a cluster: a model preset, the tokens to train and optional deadline and budget; every
-    accelerator (or those asked), every whole-node size in ``gpus_range`` (powers of two of nodes and the
-    ends), every plan and every pricing option."""
+    accelerator (or those asked), every whole-node size in ``gpus_range``, every plan and every pricing option."""
 
     model: str = Field(max_length=64)
     tokens: float = Field(gt=0, le=1e16, description="tokens to train")  # finite: StrictNumbers
@@ -88,6 +89,10 @@ class SizeRequest(StrictNumbers):
     seq_len: int = Field(default=8192, ge=128, le=1_048_576)
     global_batch_tokens: int = Field(default=16_777_216, ge=1024, le=1 << 30, description="tokens per step")
     top_k: int = Field(default=20, ge=1, le=200)
+    front_tolerance_pct: float = Field(
+        default=1.0, ge=0, le=50,
+        description="the Pareto front is exact to this many % of days and $ (0: exact, every near-equal size)",
+    )  # fmt: skip
     calibrated: bool = True
     basis: Literal["amortised", "cash"] = Field(
         default="amortised",
@@ -249,13 +254,23 @@ def offers_by_node(
     return out
 
 
-def _sizes(request: SizeRequest, gpus_per_node: int) -> list[int]:
+def _sizes(request: SizeRequest, gpus_per_node: int) -> np.ndarray:
+    """Every whole-node cluster size (GPUs) in the request's range."""
     low, high = parse_range(request.gpus_range)
-    nodes = range(max(1, math.ceil(low / gpus_per_node)), int(high // gpus_per_node) + 1)
-    if not nodes:
-        return []
-    picks = {nodes[0], nodes[-1], *(1 << k for k in range(0, 20) if nodes[0] <= 1 << k <= nodes[-1])}
-    return sorted(n * gpus_per_node for n in picks)
+    nodes = np.arange(max(1, math.ceil(low / gpus_per_node)), int(high // gpus_per_node) + 1, dtype=np.int64)
+    return nodes * gpus_per_node
+
+
+def _sample_nodes(nodes: np.ndarray) -> np.ndarray:
+    """The node counts a self-build is priced at before the search (powers of two and the ends of ``nodes``):
+    its capital and opex grow with the cluster (tested), so a size's values are at least those of the largest
+    sample at or below it."""
+    picks = {
+        int(nodes[0]),
+        int(nodes[-1]),
+        *(1 << k for k in range(0, 40) if nodes[0] <= 1 << k <= nodes[-1]),
+    }
+    return np.array(sorted(picks), dtype=np.int64)
 
 
 class _Dominated:
@@ -312,6 +327,101 @@ class _Goodput:
             self.catalog.cost, gpus=gpus, nodes=nodes, parameters=self.params,
             plan_bytes_per_param=self.bytes_per_param, spot_instances=spot_instances,
         )  # fmt: skip
+
+
+_BOUND_REASONS = (REASON_DEADLINE, REASON_BUDGET)  # codes 1, 2 of a bound table's ``why``
+_NO_PRICE_CODE = len(_BOUND_REASONS) + 1
+
+
+class _BoundTable:
+    """The (node, size) pairs the memory and layout bounds keep, as arrays: per pair its place in the exhaustive
+    order, GPUs, speed bound, and per offer of its node the lower bounds of days and $ and ``why`` it is out (0:
+    live, 1 deadline, 2 budget, 3 no price). Pairs are read in order of their cheapest live bound, then fastest."""
+
+    def __init__(self) -> None:
+        self._parts: list[tuple] = []
+
+    def add(self, node: Any, offers: list[Offer], order: np.ndarray, gpus: np.ndarray, speed: np.ndarray,
+            days: np.ndarray, usd: np.ndarray, why: np.ndarray) -> None:  # fmt: skip
+        self._parts.append((node, offers, order, gpus, speed, days, usd, why))
+
+    def finish(self) -> np.ndarray:
+        """The rows with a live offer, most promising first (the rest are read only if the bounds break)."""
+        width = max((len(part[1]) for part in self._parts), default=1)
+
+        def padded(col: int, fill: float) -> np.ndarray:
+            blocks = [np.pad(part[col], ((0, 0), (0, width - part[col].shape[1])), constant_values=fill)
+                      for part in self._parts]  # fmt: skip
+            return np.concatenate(blocks) if blocks else np.zeros((0, width))
+
+        self.days, self.usd = padded(5, np.inf), padded(6, np.inf)
+        self.why = padded(7, _NO_PRICE_CODE).astype(np.int8)
+        self.part = np.concatenate(
+            [np.full(len(p[3]), i) for i, p in enumerate(self._parts)] or [np.zeros(0)]
+        )
+        self.local = np.concatenate([np.arange(len(p[3])) for p in self._parts] or [np.zeros(0)])
+        self.part, self.local = self.part.astype(np.int64), self.local.astype(np.int64)
+        live = self.why == 0
+        key_usd = np.where(live, self.usd, np.inf).min(axis=1) if len(live) else np.zeros(0)
+        key_days = np.where(live, self.days, np.inf).min(axis=1) if len(live) else np.zeros(0)
+        rows = np.nonzero(live.any(axis=1))[0]
+        return rows[np.lexsort((key_days[rows], key_usd[rows]))]
+
+    def __len__(self) -> int:
+        return len(self.part)
+
+    def row(self, r: int) -> tuple:
+        """(node, offers, order, GPUs, speed bound, the offers' ``why``) of row ``r``."""
+        node, offers, order, gpus, speed, _, _, _ = self._parts[self.part[r]]
+        j = self.local[r]
+        return node, offers, int(order[j]), int(gpus[j]), float(speed[j]), self.why[r]
+
+    def live_count(self, r: int) -> int:
+        return int((self.why[r] == 0).sum())
+
+    def beaten(self, rows: np.ndarray, frontier: Frontier) -> np.ndarray:
+        """Rows whose every live offer the frontier beats at its bound (dead offers count as beaten)."""
+        live = self.why[rows] == 0
+        days = np.where(live, self.days[rows], np.inf)
+        usd = np.where(live, self.usd[rows], np.inf)
+        beats = frontier.beats_many(days.ravel(), usd.ravel()).reshape(days.shape)
+        return (beats | ~live).all(axis=1)
+
+
+def _self_build_floor(
+    catalog: Catalog, offer: Offer, node: Any, nodes: np.ndarray, request: SizeRequest, storage_tb: float
+) -> tuple[Offer, np.ndarray, str]:
+    """``offer`` (self-build on ``node``) with its capital and opex at each count of ``nodes`` no greater than the
+    cost model's own (those of the largest sample size at or below; :func:`_sample_nodes`), the counts it cannot
+    be priced on (at or above the first sample that cannot be), and why."""
+    gpn = node.accelerators_per_node
+    samples = _sample_nodes(nodes)
+    values, reason, unpriced_from = [], "", math.inf
+    for n in samples.tolist():
+        priced, why = _self_build_at(catalog, offer, node, n * gpn, request, storage_tb)
+        if why:
+            reason, unpriced_from = why, n
+            break
+        sb = priced.self_build
+        life = sb.depreciation_years
+        values.append((sb.capex_usd, sb.capital_total_usd, sb.opex_usd_per_month, priced.usd_per_gpu_hour))
+    unpriced = nodes >= unpriced_from
+    if not values:
+        return replace(offer, usd_per_gpu_hour=0.0, self_build=None), unpriced, reason
+    at = np.clip(np.searchsorted(samples[: len(values)], nodes, side="right") - 1, 0, None)
+    columns = np.array(values)[at]
+    capital = SelfBuildCapital(
+        capex_usd=columns[:, 0], capital_total_usd=columns[:, 1], opex_usd_per_month=columns[:, 2],
+        depreciation_years=life,
+        use_after_run_years=request.use_after_run_years, runs=request.runs,
+    )  # fmt: skip
+    return replace(offer, usd_per_gpu_hour=float(columns[0, 3]), self_build=capital), unpriced, reason
+
+
+def _unpriced_from(unpriced: dict[str, list], slug: str, gpus: int, reason: str) -> None:
+    """Keep, per self-build node, the smallest cluster the cost model could not price and why."""
+    if gpus < unpriced.setdefault(slug, [math.inf, reason])[0]:
+        unpriced[slug] = [gpus, reason]
 
 
 def _bound_miss(request: SizeRequest, days_bound: float, usd_bound: float) -> str | None:
@@ -425,7 +535,7 @@ def run_size(
     ] = {}  # each node's cluster as the planner builds it, once: only its size varies
     lost: Counter[str] = Counter()
     priced: list[tuple[int, SizedPlan]] = []
-    frontier = Frontier(request.top_k)
+    frontier = Frontier(request.top_k, request.front_tolerance_pct / 100 if prune else 0.0)
     stats = Counter()
     notes.insert(0, f"global batch {batch:,} sequences of {request.seq_len:,} tokens")
     start = time.perf_counter()
@@ -440,56 +550,113 @@ def run_size(
             request.budget_usd is None or p.usd(basis) <= request.budget_usd
         )
 
-    # 1. every (node, size), with the bounds of each offer; the memory, deadline and budget bounds drop some
-    pairs: list[_Pair] = []
-    bound_pruned: list[tuple[_Pair, list[str]]] = []  # dropped by a speed bound, with each offer's reason
+    # 1. every (node, whole-node size), a node's sizes at once, with a lower bound of each offer's days and $: the
+    # speed bound, goodput 1 and a self-build's capital at the largest sample size at or below (both only lower
+    # them). The memory, layout, deadline and budget bounds drop sizes here; a pair is refined to its own goodput
+    # and self-build price just before it would be searched.
+    table = _BoundTable()
+    unpriced_self_build: dict[str, list] = {}  # node → [smallest cluster the cost model cannot price, why]
     for i, (node_slug, node_offers) in enumerate(sorted(offers.items())):
         report("bounds", i, len(offers), node_slug)
         node = catalog.hardware.node(node_slug)
         gpn = node.accelerators_per_node
         sizes = _sizes(request, gpn)
+        first = stats["sizes"]
+        stats["sizes"] += len(sizes)
         if all(o.usd_per_gpu_hour is None for o in node_offers):
             lost[REASON_NO_PRICE] += len(sizes) * len(node_offers)
             continue
+        if not len(sizes):
+            continue
         cluster = clusters[node_slug] = _bound_cluster(catalog, node, request.calibrated)
         context = f"{cluster.nvlink_domain} " + cluster.model_dump_json(include=BOUND_READS)
-        host, nvme = host_capacity_bytes(node.host_memory_gib, node.local_nvme_tb)
-        for gpus in sizes:
-            nodes = -(-gpus // gpn)
-            order = stats["sizes"]
-            stats["sizes"] += 1
-            if prune and not state_fits_bound(state_bytes, gpus, nodes, cluster.accelerator.memory_usable_bytes,
-                                    host if offloads else 0.0, nvme if Offload.nvme in offloads else 0.0):  # fmt: skip
-                lost[REASON_MEMORY] += len(node_offers)
-                stats["memory"] += 1
+        if context not in bounds:  # nodes with the same accelerator, figures and NVLink domain share it
+            bounds[context] = speed_bound(arch, cluster, shape, batch=batch, micro_batches=spec.micro_batches,
+                                          cps=spec.cps, vpps=spec.vpps, max_pp=template.max_pp,
+                                          work=lambda keys, c=cluster: finder.key_work(c, keys))  # fmt: skip
+        tps = bounds[context].tokens_per_s_many(sizes)
+        nodes = -(-sizes // gpn)
+        keep = np.ones(len(sizes), dtype=bool)
+        if prune:
+            host, nvme = host_capacity_bytes(node.host_memory_gib, node.local_nvme_tb)
+            fits = state_fits_bound(state_bytes, sizes, nodes, cluster.accelerator.memory_usable_bytes,
+                                    host if offloads else 0.0, nvme if Offload.nvme in offloads else 0.0)  # fmt: skip
+            stats["memory"] += int((~fits).sum())
+            lost[REASON_MEMORY] += int((~fits).sum()) * len(node_offers)
+            no_layout = fits & (tps <= 0)
+            stats["no_layout"] += int(no_layout.sum())
+            lost[REASON_NO_LAYOUT] += int(no_layout.sum()) * len(node_offers)
+            keep = fits & (tps > 0)
+        idx = np.nonzero(keep)[0]
+        if not len(idx):
+            continue
+        kept, kept_nodes = sizes[idx], nodes[idx]
+        speed = np.where(
+            tps[idx] > 0, tps[idx], np.inf
+        )  # unpruned: a size without a layout is searched anyway
+        days = np.full((len(idx), len(node_offers)), np.inf)
+        usd = np.full((len(idx), len(node_offers)), np.inf)
+        why = np.zeros((len(idx), len(node_offers)), dtype=np.int8)  # 0 live, else _BOUND_REASONS[why - 1]
+        for k, offer in enumerate(node_offers):
+            floor: Offer | None = offer
+            if offer.option == CostOption.self_build.value:
+                floor, unpriced, reason = _self_build_floor(catalog, offer, node, kept_nodes, request,
+                                                            storage.stored_tb)  # fmt: skip
+                if unpriced.any():  # from a size the cost model cannot price on (tested: it stays so)
+                    _unpriced_from(unpriced_self_build, node.slug, int(kept[unpriced].min()), reason)
+                    why[unpriced, k] = _NO_PRICE_CODE
+            elif offer.usd_per_gpu_hour is None:
+                floor = None
+            if floor is None:
+                why[:, k] = _NO_PRICE_CODE
                 continue
-            if context not in bounds:  # nodes with the same accelerator, figures and NVLink domain share it
-                bounds[context] = speed_bound(arch, cluster, shape, batch=batch, micro_batches=spec.micro_batches,
-                                              cps=spec.cps, vpps=spec.vpps, max_pp=template.max_pp)  # fmt: skip
-            tps = bounds[context].tokens_per_s(gpus)
-            pair = _Pair(order, node, gpus, tps, [])
-            for offer in node_offers:
-                if offer.option == CostOption.self_build.value:
-                    offer, why = _self_build_at(catalog, offer, node, gpus, request, storage.stored_tb)
-                    if why:
-                        notes.append(f"self-build {node.slug} at {gpus:,} GPUs not priced: {why}")
-                if offer.usd_per_gpu_hour is None:
+            wall_h, amortised, cash = money(floor, kept, gpn, request.tokens, speed, 1.0)
+            priced_here = why[:, k] == 0
+            days[priced_here, k] = (wall_h / 24)[priced_here]
+            usd[priced_here, k] = (cash if basis == "cash" else amortised)[priced_here]
+            if prune:
+                for code, reason in enumerate(_BOUND_REASONS, 1):
+                    if reason == REASON_DEADLINE and request.deadline_days is not None:
+                        miss = priced_here & (days[:, k] > request.deadline_days)
+                    elif reason == REASON_BUDGET and request.budget_usd is not None:
+                        miss = priced_here & (usd[:, k] > request.budget_usd)
+                    else:
+                        continue
+                    why[miss & (why[:, k] == 0), k] = code
+        for code, reason in enumerate(_BOUND_REASONS, 1):
+            lost[reason] += int((why == code).sum())
+        lost[REASON_NO_PRICE] += int((why == _NO_PRICE_CODE).sum())
+        stats["bound_points"] += int(((why > 0) & (why < _NO_PRICE_CODE)).sum())
+        table.add(node, node_offers, first + idx, kept, speed, days, usd, why)
+    order = table.finish()
+
+    def refine(row: int, bounded: bool = True) -> _Pair | None:
+        """The row's pair with each live offer at its own goodput and (self-build) its own price; None when no
+        offer is left (the deadline or the budget drops them at those, or the self-build cannot be priced).
+        ``bounded=False`` (the bounds broke): every priced offer, none dropped by a bound."""
+        node, offers_here, order_, gpus, tps, why_b = table.row(row)
+        gpn = node.accelerators_per_node
+        nodes = -(-gpus // gpn)
+        pair = _Pair(order_, node, gpus, tps, [])
+        for k, offer in enumerate(offers_here):
+            if why_b[k] == _NO_PRICE_CODE or (why_b[k] and bounded):
+                continue
+            if offer.option == CostOption.self_build.value:
+                offer, reason = _self_build_at(catalog, offer, node, gpus, request, storage.stored_tb)
+                if reason:
+                    _unpriced_from(unpriced_self_build, node.slug, gpus, reason)
                     lost[REASON_NO_PRICE] += 1
                     continue
-                g = goodput(gpus, nodes, offer)
-                wall_h, amortised, cash = money(offer, gpus, gpn, request.tokens, tps, g)
-                pair.live.append((offer, g, wall_h / 24, cash if basis == "cash" else amortised))
-            out = [(x, _bound_miss(request, x[2], x[3])) for x in pair.live]
-            dropped = [(x, why) for x, why in out if why and prune]
-            if dropped:  # even at the bound's speed it misses the deadline or the budget
-                lost.update(why for _, why in dropped)
-                bound_pruned.append(
-                    (_Pair(order, node, gpus, tps, [x for x, _ in dropped]), [w for _, w in dropped])
-                )
-                pair.live = [x for x, why in out if not why]
-            if pair.live:
-                pairs.append(pair)
-    pairs.sort(key=lambda p: p.key)
+            g = goodput(gpus, nodes, offer)
+            wall_h, amortised, cash = money(offer, gpus, gpn, request.tokens, tps, g)
+            x = (offer, g, float(wall_h) / 24, float(cash if basis == "cash" else amortised))
+            miss = _bound_miss(request, x[2], x[3]) if prune and bounded else None
+            if miss:
+                lost[miss] += 1
+                stats["bound_points"] += 1
+            else:
+                pair.live.append(x)
+        return pair if pair.live else None
 
     def _fastest_within_limits(
         pair: _Pair, cluster: Cluster, should_stop: Callable[[], bool] | None, dominance: bool
@@ -562,34 +729,54 @@ def run_size(
         return True
 
     def search_all(should_stop: Callable[[], bool] | None) -> None:
-        dominated: list[_Pair] = []
-        total = len(pairs)
-        for i, pair in enumerate(pairs):
-            if should_stop is not None and should_stop():
-                raise SearchCancelled("sizing stopped")
-            if prune and not stats["broken"] and all(frontier.beats(d, u) for _, _, d, u in pair.live):
-                dominated.append(pair)
-                lost[REASON_DOMINATED] += len(pair.live)
-                continue
-            report("search", i, total, f"{pair.node.slug} at {pair.gpus:,} GPUs ({pair.node.accelerator})")
-            if not search_pair(pair, should_stop, dominance=prune and not stats["broken"]):
-                stats["dominated_by_plan_bound"] += 1
-                dominated.append(pair)
-                lost[REASON_DOMINATED] += len(pair.live)
+        """Read the pairs most promising first; skip those the frontier beats at their bounds (a chunk at once),
+        refine the rest and search what is still not beaten."""
+        searched: set[int] = set()
+        total, i, chunk = len(order), 0, 64
+        while i < total:
+            rows = order[i : i + chunk]
+            beaten = (
+                table.beaten(rows, frontier) if prune and not stats["broken"] else np.zeros(len(rows), bool)
+            )
+            for row, skip in zip(rows.tolist(), beaten.tolist(), strict=True):
+                if should_stop is not None and should_stop():
+                    raise SearchCancelled("sizing stopped")
+                if skip:
+                    stats["dominated"] += 1
+                    lost[REASON_DOMINATED] += table.live_count(row)
+                    continue
+                pair = refine(row)
+                if pair is None:
+                    continue
+                dominance = prune and not stats["broken"]
+                if dominance and frontier.beats_many(np.array([x[2] for x in pair.live]),
+                                                     np.array([x[3] for x in pair.live])).all():  # fmt: skip
+                    stats["dominated"] += 1
+                    lost[REASON_DOMINATED] += len(pair.live)
+                    continue
+                report(
+                    "search", i, total, f"{pair.node.slug} at {pair.gpus:,} GPUs ({pair.node.accelerator})"
+                )
+                searched.add(row)
+                if not search_pair(pair, should_stop, dominance=dominance):
+                    stats["dominated_by_plan_bound"] += 1
+                    stats["dominated"] += 1
+                    searched.discard(row)
+                    lost[REASON_DOMINATED] += len(pair.live)
+            i += len(rows)
+            chunk = min(2 * chunk, 4096)
         if stats[
             "broken"
         ]:  # a searched plan beat its speed bound: the bounds are unsafe, search what they dropped
             notes.append("a plan beat its speed bound: every size the bounds had dropped was searched")
-            for pair in dominated:
-                lost[REASON_DOMINATED] -= len(pair.live)
-                search_pair(pair, should_stop)
-            for pair, reasons in bound_pruned:
-                lost.subtract(reasons)
-                search_pair(pair, should_stop)
+            for reason in (REASON_DOMINATED, *_BOUND_REASONS):
+                lost[reason] = 0  # every size is priced now; choose() counts the misses
+            for row in range(len(table)):
+                if row not in searched and (pair := refine(row, bounded=False)) is not None:
+                    search_pair(pair, should_stop)
         if stats["plan_bound_broken"]:
             notes.append(f"a plan beat its step-time bound on {stats['plan_bound_broken']} cluster sizes: every plan "
                          "of those was evaluated")  # fmt: skip
-        stats["dominated"] = len(dominated)
         report("done", total, total)
 
     if budget is None:
@@ -605,6 +792,8 @@ def run_size(
                     retry_after_s=max(1, math.ceil(budget.timeout_s)),
                 ) from None
     elapsed = time.perf_counter() - start
+    for slug, (at, reason) in sorted(unpriced_self_build.items()):
+        notes.append(f"self-build {slug} not priced at {at:,} GPUs and above: {reason}")
     points = [p for _, p in sorted(priced, key=lambda x: x[0])]  # the exhaustive order, for equal ranks
     outcome = choose(points, lost, deadline_days=request.deadline_days, budget_usd=request.budget_usd,
                      top_k=request.top_k, basis=basis)  # fmt: skip
@@ -620,7 +809,8 @@ def run_size(
                   "sizes": stats["sizes"], "sizes_searched": stats["searched"],
                   "sizes_pruned_by_memory_bound": stats["memory"], "sizes_pruned_by_dominance": stats["dominated"],
                   "sizes_pruned_by_dominance_of_the_plan_bound": stats["dominated_by_plan_bound"],
-                  "points_pruned_by_deadline_or_budget_bound": sum(len(r) for _, r in bound_pruned),
+                  "sizes_pruned_by_layout": stats["no_layout"],
+                  "points_pruned_by_deadline_or_budget_bound": stats["bound_points"],
                   "priced_points": len(priced), "feasible_points": outcome.feasible, "grid_points": stats["considered"],
                   "valid_plans": stats["valid"], "evaluated_plans": stats["evaluated"], "elapsed_s": elapsed,
                   "plans_per_s": stats["valid"] / elapsed if elapsed > 0 else 0.0,

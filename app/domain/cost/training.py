@@ -24,6 +24,7 @@ from app.domain.cost.selfbuild import SelfBuildTco, self_build_inputs, self_buil
 from app.domain.cost.serving import ServingCheck, serving_check
 from app.domain.cost.storage import StorageCost, _storage
 from app.domain.estimator.estimate import Assumption
+from app.domain.estimator.evaluate import Num
 from app.domain.estimator.hardware import HardwareCatalog
 from app.domain.model.architecture import Architecture
 from app.domain.provenance import Frozen
@@ -230,17 +231,27 @@ def self_build_useful_months(
     >>> self_build_useful_months(6, 5, runs=3)[0]
     18
     """
+    useful = useful_months(run_months, depreciation_years, use_after_run_years, runs)
     if runs is not None:
-        return run_months * runs, f"{runs} runs of {run_months:.1f} months (stated)"
+        return useful, f"{runs} runs of {run_months:.1f} months (stated)"
     if use_after_run_years is not None:
-        return (
-            run_months + use_after_run_years * 12.0,
-            f"the run + {use_after_run_years:g} years of further use (stated)",
-        )
-    return (
-        depreciation_years * 12.0,
-        f"the {depreciation_years:g}-year depreciation life (default: fully used after the run)",
-    )
+        return useful, f"the run + {use_after_run_years:g} years of further use (stated)"
+    return useful, f"the {depreciation_years:g}-year depreciation life (default: fully used after the run)"
+
+
+def useful_months(
+    run_months: Num,
+    depreciation_years: float,
+    use_after_run_years: float | None = None,
+    runs: int | None = None,
+) -> Num:
+    """The months of :func:`self_build_useful_months` alone, for a run length or an array of them (the sizing
+    search bounds many cluster sizes at once)."""
+    if runs is not None:
+        return run_months * runs
+    if use_after_run_years is not None:
+        return run_months + use_after_run_years * 12.0
+    return run_months * 0 + depreciation_years * 12.0
 
 
 def _self_build_option(

@@ -153,6 +153,14 @@ class FastestPlanFinder:
                 table[key] = tuple(row)
         return np.array([table[k] for k in keys], dtype=float).reshape(len(keys), 3)
 
+    def key_work(self, cluster: Cluster, keys: list[tuple[int, int, int, int]]) -> np.ndarray:
+        """W of each (tp, cp, micro-batch, ep) without recompute: the per-rank terms (compute and exposed TP, CP
+        and EP time) of one micro-batch through every layer and the head — a lower bound of pp × the slowest
+        rank's terms of any plan with that key (recompute only adds time). For the sizing's speed bound."""
+        none = RECOMPUTES.index(Recompute.none)
+        coef = self._key_coefficients(cluster, [(tp, cp, none, mb, ep) for tp, cp, mb, ep in keys])
+        return coef @ np.array([self.arch.n_dense_layers, self.arch.n_moe_layers, 1.0])
+
     def _rank_signatures(self, pp: int, vpp: int) -> list[tuple[int, int, bool]]:
         """The distinct (dense layers, MoE layers, last) of the pipeline ranks: what a rank's time reads."""
         if (pp, vpp) not in self._ranks:

@@ -20,18 +20,22 @@ exhaustive search.
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from app.domain.cost.training import self_build_useful_months
+import numpy as np
+
+from app.domain.cost.training import useful_months
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import head_times, layer_times
-from app.domain.estimator.evaluate import straggler_factor
+from app.domain.estimator.evaluate import Num, straggler_factor
 from app.domain.estimator.plan import Plan, Recompute
-from app.domain.estimator.xp import SCALAR
+from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.reliability.formulas import HOURS_PER_MONTH
+from app.domain.search.space import expert_degrees
 from app.domain.search.spec import Candidate
 
 GIB = 1024**3
@@ -41,6 +45,7 @@ BASES = ("amortised", "cash")
 
 # Reasons a (node, size, offer) lost, in the order they are checked.
 REASON_MEMORY = "no plan fits in memory"
+REASON_NO_LAYOUT = "no parallel layout divides this size and the global batch"
 REASON_NO_PRICE = "no price for this option"
 REASON_DEADLINE = "misses the deadline"
 REASON_BUDGET = "over budget"
@@ -72,7 +77,11 @@ class ReservedSpotMix:
     reserved_fraction: float
     gpus_per_instance: int
 
-    def spot_instances(self, instances: int) -> int:
+    def spot_instances(self, instances: Num) -> Num:
+        """Instances bought on spot (one count or an array): the rest of the reserved share, rounded per cluster
+        half to even as the cost model's ``round`` does."""
+        if isinstance(instances, np.ndarray):
+            return instances - np.round(self.reserved_fraction * instances).astype(instances.dtype)
         return instances - round(self.reserved_fraction * instances)
 
 
@@ -134,22 +143,24 @@ class SizingOutcome:
 
 
 def money(
-    offer: Offer, gpus: int, gpus_per_node: int, tokens: float, tokens_per_s: float, goodput: float
-) -> tuple[float, float, float]:
+    offer: Offer, gpus: Num, gpus_per_node: int, tokens: float, tokens_per_s: Num, goodput: Num
+) -> tuple[Num, Num, Num]:
     """(wall hours, amortised $, cash $) of ``tokens`` at ``tokens_per_s`` on ``gpus`` paid through ``offer``, as
     :func:`app.domain.cost.training_cost` computes them for the same cluster, throughput and goodput (tested
     option by option): wall time = compute time ÷ goodput; a cloud pays its rate × GPUs × wall hours plus storage
     and transfer, a commitment's cash its whole term (the used part amortised), the reserved + spot mix its
     reserved instances' term and its spot instances' hours; a self-build pays capex + opex in cash, and amortised
     its capital × run / useful life + opex. All three fall as ``tokens_per_s`` rises, so a speed bound gives a
-    bound of each."""
+    bound of each. Numbers or numpy arrays of sizes alike (a self-build's capital may be arrays too)."""
     assert offer.usd_per_gpu_hour is not None
     wall_h = tokens / tokens_per_s / 3600 / goodput
     months = wall_h / HOURS_PER_MONTH
     sb = offer.self_build
     if sb is not None:
-        useful, _ = self_build_useful_months(months, sb.depreciation_years, sb.use_after_run_years, sb.runs)
-        share = min(1.0, months / useful) if useful > 0 else 1.0
+        useful = useful_months(months, sb.depreciation_years, sb.use_after_run_years, sb.runs)
+        share = np.where(useful > 0, np.minimum(1.0, months / np.maximum(useful, 1e-300)), 1.0)
+        if not isinstance(share, np.ndarray) or share.ndim == 0:
+            share = float(share)
         amortised = sb.capital_total_usd * share + sb.opex_usd_per_month * months
         return wall_h, amortised, sb.capex_usd + sb.opex_usd_per_month * months
     extra = offer.storage_usd_per_month * months + offer.transfer_usd
@@ -160,12 +171,12 @@ def money(
         reserved = instances - spot
         spot_usd = mix.spot_usd_per_hour * spot * wall_h
         amortised = mix.reserved_usd_per_hour * reserved * wall_h + spot_usd + extra
-        cash = mix.reserved_usd_per_hour * reserved * max(wall_h, HOURS_PER_YEAR) + spot_usd + extra
+        cash = mix.reserved_usd_per_hour * reserved * np.maximum(wall_h, HOURS_PER_YEAR) + spot_usd + extra
         return wall_h, amortised, cash
     used = offer.usd_per_gpu_hour * gpus * wall_h
     cash = used
     if offer.option in TERM_HOURS:
-        cash = offer.usd_per_gpu_hour * gpus * max(wall_h, TERM_HOURS[offer.option])
+        cash = offer.usd_per_gpu_hour * gpus * np.maximum(wall_h, TERM_HOURS[offer.option])
     return wall_h, used + extra, cash + extra
 
 
@@ -173,7 +184,9 @@ def price_plan(
     accelerator: str, offer: Offer, cand: Candidate, gpus_per_node: int, tokens: float, goodput: float
 ) -> SizedPlan:
     """Days and dollars of ``tokens`` on ``cand`` paid through ``offer`` (:func:`money`)."""
-    wall_h, amortised, cash = money(offer, cand.gpus, gpus_per_node, tokens, cand.tokens_per_s, goodput)
+    wall_h, amortised, cash = (
+        float(x) for x in money(offer, cand.gpus, gpus_per_node, tokens, cand.tokens_per_s, goodput)
+    )
     return SizedPlan(
         accelerator=accelerator, node=offer.node, vendor=offer.vendor, offer=offer.slug, option=offer.option,
         gpus=cand.gpus, nodes=-(-cand.gpus // gpus_per_node), candidate=cand, goodput=goodput, days=wall_h / 24,
@@ -197,36 +210,59 @@ class SpeedBound:
     without recompute, the cheapest ep for the MoE layers. Everything else (communication, recompute, memory) is
     ≥ 0. With m = B·tp·cp·pp/(mb·N) micro-batches of the global batch B on N GPUs:
 
-        tokens/s ≤ B·s·pp / ((1 + cv·√(2 ln N)) · (m + (pp − 1)/vpp_max) · W)
+        tokens/s ≤ B·s·pp / ((1 + cv·√(2 ln N)) · (m + (pp − 1)/vpp) · W)
 
-    maximised over every (tp, cp, mb, pp) the search may choose (tp within the NVLink domain and dividing the
-    heads, cp and mb from the search's defaults, any pp ≤ the layers; divisibility beyond tp·cp·pp | N and m ≥ 1 is
-    not required, so the set is a superset and the maximum a bound). ``keys``: (tp, cp, mb, W)."""
+    maximised over every (tp, cp, mb, pp, dp) the search may choose with tp·cp·pp·dp = N: tp within the NVLink
+    domain and dividing the heads, cp and mb from the search's defaults, any pp ≤ the layers, and dp·mb dividing B
+    (every plan's rule "batch-not-divisible", :mod:`app.domain.estimator.rules`: m = B/(mb·dp) whole micro-batches).
+    vpp is the largest of the search's with pp·vpp ≤ the layers ("chunks-exceed-layers"), and 1 unless m is a
+    multiple of pp ("interleave-microbatches": so a cluster too large for its batch to fill an interleaved pipeline
+    pays the plain 1F1B bubble). Nothing else is required (pp need not divide the layers), so the set holds every
+    plan the search may run and its maximum is a bound; a size no (tp, cp, pp, dp, mb) divides has none (0).
+    ``keys``: (tp, cp, mb, W)."""
 
     seq_len: int
     batch: int
     layers: int
     domain: int
     max_pp: int
-    vpp_max: int
+    vpps: tuple[int, ...]
     straggler_cv: float
     keys: tuple[tuple[int, int, int, float], ...]
 
     def tokens_per_s(self, gpus: int) -> float:
-        best = 0.0
+        return float(self.tokens_per_s_many(np.array([gpus]))[0])
+
+    def tokens_per_s_many(self, gpus: np.ndarray) -> np.ndarray:
+        """The bound at each cluster size of ``gpus`` (an array of GPU counts), 0 where no layout divides it.
+        Enumerated from the layouts' side: for each tp·cp, mb (the least W among the keys sharing them), pp and
+        dp dividing B/mb, the size N = tp·cp·pp·dp gets that layout's tokens/s; each size keeps its maximum."""
+        gpus = np.asarray(gpus, dtype=np.int64)
+        order = np.argsort(gpus, kind="stable")
+        ordered = gpus[order]
+        best = np.zeros(len(gpus))
+        least_w: dict[tuple[int, int], float] = {}
         for tp, cp, mb, w in self.keys:
-            if gpus % (tp * cp) or tp > min(self.domain, gpus):
-                continue
-            rest = gpus // (tp * cp)
-            for pp in range(1, min(rest, self.max_pp, self.layers) + 1):
-                if rest % pp:
-                    continue
-                m = self.batch * tp * cp * pp / (mb * gpus)
-                if m < 1:
-                    continue
-                bubble = (pp - 1) / (self.vpp_max if pp > 1 else 1)
-                best = max(best, self.batch * self.seq_len * pp / ((m + bubble) * w))
-        return best / (1 + straggler_factor(SCALAR, gpus, self.straggler_cv))
+            if tp <= self.domain and self.batch % mb == 0:
+                key = (tp * cp, mb)
+                least_w[key] = min(w, least_w.get(key, math.inf))
+        pps = np.arange(1, min(self.max_pp, self.layers) + 1, dtype=np.int64)[:, None]
+        deepest = np.array([max([v for v in self.vpps if p * v <= self.layers] or [1]) if p > 1 else 1
+                            for p in pps[:, 0].tolist()])[:, None]  # fmt: skip
+        for (tc, mb), w in least_w.items():
+            q = self.batch // mb
+            dps = np.array([d for d in range(1, q + 1) if q % d == 0], dtype=np.int64)[None, :]
+            sizes = (tc * pps * dps).ravel()
+            m = q // dps
+            vpp = np.where(m % pps == 0, deepest, 1)
+            rate = (self.batch * self.seq_len * pps / ((m + (pps - 1) / vpp) * w)).ravel()
+            at = np.searchsorted(ordered, sizes)
+            hit = at < len(ordered)
+            hit[hit] = ordered[at[hit]] == sizes[hit]
+            np.maximum.at(best, at[hit], rate[hit])
+        out = np.empty(len(gpus))
+        out[order] = best
+        return out / (1 + straggler_factor(VECTOR, gpus, self.straggler_cv))
 
 
 def speed_bound(
@@ -239,40 +275,52 @@ def speed_bound(
     cps: Sequence[int],
     vpps: Sequence[int],
     max_pp: int,
+    work: Callable[[list[tuple[int, int, int, int]]], Sequence[float]] | None = None,
 ) -> SpeedBound:
     """The :class:`SpeedBound` of ``cluster`` for plans shaped like ``shape`` (framework, precision, optimizer,
     sequence length, attention and kernel switches) with a global batch of ``batch`` sequences. Reads only the
-    cluster's accelerator, efficiencies, scale terms and stacks (not its size, node or fabrics)."""
+    cluster's accelerator, efficiencies, scale terms and stacks (not its size, node or fabrics).
+
+    ``work`` gives W of each (tp, cp, mb, ep) at once: by default its compute alone (:func:`layer_times`,
+    :func:`head_times`); the sizing passes the fastest-plan search's per-key terms without recompute (compute and
+    the exposed TP, CP and EP time of a rank, :meth:`FastestPlanFinder.key_work`), which are also at most any
+    plan's and make the bound tighter where communication is large (MoE)."""
     domain = cluster.nvlink_domain
     tps = [
         t
         for t in range(1, domain + 1)
         if arch.n_heads % t == 0 and (arch.n_kv_heads % t == 0 or t % arch.n_kv_heads == 0)
     ]
-    eps = [e for e in range(1, arch.n_experts + 1) if arch.n_experts % e == 0] if arch.is_moe else [1]
-    keys = []
-    for tp in tps:
-        for cp in cps:
-            for mb in micro_batches:
+    eps = expert_degrees(arch)  # the search's own: a plan has no other
+    combos = [(tp, cp, mb, ep) for tp in tps for cp in cps for mb in micro_batches for ep in eps]
+    if work is None:
 
-                def plan(ep: int, tp: int = tp, cp: int = cp, mb: int = mb) -> Plan:
-                    return shape.model_copy(update=dict(
-                        tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, micro_batch=mb, global_batch=mb,
-                        recompute=Recompute.none, sequence_parallel=tp > 1,
-                    ))  # fmt: skip
+        def plan(tp: int, cp: int, mb: int, ep: int) -> Plan:
+            return shape.model_copy(update=dict(
+                tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, micro_batch=mb, global_batch=mb,
+                recompute=Recompute.none, sequence_parallel=tp > 1,
+            ))  # fmt: skip
 
-                w = sum(head_times(arch, plan(1), cluster))
-                if arch.n_dense_layers:
-                    t = layer_times(arch, "dense", plan(1), cluster)
-                    w += arch.n_dense_layers * (t.fwd_s + t.bwd_s)
-                if arch.n_moe_layers:
-                    w += arch.n_moe_layers * min(
-                        (t := layer_times(arch, "moe", plan(ep), cluster)).fwd_s + t.bwd_s for ep in eps
-                    )
-                keys.append((tp, cp, mb, w))
+        def one(tp: int, cp: int, mb: int, ep: int) -> float:
+            w = sum(head_times(arch, plan(tp, cp, mb, 1), cluster))
+            if arch.n_dense_layers:
+                t = layer_times(arch, "dense", plan(tp, cp, mb, 1), cluster)
+                w += arch.n_dense_layers * (t.fwd_s + t.bwd_s)
+            if arch.n_moe_layers:
+                t = layer_times(arch, "moe", plan(tp, cp, mb, ep), cluster)
+                w += arch.n_moe_layers * (t.fwd_s + t.bwd_s)
+            return w
+
+        works = [one(*c) for c in combos]
+    else:
+        works = list(work(combos))
+    least: dict[tuple[int, int, int], float] = {}
+    for (tp, cp, mb, _), w in zip(combos, works, strict=True):
+        least[(tp, cp, mb)] = min(w, least.get((tp, cp, mb), math.inf))
+    keys = [(tp, cp, mb, w) for (tp, cp, mb), w in least.items()]
     return SpeedBound(
         seq_len=shape.seq_len, batch=batch, layers=arch.n_layers, domain=domain, max_pp=max_pp,
-        vpp_max=max(vpps), straggler_cv=cluster.scale.straggler_cv, keys=tuple(keys),
+        vpps=tuple(vpps), straggler_cv=cluster.scale.straggler_cv, keys=tuple(keys),
     )  # fmt: skip
 
 
@@ -286,10 +334,15 @@ def state_fits_bound(
 
 
 class Frontier:
-    """The points found so far that meet the deadline and budget, to test a pair's bounds against."""
+    """The points found so far that meet the deadline and budget, to test a pair's bounds against.
 
-    def __init__(self, top_k: int) -> None:
-        self.top_k = top_k
+    ``tolerance`` (a fraction, 0 = exact): a pair whose bound lies within it of a found point in both days and $
+    is not searched for the front — the front is then exact to that tolerance (every point of the exhaustive
+    front is within it, in both days and $, of a point shown) instead of holding every near-equal cluster size.
+    The ranking stays exact: a pair is skipped only when ``top_k`` found points are strictly cheaper."""
+
+    def __init__(self, top_k: int, tolerance: float = 0.0) -> None:
+        self.top_k, self.tolerance = top_k, tolerance
         self._usd: list[float] = []  # every point's $ on the ranking's basis, sorted
         self._front: list[tuple[float, float]] = []  # (days, $) of the non-dominated points, by days
 
@@ -302,10 +355,26 @@ class Frontier:
     def beats(self, days: float, usd: float) -> bool:
         """True when a point no faster than ``days`` and no cheaper than ``usd`` can neither be ranked in the
         top ``top_k`` (that many found points are strictly cheaper) nor lie on the Pareto front (a found point
-        is at least as fast and as cheap, and better on one)."""
-        if bisect.bisect_left(self._usd, usd) < self.top_k:
-            return False
-        return any(d <= days and u <= usd and (d < days or u < usd) for d, u in self._front)
+        is at least as fast and as cheap, and better on one; with a tolerance, within it of both)."""
+        return bool(self.beats_many(np.array([days]), np.array([usd]))[0])
+
+    def beats_many(self, days: np.ndarray, usd: np.ndarray) -> np.ndarray:
+        """:meth:`beats` of each (days, $) pair of two arrays. The front is a staircase (days rising, $ falling),
+        so the found point that can beat a query is the last one no slower than it: the cheapest of those."""
+        if not self._front:
+            return np.zeros(np.shape(days), dtype=bool)
+        unranked = np.searchsorted(np.asarray(self._usd), usd, side="left") >= self.top_k
+        front_days = np.array([d for d, _ in self._front])
+        front_usd = np.array([u for _, u in self._front])
+        slack = 1 + self.tolerance
+        k = np.searchsorted(front_days, days * slack, side="right") - 1
+        found = k >= 0
+        k = np.maximum(k, 0)
+        if self.tolerance > 0:
+            beaten = front_usd[k] <= usd * slack
+        else:
+            beaten = (front_usd[k] < usd) | ((front_usd[k] == usd) & (front_days[k] < days))
+        return unranked & found & beaten
 
 
 def pareto_front(points: Sequence[SizedPlan], basis: str = "amortised") -> list[SizedPlan]:

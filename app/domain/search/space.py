@@ -55,13 +55,18 @@ class _Grid:
     shape: tuple[int, ...]
 
 
+def expert_degrees(arch: Architecture) -> list[int]:
+    """The expert-parallel degrees the search lays out: the divisors of the experts up to 64 (1 when dense)."""
+    return [e for e in _divisors(arch.n_experts) if e <= 64] if arch.is_moe else [1]
+
+
 def _axes(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int) -> dict[str, list[int]]:
     domain = cluster.nvlink_domain
     max_tp = spec.max_tp or (gpus if spec.allow_tp_across_nodes else min(domain, gpus))
     tps = [t for t in _divisors(gpus) if t <= max_tp]
     pps = [p for p in _divisors(gpus) if p <= min(spec.max_pp, arch.n_layers)]
     cps = [c for c in spec.cps if gpus % c == 0]
-    eps = [e for e in _divisors(arch.n_experts) if e <= 64] if arch.is_moe else [1]
+    eps = expert_degrees(arch)
     shardings = spec.shardings or SHARDINGS_BY_FRAMEWORK[spec.framework]
     offloads = spec.offloads or OFFLOADS_BY_FRAMEWORK[spec.framework]
     axes = {
