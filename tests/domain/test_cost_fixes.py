@@ -277,11 +277,13 @@ def test_other_clouds_are_priced_with_sources_and_dates(catalog) -> None:
     rows = {(r.provider, r.instance, r.option.value): r for r in result.other_clouds}
     providers = {r.provider for r in result.other_clouds if r.available}
     assert {"gcp", "azure", "lambda", "coreweave"} <= providers
-    gcp = rows[("gcp", "a3-highgpu-8g", "on-demand")]
-    assert gcp.usd_per_gpu_hour == pytest.approx(3.00) and gcp.instances == 128
-    assert any("NIMBUS, 2026-03, low confidence" in n for n in gcp.notes)
+    gcp = rows[("gcp", "a3-highgpu-8g", "on-demand")]  # Google's catalog list price, us-central1
+    assert gcp.usd_per_gpu_hour == pytest.approx(88.49 / 8) and gcp.instances == 128
+    assert any("GCP-CATALOG-CYCLENERD, 2025-03-06, medium confidence" in n for n in gcp.notes)
+    gcp3 = rows[("gcp", "a3-highgpu-8g", "commit-3yr")]  # the catalog's own 3-year rate: 56.1 % off
+    assert gcp3.usd_per_instance_hour == pytest.approx(88.49 * (1 - 0.561))
     az1 = rows[("azure", "Standard_ND96isr_H100_v5", "commit-1yr")]
-    assert az1.usd_per_instance_hour == pytest.approx(98 * 0.75)
+    assert az1.usd_per_instance_hour == pytest.approx(98.32 * 0.75)
     assert az1.cash_usd > az1.amortised_usd  # the whole 1-year term vs the usage
     lam = rows[("lambda", "gpu_8x_h100_sxm5", "commit-1yr")]
     assert not lam.available and "no 1-year commitment" in (lam.reason or "")
@@ -302,7 +304,7 @@ def test_other_clouds_follow_prices_as_of_and_accelerators(catalog) -> None:
     b200 = training_cost(
         catalog.cost, catalog.hardware, job(accelerator="b200"), options=[CostOption.on_demand]
     )
-    assert {r.instance for r in b200.other_clouds} == {"a4-highgpu-8g", "B200 (8 GPUs)"}
+    assert {r.instance for r in b200.other_clouds} == {"a4-highgpu-8g", "B200 (8 GPUs)", "gpu_8x_b200_sxm6"}
     off = training_cost(catalog.cost, catalog.hardware, job(), overrides=CostOverrides(other_clouds=False))
     assert off.other_clouds == ()
 
@@ -348,10 +350,12 @@ def test_self_build_frontend_spares_and_lead_time(catalog) -> None:
 
 
 def test_usd_per_gpu_hour_prices_other_clouds(catalog) -> None:
-    assert usd_per_gpu_hour(catalog.cost, "gcp-a3-highgpu-8g", "on-demand") == pytest.approx(3.00)
+    assert usd_per_gpu_hour(catalog.cost, "gcp-a3-highgpu-8g", "on-demand") == pytest.approx(11.06125)
     assert usd_per_gpu_hour(catalog.cost, "azure-nd96isr-h100-v5", "commit-3yr") == pytest.approx(
-        98 * 0.51 / 8
+        98.32 * 0.51 / 8
     )
+    assert usd_per_gpu_hour(catalog.cost, "lambda-h100-sxm-8x", "on-demand") == pytest.approx(3.99)
+    assert usd_per_gpu_hour(catalog.cost, "lambda-b200-8x", "on-demand") == pytest.approx(6.69)
     assert usd_per_gpu_hour(catalog.cost, "lambda-h100-sxm-8x", "commit-1yr") is None
     assert usd_per_gpu_hour(catalog.cost, "lambda-h100-sxm-8x", "spot") is None
 
