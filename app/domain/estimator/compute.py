@@ -197,29 +197,30 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     tensor cores (wgmma/TMA) FlashAttention-2 does not — FA3 reports 1.5–2× FA2 on H100. On Ampere TE falls back
     to the FA2-class kernel (ratio 1). FlashAttention-1-class kernels (what stacks ran before FA2, July 2023) run at
     ``scale.fa1_attention_ratio`` × FA2 (FA2 reports ~2× FA1). FlashAttention-3 (Hopper) and FlashAttention-4 (its
-    Blackwell successor, also built for Hopper) run at ``scale.fa3_attention_ratio`` × FA2; FA3 does not run on
-    Blackwell nor FA3/FA4 on Ampere, where the FA2-class rate applies (ratio 1). ``attention_efficiency`` is the long-sequence rate; a block of L tokens
+    Blackwell successor, also built for Hopper) run at their own rate, ``scale.fa3_attention_efficiency`` of peak
+    (the FA3 paper's 493 TFLOP/s forward+backward on H100, 0.50), not a multiple of the FA2-class rate; FA3 does not
+    run on Blackwell nor FA3/FA4 on Ampere, where the FA2-class rate applies. ``attention_efficiency`` is the long-sequence rate; a block of L tokens
     runs at L/(L + ``scale.attention_half_length``) of it."""
-    eff = cluster.efficiency.attention_efficiency
     # Short blocks run further from peak (per-block softmax rescaling, tails, launch): the kernel's rate grows as
     # L/(L + L½) with the block length L — the sequence, or its 1/cp chunk under context parallelism, where each
     # ring step attends one chunk to another (FlashAttention-2's forward+backward sweep: ~0.6 of its long-sequence
     # rate at 512 tokens, ~0.8 at 1K, ~0.9 at 2K).
     block = plan.seq_len / plan.cp
     half = cluster.scale.attention_half_length
-    eff = eff * block / (block + half)
+    short = block / (block + half)
     kernel = plan.attention_kernel
     if kernel == "auto":
         kernel = cluster.stack(plan.framework.value).attention_kernel
     arch = cluster.accelerator.arch
+    if (kernel == "fa3" and arch.startswith("Hopper")) or (
+        kernel == "fa4" and arch.startswith(("Hopper", "Blackwell"))
+    ):
+        return cluster.scale.fa3_attention_efficiency * short
+    eff = cluster.efficiency.attention_efficiency * short
     if kernel == "fa1":
         eff = eff * cluster.scale.fa1_attention_ratio
     elif kernel == "cudnn" and arch.startswith(("Hopper", "Blackwell")):
         eff = min(0.95, eff * cluster.scale.cudnn_attention_ratio)
-    elif (kernel == "fa3" and arch.startswith("Hopper")) or (
-        kernel == "fa4" and arch.startswith(("Hopper", "Blackwell"))
-    ):
-        eff = min(0.95, eff * cluster.scale.fa3_attention_ratio)
     return eff
 
 

@@ -97,8 +97,8 @@ PARAMETERS: tuple[Parameter, ...] = (
               "FlashAttention-1-class kernels relative to FlashAttention-2"),
     Parameter("cudnn_attention_ratio", "scale", (), "cudnn_attention_ratio", 1.0, 3.0, 1.0,
               "cuDNN fused attention (Transformer Engine) relative to FlashAttention-2 on Hopper and Blackwell"),
-    Parameter("fa3_attention_ratio", "scale", (), "fa3_attention_ratio", 1.0, 3.0, 1.0,
-              "FlashAttention-3 (Hopper) / FlashAttention-4 (Blackwell) relative to FlashAttention-2"),
+    Parameter("fa3_attention_efficiency", "scale", (), "fa3_attention_efficiency", 0.2, 0.95, 1.0,
+              "FlashAttention-3 (Hopper) / FlashAttention-4 (Blackwell) forward+backward, fraction of peak"),
 )  # fmt: skip
 
 
