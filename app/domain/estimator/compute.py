@@ -197,7 +197,7 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     tensor cores (wgmma/TMA) FlashAttention-2 does not — FA3 reports 1.5–2× FA2 on H100. On Ampere TE falls back
     to the FA2-class kernel (ratio 1). FlashAttention-1-class kernels (what stacks ran before FA2, July 2023) run at
     ``scale.fa1_attention_ratio`` × FA2 (FA2 reports ~2× FA1). FlashAttention-3 (Hopper) and FlashAttention-4 (its
-    Blackwell successor, also built for Hopper) run at their own rate, ``scale.fa3_attention_efficiency`` of peak
+    Blackwell successor, also built for Hopper) run at their own rate, the GPU's ``fa3_attention_efficiency`` of peak
     (the FA3 paper's 493 TFLOP/s forward+backward on H100, 0.50), not a multiple of the FA2-class rate; FA3 does not
     run on Blackwell nor FA3/FA4 on Ampere, where the FA2-class rate applies. ``attention_efficiency`` is the long-sequence rate; a block of L tokens
     runs at L/(L + ``scale.attention_half_length``) of it."""
@@ -212,10 +212,12 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     if kernel == "auto":
         kernel = cluster.stack(plan.framework.value).attention_kernel
     arch = cluster.accelerator.arch
-    if (kernel == "fa3" and arch.startswith("Hopper")) or (
-        kernel == "fa4" and arch.startswith(("Hopper", "Blackwell"))
+    own = cluster.efficiency.fa3_attention_efficiency
+    if own is not None and (
+        (kernel == "fa3" and arch.startswith("Hopper"))
+        or (kernel == "fa4" and arch.startswith(("Hopper", "Blackwell")))
     ):
-        return cluster.scale.fa3_attention_efficiency * short
+        return own * short
     eff = cluster.efficiency.attention_efficiency * short
     if kernel == "fa1":
         eff = eff * cluster.scale.fa1_attention_ratio

@@ -28,6 +28,11 @@ class AcceleratorEfficiency(CatalogEntry):
         "with reduction k runs at k/(k + this) of its rate",
     )  # fmt: skip
     attention_efficiency: float = Fraction
+    fa3_attention_efficiency: float | None = Field(
+        default=None, gt=0, le=0.95,
+        description="FlashAttention-3 (Hopper) / -4 (Blackwell) forward+backward, fraction of peak: the asynchronous "
+        "kernels' own rate, not a multiple of the FlashAttention-2-class rate (None: they do not run here)",
+    )  # fmt: skip
     hbm_efficiency: float = Fraction
     scale_up_efficiency: float = Fraction
 
@@ -86,10 +91,7 @@ class ScaleTerms(CatalogEntry):
     hides (NCCL kernels occupy SMs and HBM bandwidth). ``cudnn_attention_ratio``: cuDNN fused attention's rate
     relative to FlashAttention-2 on Hopper and Blackwell. ``attention_half_length``: the attention block length
     (tokens) at which a fused attention kernel reaches half its long-sequence rate. ``fa1_attention_ratio``:
-    FlashAttention-1-class kernels' rate relative to FlashAttention-2. ``fa3_attention_efficiency``: FlashAttention-3 on
-    Hopper (and FlashAttention-4, its Blackwell successor): forward+backward as a fraction of peak, the kernel's own
-    long-sequence rate (not a multiple of FlashAttention-2's: the asynchronous kernels' rate is a property of the
-    kernel on the hardware, while the FA2-class rate fitted on the runs that use it carries those stacks' effects).
+    FlashAttention-1-class kernels' rate relative to FlashAttention-2.
     """
 
     straggler_cv: float = Field(ge=0, le=0.5)
@@ -99,7 +101,6 @@ class ScaleTerms(CatalogEntry):
     cudnn_attention_ratio: float = Field(default=1.0, ge=1, le=3)
     attention_half_length: float = Field(default=0.0, ge=0, le=65536)
     fa1_attention_ratio: float = Field(default=1.0, gt=0, le=1)
-    fa3_attention_efficiency: float = Field(default=0.5, gt=0, le=0.95)
 
 
 class EfficiencyCatalog(Frozen):

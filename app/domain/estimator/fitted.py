@@ -75,6 +75,11 @@ PARAMETERS: tuple[Parameter, ...] = (
         _accelerator(g, "attention_efficiency", 0.1, 0.9, "fused attention forward+backward, fraction of peak")
         for g in GENERATIONS
     ),
+    *(
+        _accelerator(g, "fa3_attention_efficiency", 0.2, 0.95,
+                     "FlashAttention-3/-4 forward+backward, fraction of peak")  # fmt: skip
+        for g in ("hopper", "blackwell")
+    ),
     Parameter("tp_overlap.megatron", "stack", ("megatron",), "tp_overlap", 0.0, 0.95, 1.0,
               "fraction of TP collectives Megatron-Core + TE hides behind GEMMs"),
     Parameter("ep_overlap.megatron", "stack", ("megatron",), "ep_overlap", 0.0, 0.95, 1.0,
@@ -97,8 +102,6 @@ PARAMETERS: tuple[Parameter, ...] = (
               "FlashAttention-1-class kernels relative to FlashAttention-2"),
     Parameter("cudnn_attention_ratio", "scale", (), "cudnn_attention_ratio", 1.0, 3.0, 1.0,
               "cuDNN fused attention (Transformer Engine) relative to FlashAttention-2 on Hopper and Blackwell"),
-    Parameter("fa3_attention_efficiency", "scale", (), "fa3_attention_efficiency", 0.2, 0.95, 1.0,
-              "FlashAttention-3 (Hopper) / FlashAttention-4 (Blackwell) forward+backward, fraction of peak"),
 )  # fmt: skip
 
 
