@@ -800,6 +800,7 @@ def run_size(
     doc = None
     if outcome.ranked:
         doc = winner_document(catalog, request, outcome.ranked[0]).model_dump(mode="json", by_alias=True)
+        notes.extend(_slow_winner_note(request, outcome.ranked[0], outcome.pareto))
     return SizeResult(
         model=request.model, tokens=request.tokens, deadline_days=request.deadline_days,
         budget_usd=request.budget_usd, basis=outcome.basis, ranked_on=request.basis,
@@ -817,6 +818,19 @@ def run_size(
                   "evaluated_plans_per_s": stats["evaluated"] / elapsed if elapsed > 0 else 0.0},
         message=outcome.message, plan_document=doc, notes=notes,
     )  # fmt: skip
+
+
+def _slow_winner_note(request: SizeRequest, winner: SizedPlan, front: tuple[SizedPlan, ...]) -> list[str]:
+    """Without a deadline the cheapest point wins however slow it is: when it takes more than a year, say so and
+    name the fastest point of the front, so a newcomer does not plan a three-year run by accident."""
+    if request.deadline_days is not None or winner.days <= 365:
+        return []
+    fastest = min(front, key=lambda p: p.days, default=winner)
+    return [
+        f"no deadline given, so the cheapest wins however slow: {winner.gpus:,} × {winner.accelerator} takes "
+        f"{winner.days:,.0f} days ({winner.days / 365:.1f} years); the fastest point of the front takes "
+        f"{fastest.days:,.1f} days ({fastest.gpus:,} × {fastest.accelerator}) — give a deadline to rank within it"
+    ]
 
 
 def winner_document(catalog: Catalog, request: SizeRequest, p: SizedPlan):  # noqa: ANN201 - PlanDocument

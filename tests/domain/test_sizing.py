@@ -612,3 +612,17 @@ def test_done_when_the_two_catalog_wide_cases_answer_with_a_plan_document(catalo
     )
     if "deadline_days" in request_fields:
         assert result.ranked[0].days <= request_fields["deadline_days"]
+
+
+def test_a_winner_slower_than_a_year_without_a_deadline_is_named_with_the_fastest_point(catalog) -> None:
+    """No deadline: the cheapest wins however slow; over a year, a note says so and names the front's fastest point;
+    with a deadline there is no such note."""
+    base = dict(model="llama3.1-8b", tokens=2e14, accelerators=["h100-sxm"], options=["on-demand"],
+                gpus_range="8:64", calibrated=False)  # fmt: skip
+    slow = run_size(catalog, SizeRequest(**base))
+    assert slow.ranked[0].days > 365
+    note = next(n for n in slow.notes if n.startswith("no deadline given"))
+    fastest = min(slow.pareto, key=lambda r: r.days)
+    assert f"{slow.ranked[0].days:,.0f} days" in note and f"{fastest.days:,.1f} days" in note
+    bounded = run_size(catalog, SizeRequest(**base, deadline_days=3000))
+    assert not any(n.startswith("no deadline given") for n in bounded.notes)
