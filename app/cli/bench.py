@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Annotated
 
@@ -27,6 +28,15 @@ def _bench_preset(name: str, **overrides):
         return get_preset(name, **overrides)
     except UnknownPreset as exc:
         raise UsageError(f"--preset: {exc}") from None
+
+
+def _written_since(path: Path, started: float) -> bool:
+    """Whether ``path`` holds a file written at or after ``started`` (seconds since the epoch): the runner's result,
+    not one left by an earlier run."""
+    try:
+        return path.is_file() and path.stat().st_mtime >= started - 1.0
+    except OSError:
+        return False
 
 
 def _load_result(path: Path):
@@ -136,18 +146,27 @@ def bench_run(
             sink = sys.stderr
         except (AttributeError, OSError, ValueError):  # not a real file (e.g. captured in tests)
             sink = subprocess.PIPE
+        started = time.time()
         try:
             proc = subprocess.run(cmd, timeout=timeout_s, check=False, stdout=sink, stderr=sink,
                                   text=True)  # fmt: skip
         except subprocess.TimeoutExpired:
             raise UsageError(f"the runner did not finish within {timeout_s:g} s") from None
         if sink is subprocess.PIPE and proc.returncode != 0:
-            typer.echo((proc.stdout or "")[-4000:], err=True)
+            typer.echo(((proc.stdout or "") + (proc.stderr or ""))[-4000:], err=True)
         if proc.returncode != 0:
+            if not _written_since(out, started):
+                typer.echo(
+                    f"error: the runner failed (exit code {proc.returncode}); see the output above", err=True
+                )
+                raise typer.Exit(code=1)
+            # rank 0 writes the result after every rank's figures are gathered and all passed the last barrier:
+            # a non-zero exit after that is a rank aborting in the process group's teardown (seen with gloo)
             typer.echo(
-                f"error: the runner failed (exit code {proc.returncode}); see the output above", err=True
+                f"warning: the runner exited with code {proc.returncode} after writing its complete result "
+                "(a rank aborted while tearing the process group down); the result stands",
+                err=True,
             )
-            raise typer.Exit(code=1)
         result = _load_result(out)
     _report(result, as_json=as_json, report_to=report_to, token=token)
 

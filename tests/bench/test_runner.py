@@ -202,3 +202,58 @@ def test_flop_counter_with_our_sdpa_formula_counts_a_gqa_call() -> None:
     with FlopCounterMode(display=False, custom_mapping=SDPA_FLOPS) as counter:
         F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True).sum().backward()
     assert counter.get_total_flops() == 14 * b * h * s * s * d
+
+
+def _fake_runner(monkeypatch, *, code: int, write: bool, stderr: str = "") -> None:
+    """``capplan bench run`` with torchrun stubbed: the child (optionally) writes a complete result to --output and
+    exits with ``code``."""
+    import importlib.util
+
+    from bench_fixtures import synthetic_h100_result
+
+    real_find = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "torch" else real_find(name, *a)
+    )
+
+    def run(cmd, **kwargs):  # noqa: ANN001, ANN202 - subprocess.run's shape
+        out = Path(cmd[cmd.index("--output") + 1])
+        if write:
+            out.write_text(synthetic_h100_result().model_dump_json(by_alias=True), encoding="utf-8")
+        return subprocess.CompletedProcess(cmd, code, stdout="", stderr=stderr)
+
+    monkeypatch.setattr(subprocess, "run", run)
+
+
+def test_a_rank_aborting_in_teardown_after_the_result_is_written_keeps_the_result(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """Rank 0 writes the result only after every rank's figures are gathered and all passed the last barrier; a
+    non-zero exit after that (gloo's teardown SIGABRT, seen under load) keeps the complete result with a warning."""
+    _fake_runner(monkeypatch, code=1, write=True, stderr="terminate called without an active exception")
+    out = tmp_path / "result.json"
+    result = CliRunner().invoke(
+        cli_app, ["bench", "run", "--preset", "tiny_fsdp2_cpu", "--output", str(out), "--json"]
+    )
+    assert result.exit_code == 0, result.output
+    assert "after writing its complete result" in result.output
+    assert json.loads(result.stdout)["preset"] == json.loads(out.read_text())["preset"]
+
+
+def test_a_runner_that_fails_before_writing_fails_and_shows_the_childs_errors(
+    monkeypatch, tmp_path: Path
+) -> None:
+    """No result written this run — none at all, or only an earlier run's file — is a failure, with the child's
+    stderr shown."""
+    _fake_runner(monkeypatch, code=1, write=False, stderr="RuntimeError: gloo connect timed out")
+    out = tmp_path / "result.json"
+    none = CliRunner().invoke(cli_app, ["bench", "run", "--preset", "tiny_fsdp2_cpu", "--output", str(out)])
+    assert none.exit_code == 1 and "gloo connect timed out" in none.output and "runner failed" in none.output
+    import os
+
+    from bench_fixtures import synthetic_h100_result
+
+    out.write_text(synthetic_h100_result().model_dump_json(by_alias=True), encoding="utf-8")
+    os.utime(out, (1_000_000_000, 1_000_000_000))  # an earlier run's file
+    stale = CliRunner().invoke(cli_app, ["bench", "run", "--preset", "tiny_fsdp2_cpu", "--output", str(out)])
+    assert stale.exit_code == 1 and "runner failed" in stale.output
