@@ -93,6 +93,7 @@ def _form_values(body: SizeRequest) -> dict[str, str]:
         "model": body.model, "tokens": text(body.tokens), "deadline_days": text(body.deadline_days),
         "budget_usd": text(body.budget_usd), "accelerators": ",".join(body.accelerators or []),
         "options": ",".join(o.value for o in body.options or []), "gpus_range": body.gpus_range,
+        "front_tolerance_pct": text(body.front_tolerance_pct),
         "basis": body.basis, "region": body.region or "", "prices_as_of": str(body.prices_as_of or ""),
         "use_after_run_years": text(body.use_after_run_years), "runs": "" if body.runs is None else str(body.runs),
     }  # fmt: skip

@@ -51,6 +51,7 @@ FIELDS = {
     "accelerators": "",
     "options": ",".join(o.value for o in DEFAULT_OPTIONS),
     "gpus_range": DEFAULT_GPUS_RANGE,
+    "front_tolerance_pct": "1",
     "basis": "amortised",
     "region": "",
     "prices_as_of": "",
@@ -79,7 +80,13 @@ def size_request(values: dict[str, str]) -> tuple[SizeRequest | None, dict[str, 
     body["accelerators"] = _list(values["accelerators"])
     body["options"] = _list(values["options"])
     body["basis"] = values["basis"].strip() or "amortised"
-    for key in ("region", "prices_as_of", "use_after_run_years", "runs"):  # pydantic reads the text
+    for key in (
+        "region",
+        "prices_as_of",
+        "use_after_run_years",
+        "runs",
+        "front_tolerance_pct",
+    ):  # pydantic reads it
         if values[key].strip():
             body[key] = values[key].strip()
     if errors:

@@ -112,3 +112,17 @@ def test_size_ranks_on_cash_and_reads_the_region_and_the_day(client: TestClient)
                        ({"runs": 2, "use_after_run_years": 1}, "not both"), ({"prices_as_of": "soon"}, "prices_as_of")):  # fmt: skip
         response = client.post("/api/v1/size", json={**BASE, **bad})
         assert response.status_code == 422 and field in response.text, (bad, response.text)
+
+
+def test_an_api_job_is_shown_with_every_field_of_the_page_form() -> None:
+    """GET /size/jobs/{id} renders an API job with the page's form: the request must map to every form field (a
+    field added to the page and not here broke that page)."""
+    from app.api.size import _form_values
+    from app.services.size import SizeRequest
+    from app.web.size import FIELDS, size_request
+
+    body = SizeRequest(model="llama3.1-8b", tokens=1e12, deadline_days=30, front_tolerance_pct=0, runs=2)
+    values = _form_values(body)
+    assert set(values) == set(FIELDS)
+    again, errors = size_request(values)
+    assert not errors and again == body

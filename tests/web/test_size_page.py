@@ -173,3 +173,21 @@ def test_the_cost_basis_and_prices_are_form_fields(client: TestClient) -> None:
     assert "cash" in option["yAxis"]["name"]
     bad = client.get("/size", params={**QUERY, "region": "mars-1"})
     assert bad.status_code == 422 and 'value="mars-1"' in bad.text and "unknown region" in bad.text
+
+
+def test_the_front_tolerance_is_a_form_field_that_reaches_the_run(client: TestClient) -> None:
+    """The page's "Front exact to (%)" field is the API's front_tolerance_pct: 0 asks for the exact front, a value
+    out of range is named on the field and kept as typed."""
+    page = client.get("/size")
+    assert 'name="front_tolerance_pct"' in page.text and 'value="1"' in page.text
+    exact = client.get("/size", params={**QUERY, "front_tolerance_pct": "0"})
+    assert (
+        exact.status_code == 200 and 'id="z-front_tolerance_pct"' in exact.text and 'value="0"' in exact.text
+    )
+    from app.web.size import FIELDS, size_request
+
+    request, errors = size_request({**FIELDS, **QUERY, "front_tolerance_pct": "0"})
+    assert not errors and request is not None and request.front_tolerance_pct == 0
+    bad = client.get("/size", params={**QUERY, "front_tolerance_pct": "90"})
+    assert bad.status_code == 422 and 'value="90"' in bad.text
+    assert 'id="z-front_tolerance_pct" name="front_tolerance_pct" aria-invalid="true"' in bad.text
