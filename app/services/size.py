@@ -293,10 +293,6 @@ class _Pair:
     tps_bound: float
     live: list[tuple[Offer, float, float, float]]
 
-    @property
-    def key(self) -> tuple[float, float]:  # most promising first: cheapest bound, then fastest
-        return min(usd for _, _, _, usd in self.live), min(days for _, _, days, _ in self.live)
-
 
 class _Goodput:
     """The reliability model's goodput of a size (and spot's interruptions), computed once: it depends on the plan
@@ -330,6 +326,7 @@ class _Goodput:
 
 
 _BOUND_REASONS = (REASON_DEADLINE, REASON_BUDGET)  # codes 1, 2 of a bound table's ``why``
+_DEADLINE_CODE, _BUDGET_CODE = (1 + _BOUND_REASONS.index(r) for r in (REASON_DEADLINE, REASON_BUDGET))
 _NO_PRICE_CODE = len(_BOUND_REASONS) + 1
 
 
@@ -390,10 +387,10 @@ class _BoundTable:
 
 def _self_build_floor(
     catalog: Catalog, offer: Offer, node: Any, nodes: np.ndarray, request: SizeRequest, storage_tb: float
-) -> tuple[Offer, np.ndarray, str]:
+) -> tuple[Offer | None, np.ndarray, str]:
     """``offer`` (self-build on ``node``) with its capital and opex at each count of ``nodes`` no greater than the
-    cost model's own (those of the largest sample size at or below; :func:`_sample_nodes`), the counts it cannot
-    be priced on (at or above the first sample that cannot be), and why."""
+    cost model's own (those of the largest sample size at or below; :func:`_sample_nodes`), or None when no sample
+    can be priced; the counts it cannot be priced on (at or above the first sample that cannot be), and why."""
     gpn = node.accelerators_per_node
     samples = _sample_nodes(nodes)
     values, reason, unpriced_from = [], "", math.inf
@@ -407,7 +404,7 @@ def _self_build_floor(
         values.append((sb.capex_usd, sb.capital_total_usd, sb.opex_usd_per_month, priced.usd_per_gpu_hour))
     unpriced = nodes >= unpriced_from
     if not values:
-        return replace(offer, usd_per_gpu_hour=0.0, self_build=None), unpriced, reason
+        return None, unpriced, reason
     at = np.clip(np.searchsorted(samples[: len(values)], nodes, side="right") - 1, 0, None)
     columns = np.array(values)[at]
     capital = SelfBuildCapital(
@@ -545,6 +542,16 @@ def run_size(
             progress(SizingProgress(phase, done, total, label, stats["valid"], stats["evaluated"],
                                     time.perf_counter() - start))  # fmt: skip
 
+    def bound_point(offer: Offer, gpus: Any, gpn: int, tokens_per_s: Any, g: Any) -> tuple[Any, Any]:
+        """(days, $ on the ranking's basis) of the request's tokens at ``tokens_per_s`` (numbers or arrays)."""
+        wall_h, amortised, cash = money(offer, gpus, gpn, request.tokens, tokens_per_s, g)
+        return wall_h / 24, cash if basis == "cash" else amortised
+
+    def all_beaten(points: list[tuple[float, float]]) -> bool:
+        """Whether the frontier beats every (days, $) of ``points``: the pair can neither rank nor be on the front."""
+        days, usd = np.array(points, dtype=float).reshape(-1, 2).T
+        return bool(frontier.beats_many(days, usd).all())
+
     def ok(p: SizedPlan) -> bool:
         return (request.deadline_days is None or p.days <= request.deadline_days) and (
             request.budget_usd is None or p.usd(basis) <= request.budget_usd
@@ -610,19 +617,14 @@ def run_size(
             if floor is None:
                 why[:, k] = _NO_PRICE_CODE
                 continue
-            wall_h, amortised, cash = money(floor, kept, gpn, request.tokens, speed, 1.0)
             priced_here = why[:, k] == 0
-            days[priced_here, k] = (wall_h / 24)[priced_here]
-            usd[priced_here, k] = (cash if basis == "cash" else amortised)[priced_here]
-            if prune:
-                for code, reason in enumerate(_BOUND_REASONS, 1):
-                    if reason == REASON_DEADLINE and request.deadline_days is not None:
-                        miss = priced_here & (days[:, k] > request.deadline_days)
-                    elif reason == REASON_BUDGET and request.budget_usd is not None:
-                        miss = priced_here & (usd[:, k] > request.budget_usd)
-                    else:
-                        continue
-                    why[miss & (why[:, k] == 0), k] = code
+            d, u = bound_point(floor, kept, gpn, speed, 1.0)
+            days[priced_here, k], usd[priced_here, k] = d[priced_here], u[priced_here]
+            if prune:  # as _bound_miss: the deadline first, then the budget
+                if request.deadline_days is not None:
+                    why[priced_here & (days[:, k] > request.deadline_days), k] = _DEADLINE_CODE
+                if request.budget_usd is not None:
+                    why[(why[:, k] == 0) & (usd[:, k] > request.budget_usd), k] = _BUDGET_CODE
         for code, reason in enumerate(_BOUND_REASONS, 1):
             lost[reason] += int((why == code).sum())
         lost[REASON_NO_PRICE] += int((why == _NO_PRICE_CODE).sum())
@@ -648,8 +650,8 @@ def run_size(
                     lost[REASON_NO_PRICE] += 1
                     continue
             g = goodput(gpus, nodes, offer)
-            wall_h, amortised, cash = money(offer, gpus, gpn, request.tokens, tps, g)
-            x = (offer, g, float(wall_h) / 24, float(cash if basis == "cash" else amortised))
+            d, u = bound_point(offer, gpus, gpn, tps, g)
+            x = (offer, g, float(d), float(u))
             miss = _bound_miss(request, x[2], x[3]) if prune and bounded else None
             if miss:
                 lost[miss] += 1
@@ -667,12 +669,7 @@ def run_size(
             tps = finder.upper_tokens_per_s(cluster, gpus, batch)
             pair.tps_bound = min(pair.tps_bound, tps) if tps > 0 else pair.tps_bound
             gpn = node.accelerators_per_node
-            if tps > 0 and all(
-                frontier.beats(wall_h / 24, cash if basis == "cash" else amortised)
-                for wall_h, amortised, cash in (
-                    money(o, gpus, gpn, request.tokens, tps, g) for o, g, _, _ in pair.live
-                )
-            ):
+            if tps > 0 and all_beaten([bound_point(o, gpus, gpn, tps, g) for o, g, _, _ in pair.live]):
                 return DOMINATED
         found = finder.find(cluster, gpus, batch, should_stop=should_stop)
         stats["broken"] += found.bound_broken  # the bounds are unsafe: what they dropped is searched
@@ -749,8 +746,7 @@ def run_size(
                 if pair is None:
                     continue
                 dominance = prune and not stats["broken"]
-                if dominance and frontier.beats_many(np.array([x[2] for x in pair.live]),
-                                                     np.array([x[3] for x in pair.live])).all():  # fmt: skip
+                if dominance and all_beaten([(d, u) for _, _, d, u in pair.live]):
                     stats["dominated"] += 1
                     lost[REASON_DOMINATED] += len(pair.live)
                     continue

@@ -159,8 +159,6 @@ def money(
     if sb is not None:
         useful = useful_months(months, sb.depreciation_years, sb.use_after_run_years, sb.runs)
         share = np.where(useful > 0, np.minimum(1.0, months / np.maximum(useful, 1e-300)), 1.0)
-        if not isinstance(share, np.ndarray) or share.ndim == 0:
-            share = float(share)
         amortised = sb.capital_total_usd * share + sb.opex_usd_per_month * months
         return wall_h, amortised, sb.capex_usd + sb.opex_usd_per_month * months
     extra = offer.storage_usd_per_month * months + offer.transfer_usd
