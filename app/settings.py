@@ -1,17 +1,69 @@
-"""The one Settings object. Every field can be set from the environment with the CAPPLAN_ prefix."""
+"""The one Settings object. Every field can be set from the environment with the CAPPLAN_ prefix, or from a
+``.env`` file in the working directory (``CAPPLAN_DATABASE_URL=…`` lines); the environment wins over the file
+and keyword arguments over both.
+
+Read by hand rather than with pydantic-settings: that package imports asyncio and ssl, about a fifth of a
+second on this machine before ``capplan plan`` can start (see ``make bench``); the rules it applied here are
+the few lines of :func:`environment_values`.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
-from pydantic import Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+ENV_PREFIX = "CAPPLAN_"
+ENV_FILE = ".env"
 
 
-class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CAPPLAN_", env_file=".env", extra="ignore")
+def _dotenv(path: Path) -> dict[str, str]:
+    """``KEY=VALUE`` lines of a .env file (``export`` prefixes, comments, blank lines and matching quotes
+    allowed); an absent or unreadable file is empty."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    values = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.removeprefix("export ").partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        values[key.strip()] = value
+    return values
+
+
+def environment_values(
+    fields: set[str], environ: dict[str, str] | None = None, env_file: Path | None = None
+) -> dict[str, str]:
+    """The settings given outside the code: ``CAPPLAN_<FIELD>`` (any case) from ``env_file`` (default
+    ``./.env``), then from ``environ`` (default ``os.environ``), which wins; names that are no field are
+    ignored."""
+    found: dict[str, str] = {}
+    sources = (
+        _dotenv(Path(ENV_FILE) if env_file is None else env_file),
+        os.environ if environ is None else environ,
+    )
+    for source in sources:
+        for key, value in source.items():
+            upper = key.upper()
+            if upper.startswith(ENV_PREFIX) and (name := upper[len(ENV_PREFIX) :].lower()) in fields:
+                found[name] = value
+    return found
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(extra="ignore", validate_default=False)
+
+    def __init__(self, **values: Any) -> None:
+        super().__init__(**(environment_values(set(type(self).model_fields)) | values))
 
     database_url: str = Field(
         default=f"sqlite:///{REPO_ROOT / 'var' / 'capplan.db'}",
