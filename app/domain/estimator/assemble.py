@@ -20,6 +20,7 @@ from app.domain.estimator.evaluate import (
     PlanQ,
     RankQ,
     combine_step,
+    exposed_pp_p2p,
     plan_comm,
     rank_memory,
     rank_time,
@@ -219,6 +220,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         cpu_optimizer_bytes_per_s=rt.cpu_optimizer_gb_per_s * 1e9, nvme_bytes_per_s=rt.nvme_gb_per_s * 1e9,
         tp_overlap=stack.tp_overlap, ep_overlap=stack.ep_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
         straggler_cv=cluster.scale.straggler_cv, cp_all_gather=ring.kv_all_gather, cp_dkv_ratio=ring.dkv_wire_ratio,
+        pp_overlap_interleaved=stack.pp_overlap_interleaved, pp_serial_p2p=stack.pp_serial_p2p,
     )  # fmt: skip
 
 
@@ -286,15 +288,14 @@ def evaluate_plan(
     slow = max(ranks, key=lambda r: r.micro_batch_s)
     dp_exposed = max(r.dp_s for r in ranks)
     optimizer = max(r.optimizer_s for r in ranks)
-    step, bubble, sync = combine_step(
-        SCALAR, pq, c, slow.micro_batch_s, comm["pp_p2p"], dp_exposed, optimizer
-    )
+    pp_p2p = exposed_pp_p2p(SCALAR, pq, c, comm["pp_hop"], slow.micro_batch_s)
+    step, bubble, sync = combine_step(SCALAR, pq, c, slow.micro_batch_s, pp_p2p, dp_exposed, optimizer)
     m = plan.micro_batches
     groups = plan_groups(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.dp_shard_size, cluster)
     return tuple(stages), StepTime(
         step_s=step, micro_batches=m, micro_batch_s=slow.micro_batch_s, compute_s=m * slow.compute_s,
         recompute_s=m * slow.recompute_s, tp_exposed_s=m * slow.tp_s, cp_exposed_s=m * slow.cp_s,
-        ep_exposed_s=m * slow.ep_s, fsdp_exposed_s=m * slow.fsdp_s, pp_p2p_s=comm["pp_p2p"], bubble_s=bubble,
+        ep_exposed_s=m * slow.ep_s, fsdp_exposed_s=m * slow.fsdp_s, pp_p2p_s=pp_p2p, bubble_s=bubble,
         dp_exposed_s=dp_exposed, optimizer_s=optimizer, sync_s=sync, slowest_rank=slow.rank, ranks=tuple(ranks), groups=groups,
     )  # fmt: skip
 
@@ -319,7 +320,8 @@ def step_seconds(
     slow = max(t["micro_batch"] for t in times.values())
     dp = max(t["dp"] for t in times.values())
     optimizer = max(t["optimizer"] for t in times.values())
-    return combine_step(SCALAR, pq, c, slow, comm["pp_p2p"], dp, optimizer)[0]
+    pp_p2p = exposed_pp_p2p(SCALAR, pq, c, comm["pp_hop"], slow)
+    return combine_step(SCALAR, pq, c, slow, pp_p2p, dp, optimizer)[0]
 
 
 def memory_by_stage(arch: Architecture, cluster: Cluster, plan: Plan) -> tuple[StageMemory, ...]:

@@ -79,6 +79,16 @@ class StackProfile(CatalogEntry):
     attention_kernel: Literal["fa2", "cudnn"] = Field(
         default="fa2", description="fused attention the stack runs: FlashAttention-2 (SDPA) or cuDNN (TE)"
     )
+    pp_overlap_interleaved: bool = Field(
+        default=False,
+        description="the interleaved pipeline schedule posts its sends and receives asynchronously and waits "
+        "only when the next chunk needs them (Megatron-Core's overlap_p2p_comm); False = blocking transfers",
+    )
+    pp_serial_p2p: bool = Field(
+        default=False,
+        description="each pipeline stage sends and receives one transfer after another (DeepSpeed's pipeline "
+        "engine: four blocking transfers per micro-batch on an inner stage); False = a send paired with a receive",
+    )
 
 
 class ScaleTerms(CatalogEntry):

@@ -158,6 +158,8 @@ class Consts:
     straggler_cv: float = 0.0  # per-rank step jitter: a synchronous step waits ≈ cv·√(2 ln N) longer
     cp_all_gather: bool = False  # the stack's ring all-gathers K/V (PyTorch), not p2p sends (TE)
     cp_dkv_ratio: float = 1.0  # dK/dV bytes on the ring's wire per K/V byte
+    pp_overlap_interleaved: bool = False  # interleaved schedule: sends/receives posted asynchronously
+    pp_serial_p2p: bool = False  # the stack's pipeline stages send and receive one transfer after another
 
 
 def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, Num]:
@@ -314,7 +316,7 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
         "cp_kv_dkv": cp_kv_dkv,
         "cp_gather": cp_gather,
         "ep_a2a": ep_a2a,
-        "pp_p2p": xp.where(pq.pp > 1, 2 * (pq.micro_batches * pq.vpp + pq.pp - 1) * pp_hop, 0),
+        "pp_hop": xp.where(pq.pp > 1, pp_hop, 0),
         "dp": _group(xp, pq.dp * pq.cp, pq.tp, c),
         "dp_shard": _group(xp, pq.shard, pq.tp, c),
         "dp_replicate": _group(xp, pq.replicas, pq.tp * pq.shard, c),
@@ -479,6 +481,32 @@ def rank_time(
         "compute": compute, "recompute": recompute, "tp": tp_s, "cp": cp_s, "ep": ep_s, "fsdp": fsdp_s,
         "micro_batch": compute + recompute + tp_s + cp_s + ep_s + fsdp_s, "dp": dp_s, "optimizer": optimizer,
     }  # fmt: skip
+
+
+def exposed_pp_p2p(xp, pq: PlanQ, c: Consts, hop_s: Num, micro_batch_s: Num) -> Num:
+    """Seconds of pipeline send/receive on the step's critical path. Each micro-batch crosses every stage boundary
+    of every virtual chunk twice (activation forward, gradient backward): 2·(m·vpp + pp − 1) hops of ``hop_s``.
+
+    A stack that overlaps them (``pp_overlap_interleaved``: Megatron-Core's ``overlap_p2p_comm``, which
+    Megatron-Bridge turns on exactly when vpp > 1 and otherwise batches blocking send/receive pairs — source
+    MBRIDGE-COMM-OVERLAP) posts each transfer asynchronously and waits for it only when the next chunk needs its
+    input, one chunk's forward later (≈ t_mb/(3·vpp): a forward is a third of a micro-batch's forward and
+    backward). So in the steady state a hop costs only what outlasts that window, plus comm_slowdown × the hidden
+    part; the 2·(pp − 1) hops that fill and drain the pipeline have nothing to hide behind:
+
+        2·(pp − 1)·hop + 2·m·vpp·(max(0, hop − w) + κ·min(hop, w)),  w = t_mb/(3·vpp)
+
+    and 2·(m·vpp + pp − 1)·hop otherwise (blocking transfers, a stage's send paired with its receive: Megatron's
+    batched 1F1B, PyTorch's pipelining). A stack whose stage sends and receives one after the other
+    (``pp_serial_p2p``: DeepSpeed's pipeline engine, whose schedule issues RecvActivation, SendActivation, RecvGrad
+    and SendGrad as separate blocking instructions — source DEEPSPEED-PIPE-ENGINE) waits for four transfers per
+    micro-batch on an inner stage: 4·m·vpp·hop + 2·(pp − 1)·hop."""
+    per_micro_batch = xp.where(c.pp_serial_p2p, 4, 2)
+    blocking = (per_micro_batch * pq.micro_batches * pq.vpp + 2 * (pq.pp - 1)) * hop_s
+    window = micro_batch_s / (3 * pq.vpp)
+    steady = xp.maximum(hop_s - window, 0) + c.comm_slowdown * xp.minimum(hop_s, window)
+    overlapped = 2 * (pq.pp - 1) * hop_s + 2 * pq.micro_batches * pq.vpp * steady
+    return xp.where(xp.logical_and(c.pp_overlap_interleaved, pq.vpp > 1), overlapped, blocking)
 
 
 def straggler_factor(xp, gpus: Num, cv: float) -> Num:

@@ -25,7 +25,16 @@ import numpy as np
 from app.domain.estimator.assemble import KeyWork, consts, exact_state, key_work, model_q, recompute_key_q
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.estimate import estimate
-from app.domain.estimator.evaluate import KeyQ, PlanQ, RankQ, combine_step, plan_comm, rank_memory, rank_time
+from app.domain.estimator.evaluate import (
+    KeyQ,
+    PlanQ,
+    RankQ,
+    combine_step,
+    exposed_pp_p2p,
+    plan_comm,
+    rank_memory,
+    rank_time,
+)
 from app.domain.estimator.memory import host_capacity_bytes
 from app.domain.estimator.pipeline import rank_counts
 from app.domain.estimator.plan import (
@@ -275,8 +284,10 @@ def _evaluate(
         comm = plan_comm(VECTOR, mq, pq, c)
         t = rank_time(VECTOR, mq, pq, rq, kq, c, comm)
         sub = (timed.size, shape[1])
-        step, _, _ = combine_step(VECTOR, pq, c, worst(t["micro_batch"], sub), comm["pp_p2p"],
-                                  worst(t["dp"], sub), worst(t["optimizer"], sub))  # fmt: skip
+        micro_batch_s = worst(t["micro_batch"], sub)
+        pp_p2p = exposed_pp_p2p(VECTOR, pq, c, comm["pp_hop"], micro_batch_s)
+        step, _, _ = combine_step(VECTOR, pq, c, micro_batch_s, pp_p2p, worst(t["dp"], sub),
+                                  worst(t["optimizer"], sub))  # fmt: skip
         step_s[timed] = np.ravel(np.broadcast_to(step, (timed.size, 1)))
     return _Scored(
         g=g, gpus=gpus, batch=batch, step_s=step_s, peak=peak, usable=c.usable, host_ok=host_ok,
