@@ -24,7 +24,7 @@ CLI_TARGET_S = 0.3
 SIZING_TARGET_S = 5.0  # issue 16: each catalog-wide sizing run
 CLI_FLOOR = "import numpy, pydantic, typer, app.settings"
 """What `capplan plan` cannot start without: the interpreter, numpy (the search's arrays), pydantic (the request and
-the catalog's records), typer (the options) and the Settings (pydantic-settings), before any of capplan's code."""
+the catalog's records), typer (the options) and the Settings (read by hand), before any of capplan's code."""
 
 
 def _rate(fn, seconds: float = 2.0) -> tuple[float, float]:
