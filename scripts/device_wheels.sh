@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYVER=${1:-3.12}
-PACKAGES=(pydantic pydantic_core pydantic-settings annotated-types typing-inspection typing_extensions python-dotenv)
+PACKAGES=(pydantic pydantic_core annotated-types typing-inspection typing_extensions)
 PINS=()
 for p in "${PACKAGES[@]}"; do
   pin=$(grep -i -E "^${p//[-_]/[-_]}==" constraints.txt | head -1)

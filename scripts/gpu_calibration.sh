@@ -9,7 +9,7 @@
 #   REPORT_TO=http://capplan:8000 TOKEN=… scripts/gpu_calibration.sh   # also post every result
 #   DEVICE=cpu scripts/gpu_calibration.sh OUT_DIR     # dry run of this script on CPU (gloo, tiny model): CI runs it
 #   PY=/path/to/python scripts/gpu_calibration.sh     # the Python with CUDA torch (default: .venv's if it sees a
-#                                                    # GPU, else python3); it needs pydantic and pydantic-settings
+#                                                    # GPU, else python3); it needs pydantic
 #
 # Then, where capplan is installed: `capplan bench ship OUT_DIR/*.json --folder YYYY-MM-<gpu>` copies the GPU
 # results under data/calibration (they calibrate every estimate from then on) and prints the README table.
@@ -42,7 +42,7 @@ fi
 if ! timeout -k 5 60 "$PY" - "$DEVICE" <<'EOF' 2>&1 | tee "$OUT_DIR/versions.txt"
 import sys
 import torch, torch.distributed as dist
-import pydantic, pydantic_settings  # noqa: F401  (the runner validates its result with the API schema)
+import pydantic  # noqa: F401  (the runner validates its result with the API schema)
 from app.bench.runner import run  # noqa: F401
 device = sys.argv[1]
 print("python", sys.version.split()[0], "torch", torch.__version__, "cuda", torch.version.cuda,
