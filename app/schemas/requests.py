@@ -98,6 +98,11 @@ class EstimateRequest(StrictNumbers):
         default=False,
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
     )
+    grad_reduce_bf16: bool = Field(
+        default=False,
+        description="Megatron: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NVIDIA's NeMo / "
+        "Megatron-Bridge performance recipes set grad_reduce_in_fp32=False) instead of fp32 main gradients",
+    )
     tokens: float | None = Field(
         default=None, gt=0, le=1e16, description="tokens to train (for time to train)"
     )
@@ -280,6 +285,11 @@ class PlanSearchRequest(StrictNumbers):
     fused_cross_entropy: bool = Field(
         default=False,
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
+    )
+    grad_reduce_bf16: bool = Field(
+        default=False,
+        description="Megatron: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NVIDIA's NeMo / "
+        "Megatron-Bridge performance recipes set grad_reduce_in_fp32=False) instead of fp32 main gradients",
     )
     attention_kernel: AttentionKernel = Field(
         default="auto", description="fused attention kernel: auto = the framework's own"

@@ -57,6 +57,7 @@ PLANS: dict[str, dict] = {
                                                     framework="megatron", sharding="megatron-distopt",
                                                     global_batch=4096, seq_len=4096, recompute="selective",
                                                     precision="fp8", moe_dispatcher="deepep", moe_a2a_overlap=True,
+                                                    grad_reduce_bf16=True,
                                                     recompute_modules=["mla_up_proj", "mlp"]),
     "mixtral-megatron-ep8-cp2": dict(model="mixtral-8x7b", gpus=64, tp=2, cp=2, dp=16, ep=8, framework="megatron",
                                      sharding="megatron-distopt", sequence_parallel=True, global_batch=256),

@@ -442,7 +442,7 @@ MEGATRON_SWITCHES = (
     "group-query-attention", "multi-latent-attention", "qk-layernorm", "swiglu",
     "disable-bias-linear", "add-qkv-bias", "untie-embeddings-and-output-weights", "moe-grouped-gemm",
     "use-rope-scaling", "use-precision-aware-optimizer", "no-gradient-accumulation-fusion",
-    "moe-router-enable-expert-bias",
+    "moe-router-enable-expert-bias", "grad-reduce-in-bf16",
 )  # fmt: skip
 MEGATRON_CHOICES = {
     "recompute-granularity": ("full", "selective"),
@@ -914,3 +914,14 @@ def test_torchtitan_writes_per_op_selective_ac_for_selective_op(monkeypatch: pyt
     op = doc.model_copy(update={"plan": doc.plan.model_copy(update={"recompute": Recompute.selective_op})})
     assert run_torchtitan_module(op, monkeypatch).activation_checkpoint == "selective"
     assert "capplan's 'selective-op' models it" not in export_plan(op, "torchtitan").content
+
+
+def test_megatron_bf16_gradient_reduce_flag() -> None:
+    """A plan that reduces gradients in bf16 (NeMo's performance recipes) exports Megatron-LM's own flag, which
+    its parser (core_v0.16.1, megatron_flags.json) reads as grad_reduce_in_bf16; a plan that does not, keeps
+    Megatron's default fp32 main gradients (no flag)."""
+    fields = dict(model="llama3.1-8b", gpus=16, tp=2, dp=8, global_batch=64, framework="megatron",
+                  sharding="megatron-distopt")  # fmt: skip
+    bf16 = megatron_parser().parse_args(megatron_args(make_doc(**fields, grad_reduce_bf16=True)))
+    assert bf16.grad_reduce_in_bf16
+    assert "--grad-reduce-in-bf16" not in megatron_args(make_doc(**fields))

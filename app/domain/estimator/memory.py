@@ -47,11 +47,13 @@ class StateBytesPerParam(Frozen):
 
 
 def state_bytes_per_param(plan: Plan) -> StateBytesPerParam:
-    return _state_bytes(plan.framework, plan.precision, plan.optimizer)
+    return _state_bytes(plan.framework, plan.precision, plan.optimizer, plan.grad_reduce_bf16)
 
 
 @lru_cache(maxsize=64)
-def _state_bytes(framework: Framework, precision: Precision, optimizer_kind: Optimizer) -> StateBytesPerParam:
+def _state_bytes(
+    framework: Framework, precision: Precision, optimizer_kind: Optimizer, grad_reduce_bf16: bool = False
+) -> StateBytesPerParam:
     plan = Plan(framework=framework, precision=precision, optimizer=optimizer_kind)
     optimizer = {Optimizer.adamw: 8.0, Optimizer.adamw_8bit: 2.0, Optimizer.sgd: 4.0}[plan.optimizer]
     if plan.precision is Precision.fp32:
@@ -71,6 +73,15 @@ def _state_bytes(framework: Framework, precision: Precision, optimizer_kind: Opt
             optimizer=optimizer,
             grad_reduce=4,
             formula="FSDP2 mixed precision: fp32 sharded params 4 + fp32 grads 4 + optimizer (bf16 copies transient)",
+        )
+    if plan.framework is Framework.megatron and grad_reduce_bf16:
+        return StateBytesPerParam(
+            weights=2,
+            grads=2,
+            master=4,
+            optimizer=optimizer,
+            grad_reduce=2,
+            formula="Megatron, bf16 gradient reduce: bf16 params 2 + bf16 grads 2 + fp32 master 4 + optimizer",
         )
     if plan.framework is Framework.megatron:
         return StateBytesPerParam(

@@ -185,6 +185,11 @@ class Plan(Frozen):
         description="fused linear cross-entropy (Liger-Kernel's FusedLinearCrossEntropy, Cut Cross-Entropy): the "
         "output GEMM and the loss run in token chunks, so the b·s·V logits are never held",
     )
+    grad_reduce_bf16: bool = Field(
+        default=False,
+        description="Megatron: gradients accumulated and reduced in bf16 (grad_reduce_in_fp32=False, as NVIDIA's "
+        "NeMo / Megatron-Bridge performance recipes set it) instead of fp32 main gradients",
+    )
 
     @field_validator("recompute_modules")
     @classmethod

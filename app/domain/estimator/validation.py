@@ -151,6 +151,13 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     if recompute is Recompute.selective and str(run.framework) == "torchtitan":
         recompute = Recompute.selective_op  # torchtitan's selective AC is per-op (selective_ac_option = "op")
         notes.append("torchtitan's selective activation checkpointing is per-op: estimated as selective-op")
+    # NVIDIA's NeMo / Megatron-Bridge performance recipes reduce gradients in bf16 (their performance
+    # optimisations set recipe.trainer.plugins.grad_reduce_in_fp32 = False, nemo/collections/llm/recipes/*.py, and
+    # scripts/performance set it with FP8): half the gradient buffer and half the reduce-scatter of Megatron-LM's
+    # default fp32 main gradients. Megatron-LM's own tables (its README, Narayanan 2021, Korthikanti 2022) keep fp32.
+    grad_reduce_bf16 = str(run.framework) == "nemo"
+    if grad_reduce_bf16:
+        notes.append("gradients reduced in bf16: NeMo's performance recipes set grad_reduce_in_fp32 = False")
     plan = Plan(
         tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
@@ -160,6 +167,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         moe_a2a_overlap=run.moe_a2a_overlap, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
+        grad_reduce_bf16=grad_reduce_bf16,
     )  # fmt: skip
     return plan, notes
 

@@ -242,6 +242,8 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         args.append(("--fp16", None))
     elif p.precision is Precision.fp8:
         args += [("--bf16", None), ("--fp8-format", "hybrid"), ("--transformer-impl", "transformer_engine")]
+    if p.grad_reduce_bf16 and p.precision is not Precision.fp32:
+        args.append(("--grad-reduce-in-bf16", None))
     interval, _ = checkpoint_interval_steps(doc)
     args += [("--save", CHECKPOINT_DIR), ("--load", CHECKPOINT_DIR), ("--save-interval", str(interval))]
     if p.optimizer is Optimizer.sgd:
