@@ -98,6 +98,10 @@ class EstimateRequest(StrictNumbers):
         default=False,
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
     )
+    fused_swiglu: bool = Field(
+        default=False,
+        description="PyTorch stacks: fused SwiGLU kernel (Liger-Kernel) saving only the gate and up outputs",
+    )
     grad_reduce_bf16: bool = Field(
         default=False,
         description="Megatron: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NVIDIA's NeMo / "
@@ -285,6 +289,10 @@ class PlanSearchRequest(StrictNumbers):
     fused_cross_entropy: bool = Field(
         default=False,
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
+    )
+    fused_swiglu: bool = Field(
+        default=False,
+        description="PyTorch stacks: fused SwiGLU kernel (Liger-Kernel) saving only the gate and up outputs",
     )
     grad_reduce_bf16: bool = Field(
         default=False,

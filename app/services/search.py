@@ -234,7 +234,7 @@ def search_spec(
         framework=request.framework, precision=request.precision, optimizer=request.optimizer,
         flash_attention=request.flash_attention, fused_kernels=request.fused_kernels,
         fused_cross_entropy=request.fused_cross_entropy, attention_kernel=request.attention_kernel,
-        grad_reduce_bf16=request.grad_reduce_bf16,
+        grad_reduce_bf16=request.grad_reduce_bf16, fused_swiglu=request.fused_swiglu,
         moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap,
         shardings=tuple(request.shardings) if request.shardings else None,
         offloads=tuple(request.offloads) if request.offloads else None,

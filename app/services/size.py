@@ -838,7 +838,8 @@ def winner_document(catalog: Catalog, request: SizeRequest, p: SizedPlan):  # no
         offload=plan.offload, micro_batch=plan.micro_batch, global_batch=plan.global_batch, seq_len=plan.seq_len,
         recompute=plan.recompute, sequence_parallel=plan.sequence_parallel, flash_attention=plan.flash_attention,
         precision=plan.precision, optimizer=plan.optimizer, framework=plan.framework,
-        fused_kernels=plan.fused_kernels, grad_reduce_bf16=plan.grad_reduce_bf16, tokens=request.tokens,
+        fused_kernels=plan.fused_kernels, grad_reduce_bf16=plan.grad_reduce_bf16, fused_swiglu=plan.fused_swiglu,
+        tokens=request.tokens,
         calibrated=request.calibrated,
     )  # fmt: skip
     return plan_document_from_request(catalog, est)

@@ -315,3 +315,31 @@ def test_a_run_with_liger_kernel_is_estimated_with_fused_cross_entropy(catalog):
     runs = {r.slug: r for r in catalog.published_runs}
     assert run_plan(runs["mleng-llama3.1-8b-8gpu-h200-zero3-seq256k"])[0].fused_cross_entropy
     assert not run_plan(runs["torchtitan-llama3.1-8b-8gpu-fsdp"])[0].fused_cross_entropy
+
+
+def test_fused_swiglu_saves_gate_and_up_and_writes_their_gradients_in_place() -> None:
+    """Liger-Kernel's SwiGLU (LigerSiLUMulFunction) in a PyTorch Llama 3.1 8B layer, b 1 × s 8192, t 1, bf16:
+    the MLP keeps gate out, up out and the product, 3·T·f·B = 3·8192·14336·2 = 704,643,072 B, instead of eager
+    PyTorch's 4 (silu out as well): 234,881,024 B less. Its backward writes the gate and up gradients into those
+    tensors, so the MLP's gradient working set is the product's gradient alone, T·f·B = 234,881,024 B, below
+    attention's T·(2·4096 + 2·1024)·2 + T·4096·4 = 301,989,888 B; with the two residual-stream gradients
+    (2·T·h·B = 134,217,728 B) the peak's gradient term is 436,207,616 B instead of 704,643,072 + 134,217,728 =
+    838,860,800 B. Megatron's convention (already 3 tensors, a fresh gradient) ignores the flag."""
+    shape = dict(micro_batch=1, seq_len=8192, framework_style="torch")
+    eager = layer_activation_bytes(LLAMA31_8B, "dense", **shape)
+    fused = layer_activation_bytes(LLAMA31_8B, "dense", **shape, fused_swiglu=True)
+    assert eager.saved_bytes - fused.saved_bytes == 8192 * 14336 * 2
+    assert eager.peak_extra_bytes == 838_860_800 and fused.peak_extra_bytes == 436_207_616
+    full_eager = layer_activation_bytes(LLAMA31_8B, "dense", **shape, recompute=Recompute.full)
+    full_fused = layer_activation_bytes(
+        LLAMA31_8B, "dense", **shape, recompute=Recompute.full, fused_swiglu=True
+    )
+    assert full_eager.saved_bytes == full_fused.saved_bytes  # only the layer input is kept
+    # full recompute re-materialises the whole layer: the silu output and the two gradients fewer
+    assert full_eager.peak_extra_bytes - full_fused.peak_extra_bytes == 234_881_024 + (
+        838_860_800 - 436_207_616
+    )
+    megatron = dict(micro_batch=1, seq_len=8192, framework_style="megatron")
+    assert layer_activation_bytes(
+        LLAMA31_8B, "dense", **megatron, fused_swiglu=True
+    ) == layer_activation_bytes(LLAMA31_8B, "dense", **megatron)

@@ -39,7 +39,11 @@ CASES = [
     (SMALL, 16, Framework.deepspeed, 32, 1024),
     (SMALL_MOE, 16, Framework.megatron, 32, 1024),
 ]
-KERNEL_SETTINGS = [{}, {"attention_kernel": "fa3", "fused_cross_entropy": True}, {"grad_reduce_bf16": True}]
+KERNEL_SETTINGS = [
+    {},
+    {"attention_kernel": "fa3", "fused_cross_entropy": True},
+    {"grad_reduce_bf16": True, "fused_swiglu": True},
+]
 
 
 @pytest.mark.parametrize("settings", KERNEL_SETTINGS)

@@ -242,16 +242,34 @@ def _mla_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle, recompute: Reco
     terms.add("attention", "wo input", "T·(a/t)·d_v·B", T * a_l * v * B)
 
 
+def _fused_swiglu(style: FrameworkStyle, fused_swiglu: bool) -> bool:
+    """A fused SwiGLU kernel in a PyTorch model (Liger-Kernel's ``LigerSiLUMulFunction``, source LIGER-SWIGLU):
+    it saves only the gate and up projections' outputs, recomputes silu in the backward and writes the two input
+    gradients into those saved tensors. Megatron's own fused SwiGLU is its convention already (3 f-wide
+    tensors, a fresh gradient)."""
+    return fused_swiglu and style == "torch"
+
+
 def _mlp_terms(
-    terms: _Terms, sh: _Shape, style: FrameworkStyle, width: int, component: str, *, with_input: bool
+    terms: _Terms,
+    sh: _Shape,
+    style: FrameworkStyle,
+    width: int,
+    component: str,
+    *,
+    with_input: bool,
+    fused_swiglu: bool = False,
 ) -> None:
     """One dense MLP over all T tokens: SwiGLU saves 4 f-wide tensors in torch (3 in Megatron: fc1 out
-    gate‖up + product), GELU saves 2 (GELU input, fc2 input)."""
+    gate‖up + product; 3 in torch with a fused SwiGLU kernel: gate out, up out, product), GELU saves 2 (GELU
+    input, fc2 input)."""
     arch = sh.arch
     f_l = sh.sharded(width)
     if with_input:
         terms.add(component, "mlp input", f"{sh.tr}·h·B", sh.tokens_rep * arch.hidden_size * sh.B)
-    if arch.activation == "swiglu":
+    if arch.activation == "swiglu" and _fused_swiglu(style, fused_swiglu):
+        n, what = 3, "gate out, up out, product (fused SwiGLU)"
+    elif arch.activation == "swiglu":
         n = 4 if style == "torch" else 3
         what = "w1 out, silu out, w3 out, product" if style == "torch" else "fc1 out (gate‖up), product"
     else:
@@ -259,7 +277,7 @@ def _mlp_terms(
     terms.add(component, what, f"{n}·T·(f/t)·B", n * sh.tokens * f_l * sh.B)
 
 
-def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle) -> None:
+def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle, fused_swiglu: bool = False) -> None:
     """Router + top-k routed tokens through the experts + shared experts.
 
     Averaged over expert-parallel ranks, each rank's experts process ``T·k`` token slots (the sum of the
@@ -284,6 +302,8 @@ def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle) -> None:
         terms.add("experts", "permuted tokens (fc1 input) + unpermute input", "2·T·k·h·B", 2 * T * k * h * B)
     f_e = sh.sharded(arch.expert_ffn_hidden_size)  # type: ignore[arg-type]
     n = (4 if style == "torch" else 3) if arch.activation == "swiglu" else 2
+    if arch.activation == "swiglu" and _fused_swiglu(style, fused_swiglu):
+        n = 3
     if style == "torch":
         terms.add("experts", "expert mlp tensors", f"{n}·T·k·(f_e/t)·B", n * T * k * f_e * B)
     else:  # fc1 output (gate‖up for SwiGLU) and the activation's output (fc2 input, what moe_act re-runs)
@@ -305,7 +325,13 @@ def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle) -> None:
 
 
 def _layer_terms(
-    sh: _Shape, style: FrameworkStyle, kind: LayerKind, recompute: Recompute, flash: bool, dropout: bool
+    sh: _Shape,
+    style: FrameworkStyle,
+    kind: LayerKind,
+    recompute: Recompute,
+    flash: bool,
+    dropout: bool,
+    fused_swiglu: bool = False,
 ) -> _Terms:
     """What one layer saves with no recompute or selective recompute (``recompute`` only changes the
     attention core): norms, attention, the MLP or MoE block, Megatron's MLP-out dropout mask."""
@@ -314,9 +340,9 @@ def _layer_terms(
     _norm_terms(terms, sh, style, 1 if arch.parallel_residual else 2, 2)
     _attention_terms(terms, sh, style, recompute, flash, dropout)
     if kind == "moe":
-        _moe_terms(terms, sh, style)
+        _moe_terms(terms, sh, style, fused_swiglu)
     else:
-        _mlp_terms(terms, sh, style, arch.ffn_hidden_size, "mlp", with_input=True)
+        _mlp_terms(terms, sh, style, arch.ffn_hidden_size, "mlp", with_input=True, fused_swiglu=fused_swiglu)
     if style == "megatron" and dropout:
         terms.add(
             "dropout_masks",
@@ -398,10 +424,11 @@ def _selective_op_terms(sh: _Shape, kind: LayerKind) -> _Terms:
     return kept
 
 
-def _grad_working_set(arch: Architecture, kind: LayerKind, sh: _Shape) -> int:
+def _grad_working_set(arch: Architecture, kind: LayerKind, sh: _Shape, fused_swiglu: bool = False) -> int:
     """Gradient tensors alive at once inside one layer's backward (estimate).
 
-    The larger of the MLP's (SwiGLU: 3 f-wide grads; GELU: 2) and attention's (dq, dk, dv, d_out + fp32 dq
+    The larger of the MLP's (SwiGLU: 3 f-wide grads — 1, the product's, when a fused SwiGLU kernel writes the
+    gate and up gradients into its saved inputs; GELU: 2) and attention's (dq, dk, dv, d_out + fp32 dq
     accumulator) working set, plus the incoming and outgoing residual-stream gradients (2·T·h·B).
     """
     T, B, h = sh.tokens, sh.B, arch.hidden_size
@@ -409,7 +436,7 @@ def _grad_working_set(arch: Architecture, kind: LayerKind, sh: _Shape) -> int:
         f = sh.sharded(arch.expert_ffn_hidden_size) * arch.experts_top_k  # type: ignore[operator]
     else:
         f = sh.sharded(arch.ffn_hidden_size)
-    n_f = 3 if arch.activation == "swiglu" else 2
+    n_f = (1 if fused_swiglu else 3) if arch.activation == "swiglu" else 2
     mlp = n_f * T * f * B
     qd = sh.heads * arch.head_dim
     kvd = sh.kv_heads * arch.head_dim if arch.attention == "gqa" else qd
@@ -446,6 +473,7 @@ def layer_activation_bytes(
     dropout: bool | None = None,
     recompute_modules: frozenset[str] | None = None,
     fp8_linear_inputs: bool = False,
+    fused_swiglu: bool = False,
 ) -> ActivationTerms:
     """Bytes one ``kind`` layer keeps between forward and backward for one micro-batch, on one rank.
 
@@ -460,7 +488,7 @@ def layer_activation_bytes(
     layer = LayerActivations(
         arch, kind, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sequence_parallel=sequence_parallel,
         flash_attention=flash_attention, act_bytes=act_bytes, framework_style=framework_style, dropout=dropout,
-        recompute_modules=recompute_modules, fp8_linear_inputs=fp8_linear_inputs,
+        recompute_modules=recompute_modules, fp8_linear_inputs=fp8_linear_inputs, fused_swiglu=fused_swiglu,
     )  # fmt: skip
     sh = layer.sh
     kept, again = layer.kept(recompute)
@@ -502,14 +530,16 @@ class LayerActivations:
         dropout: bool | None = None,
         recompute_modules: frozenset[str] | None = None,
         fp8_linear_inputs: bool = False,
+        fused_swiglu: bool = False,
     ) -> None:
         self.sh, self.style, self.dropout = _setup(
             arch, kind, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, framework_style, dropout
         )
         self.kind, self.flash, self.modules = kind, flash_attention, recompute_modules
         self.fp8 = fp8_linear_inputs and self.style == "megatron"  # Transformer Engine's FP8 linears
+        self.fused_swiglu = _fused_swiglu(self.style, fused_swiglu)
         self.full = self._layer(Recompute.none)
-        self.grads = _grad_working_set(arch, kind, self.sh)
+        self.grads = _grad_working_set(arch, kind, self.sh, self.fused_swiglu)
 
     def totals(self, recompute: Recompute) -> tuple[int, int]:
         """(saved_bytes, peak_extra_bytes) of :func:`layer_activation_bytes` with ``recompute``."""
@@ -541,7 +571,9 @@ class LayerActivations:
         return full, 0
 
     def _layer(self, recompute: Recompute) -> _Terms:
-        terms = _layer_terms(self.sh, self.style, self.kind, recompute, self.flash, self.dropout)
+        terms = _layer_terms(
+            self.sh, self.style, self.kind, recompute, self.flash, self.dropout, self.fused_swiglu
+        )
         if self.fp8:
             terms.rows = fp8_linear_inputs(terms.rows)
         return terms

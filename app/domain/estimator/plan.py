@@ -185,6 +185,11 @@ class Plan(Frozen):
         description="fused linear cross-entropy (Liger-Kernel's FusedLinearCrossEntropy, Cut Cross-Entropy): the "
         "output GEMM and the loss run in token chunks, so the b·s·V logits are never held",
     )
+    fused_swiglu: bool = Field(
+        default=False,
+        description="PyTorch stacks: SwiGLU as one fused kernel that saves only the gate and up outputs and "
+        "writes their gradients in place (Liger-Kernel's LigerSiLUMulFunction); Megatron's is always fused",
+    )
     grad_reduce_bf16: bool = Field(
         default=False,
         description="Megatron: gradients accumulated and reduced in bf16 (grad_reduce_in_fp32=False, as NVIDIA's "

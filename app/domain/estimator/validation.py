@@ -167,7 +167,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         moe_a2a_overlap=run.moe_a2a_overlap, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
-        grad_reduce_bf16=grad_reduce_bf16,
+        grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations,
     )  # fmt: skip
     return plan, notes
 

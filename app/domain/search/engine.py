@@ -126,7 +126,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         sequence_parallel=tp > 1, flash_attention=spec.flash_attention, precision=spec.precision,
         optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels,
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
-        grad_reduce_bf16=spec.grad_reduce_bf16, moe_dispatcher=spec.moe_dispatcher,
+        grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, moe_dispatcher=spec.moe_dispatcher,
         moe_a2a_overlap=bool(spec.a2a_overlap(ep, pp, vpp, recompute is Recompute.full)),
     )  # fmt: skip
 
@@ -147,7 +147,7 @@ def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> di
         cluster.model_dump_json(include={"accelerator", "efficiency", "scale", "stacks", "power_limit_w", "runtime"}),
         spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
                                       "fused_kernels", "fused_cross_entropy", "attention_kernel",
-                                      "grad_reduce_bf16"}),
+                                      "grad_reduce_bf16", "fused_swiglu"}),
     )  # fmt: skip
     table = _KEY_Q_CACHE.get(ctx)
     if table is None:
