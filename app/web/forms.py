@@ -61,6 +61,8 @@ DEFAULTS: dict[str, str] = {
     "flash_attention": "on",
     "moe_dispatcher": "alltoall",
     "moe_a2a_overlap": "off",
+    "grad_reduce_bf16": "off",
+    "fused_swiglu": "off",
     "oversubscription": "1",
     "calibrated": "on",
 }
@@ -92,7 +94,9 @@ a hardware or efficiency figure of the estimate (EstimateRequest.figure_override
 app/domain/estimator/overrides.py); any other ``o.…`` is a CostOverrides path."""
 FIGURE_PREFIX = "o.figure."
 
-BOOLEAN_FIELDS = ("sequence_parallel", "flash_attention", "moe_a2a_overlap", "calibrated")
+BOOLEAN_FIELDS = (
+    "sequence_parallel", "flash_attention", "moe_a2a_overlap", "grad_reduce_bf16", "fused_swiglu", "calibrated",
+)  # fmt: skip
 INT_FIELDS = (
     "gpus",
     "seq_len",

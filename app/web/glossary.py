@@ -50,6 +50,12 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("MoE all-to-all overlap", "moe-a2a-overlap", "Megatron-Core runs one micro-batch's token all-to-alls behind "
      "another micro-batch's compute (--overlap-moe-expert-parallel-comm); needs ep > 1, interleaving when pp > 1 "
      "and no full recompute."),
+    ("bf16 gradient reduce", "grad-reduce-bf16", "Megatron keeps fp32 gradients and reduces them in fp32 by default; "
+     "with --grad-reduce-in-bf16 (NVIDIA's NeMo performance recipes) the gradient buffer and its reduce-scatter are "
+     "bf16: half the bytes in memory and on the network."),
+    ("fused SwiGLU", "fused-swiglu", "A PyTorch model's SwiGLU as one kernel (Liger-Kernel): it keeps only the gate "
+     "and up projections' outputs for the backward and writes their gradients into them, so each layer holds one "
+     "f-wide activation and two f-wide gradients fewer. Megatron's own SwiGLU is fused already."),
     ("MFU", "mfu", "Model FLOPs utilisation: the model's useful FLOPs per second (6 · active parameters per token plus "
      "attention) over the GPUs' dense BF16 peak. Recomputation does not count."),
     ("HFU", "hfu", "Hardware FLOPs utilisation: like MFU but counting the FLOPs actually executed, recomputation "
@@ -78,6 +84,7 @@ FIELD_TERMS = {
     "fsdp-full": "fsdp-full", "fsdp-grad-op": "fsdp-grad-op", "fsdp-hybrid": "fsdp-hybrid",
     "shard_group_size": "fsdp-hybrid", "megatron-distopt": "megatron-distopt",
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
+    "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU",
     "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip
 """Planner form fields and option values → the glossary term their hover title explains."""
