@@ -123,3 +123,21 @@ def test_cross_validated_accuracy_does_not_regress(cv_report) -> None:
     assert cv_report.cv_median_abs_error <= record.cv_median_abs_error + 0.002
     assert cv_report.cv_max_abs_error <= record.cv_max_abs_error + 0.005
     assert cv_report.families == len({r.family for r in scorable_runs(CATALOG)})
+
+
+def test_readme_states_the_shipped_fit() -> None:
+    """README's headline and its accuracy table carry the out-of-sample and fit figures of data/fitted.toml (to
+    0.1 %), so a refit that changes them cannot ship with the old numbers in the README."""
+    record = CATALOG.fit
+    readme = (REPO_ROOT / "README.md").read_text(encoding="utf-8")
+    cv, worst = f"{record.cv_median_abs_error:.1%}", f"{record.cv_max_abs_error:.1%}"
+    fit = f"{record.fit_median_abs_error:.1%}"
+
+    def spaced(figure: str) -> str:
+        return figure.replace("%", " %")
+
+    assert f"**{spaced(cv)} median" in readme, cv
+    assert (
+        f"| **all runs** | {len(record.runs)} | **{spaced(cv)}** (worst {spaced(worst)}) | {spaced(fit)}"
+        in readme
+    )
