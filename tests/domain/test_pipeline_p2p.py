@@ -12,7 +12,7 @@ import pytest
 
 from app.domain.catalog import Catalog
 from app.domain.estimator.estimate import build_cluster, estimate
-from app.domain.estimator.evaluate import exposed_pp_p2p
+from app.domain.estimator.evaluate import exposed_pp_p2p, prefetch_share
 from app.domain.estimator.plan import Framework, Plan, Sharding
 from app.domain.estimator.xp import SCALAR, VECTOR
 from app.domain.model.architecture import architecture_by_slug
@@ -91,3 +91,28 @@ def test_the_catalog_profiles_and_the_estimate(catalog: Catalog) -> None:
     hop_s = plain.pp_p2p_s / (2 * (plain.micro_batches + plan.pp - 1))
     blocking_s = 2 * (interleaved.micro_batches * plan.vpp + plan.pp - 1) * hop_s
     assert 2 * (plan.pp - 1) * hop_s < interleaved.pp_p2p_s < 0.5 * blocking_s
+
+
+def test_zero3_prefetch_bucket_limits_the_hidden_gathers(catalog: Catalog) -> None:
+    """DeepSpeed ZeRO-3 fetches at most stage3_prefetch_bucket_size = 5·10⁷ parameter elements ahead of use: of
+    a 530B layer's 5·10⁹ parameters 1 % can be in flight behind the previous module's compute, of a Llama 3.1 8B
+    layer's 2.18·10⁸ about 23 %; FSDP prefetches the whole next unit (share 1)."""
+    assert prefetch_share(SCALAR, 5e9, 5e7) == pytest.approx(0.01)
+    assert prefetch_share(SCALAR, 2.18e8, 5e7) == pytest.approx(0.2294, abs=1e-4)
+    assert prefetch_share(SCALAR, 1e6, 5e7) == 1.0 and prefetch_share(SCALAR, 5e9, 0.0) == 1.0
+    np.testing.assert_allclose(prefetch_share(VECTOR, np.array([5e9, 1e6]), 5e7), [0.01, 1.0])
+    stacks = {s.slug: s for s in catalog.efficiency.stacks}
+    assert (
+        stacks["deepspeed"].prefetch_bucket_params == 5e7 and stacks["fsdp2"].prefetch_bucket_params is None
+    )
+    arch = architecture_by_slug(catalog.architectures, "llama3.1-70b")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="h100-sxm", gpus=64)
+    plan = Plan(dp=64, micro_batch=1, global_batch=64, seq_len=4096, framework=Framework.deepspeed,
+                sharding=Sharding.zero3, recompute="full")  # fmt: skip
+    bounded = estimate(arch, cluster, plan).step.fsdp_exposed_s
+    whole = cluster.model_copy(
+        update={
+            "stacks": tuple(s.model_copy(update={"prefetch_bucket_params": None}) for s in cluster.stacks)
+        }
+    )
+    assert bounded > estimate(arch, whole, plan).step.fsdp_exposed_s

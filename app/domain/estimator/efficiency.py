@@ -84,6 +84,12 @@ class StackProfile(CatalogEntry):
         description="the interleaved pipeline schedule posts its sends and receives asynchronously and waits "
         "only when the next chunk needs them (Megatron-Core's overlap_p2p_comm); False = blocking transfers",
     )
+    prefetch_bucket_params: float | None = Field(
+        default=None,
+        gt=0,
+        description="sharded parameters: elements fetched ahead of their use (DeepSpeed ZeRO-3's "
+        "stage3_prefetch_bucket_size); None = the whole next unit (FSDP)",
+    )
     pp_serial_p2p: bool = Field(
         default=False,
         description="each pipeline stage sends and receives one transfer after another (DeepSpeed's pipeline "
