@@ -62,6 +62,7 @@ from app.schemas import EstimateRequest, GpusRange, PlanSearchRequest, StrictNum
 from app.services.documents import plan_document_from_request
 from app.services.errors import InputError
 from app.services.errors import field_error as _error
+from app.services.estimate import PLAN_FIELDS
 from app.services.search import SearchBudget, SearchBusy, run_search, search_spec
 
 DEFAULT_OPTIONS = (
@@ -831,15 +832,10 @@ def _slow_winner_note(request: SizeRequest, winner: SizedPlan, front: tuple[Size
 
 def winner_document(catalog: Catalog, request: SizeRequest, p: SizedPlan):  # noqa: ANN201 - PlanDocument
     """The capplan.plan/v1 document of a sized plan, as the planner and ``capplan export`` produce it."""
-    plan = p.plan
+    # every field of the sized plan, as the search's winner document carries it (services/search.py)
+    fields = {f: getattr(p.plan, f) for f in (*PLAN_FIELDS, "dp")}
     est = EstimateRequest(
-        model=request.model, gpu=p.accelerator, node=p.node, gpus=p.gpus, tp=plan.tp, pp=plan.pp, vpp=plan.vpp,
-        dp=plan.dp, cp=plan.cp, ep=plan.ep, sharding=plan.sharding, shard_group_size=plan.shard_group_size,
-        offload=plan.offload, micro_batch=plan.micro_batch, global_batch=plan.global_batch, seq_len=plan.seq_len,
-        recompute=plan.recompute, sequence_parallel=plan.sequence_parallel, flash_attention=plan.flash_attention,
-        precision=plan.precision, optimizer=plan.optimizer, framework=plan.framework,
-        fused_kernels=plan.fused_kernels, grad_reduce_bf16=plan.grad_reduce_bf16, fused_swiglu=plan.fused_swiglu,
-        tokens=request.tokens,
-        calibrated=request.calibrated,
+        model=request.model, gpu=p.accelerator, node=p.node, gpus=p.gpus, tokens=request.tokens,
+        calibrated=request.calibrated, **fields,
     )  # fmt: skip
     return plan_document_from_request(catalog, est)
