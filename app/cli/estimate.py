@@ -116,6 +116,9 @@ def print_estimate(est) -> None:
         + (f" ({p.recompute_layers} layers per chunk)" if p.recompute_layers is not None else "")
         + (f" ({', '.join(m.value for m in p.recompute_modules)})" if p.recompute_modules is not None else "")
         + f" {p.precision.value} {p.framework.value}"
+        + (" grad-reduce=bf16" if p.grad_reduce_bf16 else "")
+        + (" fused-swiglu" if p.fused_swiglu else "")
+        + (" fused-cross-entropy" if p.fused_cross_entropy else "")
     )
     echo(f"parameters: {est.parameters_total:,} total, {est.parameters_active:,} active per token")
     verdict = "FITS" if est.fits else "DOES NOT FIT"

@@ -23,6 +23,15 @@ def test_estimate_table(monkeypatch, capsys) -> None:
     assert "optimizer" in out
 
 
+def test_estimate_names_the_stack_options_it_was_given(monkeypatch, capsys) -> None:
+    """--grad-reduce-bf16 (Megatron) reaches the plan and the plan line says so; without it the line is silent."""
+    code, out, err = run_cli(monkeypatch, capsys, *ARGS, "--grad-reduce-bf16")
+    assert code == 0, err
+    assert "megatron grad-reduce=bf16" in out
+    code, out, _ = run_cli(monkeypatch, capsys, *ARGS)
+    assert code == 0 and "grad-reduce" not in out
+
+
 def test_estimate_json(monkeypatch, capsys) -> None:
     code, out, _ = run_cli(monkeypatch, capsys, *ARGS, "--json")
     assert code == 0
