@@ -21,7 +21,9 @@ Entry point: ``capplan = "app.cli:main"`` (pyproject); ``python -m app.cli`` run
 
 from __future__ import annotations
 
+import gc
 import importlib
+import os
 import sys
 
 import typer
@@ -46,6 +48,20 @@ COMMANDS = {
 }
 """Every top-level command: the module that defines it and the Typer there that holds it."""
 
+_START_UP = {"gc_paused": False}
+"""True while :func:`main` holds the cyclic garbage collector off until the command's module has loaded."""
+
+
+def _resume_gc_after_start_up() -> None:
+    """Called once the command's module is imported: move what the imports created out of the collector's reach
+    (``gc.freeze``) and turn it back on. Imports create thousands of long-lived objects (classes, schemas,
+    functions) and no garbage cycles; collecting every 700 allocations while they load, and traversing them in
+    every later full collection, only walks what must stay (~25 ms of `capplan plan`'s start-up)."""
+    if _START_UP["gc_paused"]:
+        _START_UP["gc_paused"] = False
+        gc.freeze()
+        gc.enable()
+
 
 class LazyGroup(TyperGroup):
     """The root group: lists :data:`COMMANDS` and builds a command from its module only when it is asked for."""
@@ -57,6 +73,7 @@ class LazyGroup(TyperGroup):
         if cmd_name not in self.commands and cmd_name in COMMANDS:
             module, attribute = COMMANDS[cmd_name]
             command = typer.main.get_command(getattr(importlib.import_module(module), attribute))
+            _resume_gc_after_start_up()
             command.name = cmd_name
             self.commands[cmd_name] = command
         return self.commands.get(cmd_name)
@@ -107,7 +124,19 @@ def _settings_error(exc: BaseException) -> str | None:
 
 
 def main() -> None:
-    """Console entry point: known errors print one line and exit 2, never a traceback."""
+    """Console entry point: known errors print one line and exit 2, never a traceback.
+
+    The cyclic garbage collector is off until the command's module has loaded (:func:`_resume_gc_after_start_up`)
+    and, once the command is done, what is still alive is moved out of its reach: the interpreter's exit would
+    otherwise traverse every module, class and schema once more before freeing them (~40 ms of `capplan plan`).
+    Exit handlers and stream flushing run as usual. Only this entry point does it; ``app`` run in-process (tests,
+    CliRunner) leaves the collector alone. capplan uses no pydantic plugins, so pydantic is told not to look for
+    any (``PYDANTIC_DISABLE_PLUGINS``, unless the environment sets it): the search reads the entry points of every
+    installed package (~8 ms)."""
+    os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    if gc.isenabled():
+        gc.disable()
+        _START_UP["gc_paused"] = True
     try:
         app(standalone_mode=True)
     except Exception as exc:
@@ -116,3 +145,6 @@ def main() -> None:
             raise
         typer.echo(f"error: {message}", err=True)
         sys.exit(2)
+    finally:
+        _resume_gc_after_start_up()
+        gc.freeze()

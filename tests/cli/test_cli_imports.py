@@ -98,3 +98,33 @@ def test_plan_loads_only_what_the_search_uses(tmp_path) -> None:  # noqa: ANN001
     loaded = loaded_after(RUN_PLAN, tmp_path)
     assert "app.schemas.requests" in loaded and "app.domain.search.engine" in loaded
     assert not set(NOT_FOR_PLAN) & loaded, sorted(set(NOT_FOR_PLAN) & loaded)
+
+
+def test_the_entry_point_pauses_the_collector_only_while_the_command_loads(tmp_path) -> None:  # noqa: ANN001
+    """`capplan` (``main``) turns the cyclic collector off until the command's module is imported, then freezes
+    what the imports made and turns it back on; after the command, what is alive is frozen too (the exit skips a
+    full traversal). Checked from inside the command and after it: a collector left off would let a long
+    command (sizing, serve) grow garbage cycles without bound."""
+    code = f"""
+import gc
+import app.services.search as search
+seen = {{}}
+original = search.run_search
+def spy(*args, **kwargs):
+    seen["enabled_during_run"] = gc.isenabled()
+    seen["frozen_during_run"] = gc.get_freeze_count()
+    return original(*args, **kwargs)
+search.run_search = spy
+{RUN_PLAN}
+print(json.dumps({{**seen, "enabled_after": gc.isenabled(), "frozen_after": gc.get_freeze_count()}}))
+"""
+    script = f"import json, sys\n{code}"
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "CAPPLAN_CATALOG_CACHE": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=120, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    state = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert state["enabled_during_run"] is True  # back on before the search runs
+    assert state["frozen_during_run"] > 1000  # the imports' objects were frozen
+    assert state["enabled_after"] is True
+    assert state["frozen_after"] >= state["frozen_during_run"]
