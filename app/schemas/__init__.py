@@ -6,6 +6,7 @@ models — `capplan plan` starts faster, see README "Performance"):
 
 - ``bounds``      — free-form JSON bounded (config.json, benchmark configs), :class:`StrictNumbers`
 - ``requests``    — ``EstimateRequest``, ``CostRequest``, ``MonthlyCostRequest``, ``PlanSearchRequest``
+- ``size``        — ``SizeRequest``, ``SizeRow``, ``SizeResult`` (the sizing search; ``from app.schemas.size import``)
 - ``plan_export`` — ``PlanExportBody`` (an estimate request or a plan document; imports the export package)
 - ``benchmarks``  — runner results and the calibration they feed
 - ``scenarios``   — saved scenarios

@@ -13,6 +13,10 @@ use-case without SQLAlchemy):
 - ``saved_scenarios``  saved scenarios in the database (SQLAlchemy)
 - ``benchmarks``       benchmark runs and the calibration they give (SQLAlchemy)
 - ``size``             the sizing search: every accelerator, cluster size, plan and pricing option
+                       (request and answer in ``app.schemas.size``)
+- ``size_offers``      the sizing's offers per node and the self-build's cost at a cluster size
+- ``size_bounds``      the sizing's lower bounds of days and dollars, and each size's goodput
+- ``size_jobs``        the size page's background sizing runs and their progress
 - ``hub_cache``        a Hugging Face id's config.json from the local Hugging Face cache (no network)
 - ``shared_configs``   config.json files stored for short planner links (SQLAlchemy)
 """

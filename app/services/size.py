@@ -16,31 +16,22 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from datetime import date
-from typing import Any, Literal
+from typing import Any
 
 import numpy as np
-from pydantic import Field, model_validator
 
 from app.domain.catalog import Catalog
-from app.domain.cost.cloud import catalog_regions, cloud_prices
-from app.domain.cost.gpu_hour import usd_per_gpu_hour
-from app.domain.cost.inputs import CostInputError, CostOption, CostOverrides
-from app.domain.cost.selfbuild import self_build_inputs, self_build_tco
+from app.domain.cost.cloud import catalog_regions
+from app.domain.cost.inputs import CostOption
 from app.domain.cost.storage import storage_cost
-from app.domain.estimator.calibration import apply_calibration
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import model_flops_per_token
-from app.domain.estimator.estimate import build_cluster
 from app.domain.estimator.memory import host_capacity_bytes
 from app.domain.estimator.plan import Offload, Plan, Sharding
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
-from app.domain.reliability.report import reliability_report
 from app.domain.search.fastest import FastestPlanFinder
 from app.domain.search.sizing import (
-    REASON_BUDGET,
-    REASON_DEADLINE,
     REASON_DOMINATED,
     REASON_MEMORY,
     REASON_NO_LAYOUT,
@@ -48,8 +39,6 @@ from app.domain.search.sizing import (
     REASON_NOT_SEARCHED,
     Frontier,
     Offer,
-    ReservedSpotMix,
-    SelfBuildCapital,
     SizedPlan,
     choose,
     money,
@@ -58,111 +47,35 @@ from app.domain.search.sizing import (
     state_fits_bound,
 )
 from app.domain.search.spec import OFFLOADS_BY_FRAMEWORK, Candidate, SearchCancelled, SearchTooLarge
-from app.schemas import EstimateRequest, GpusRange, PlanSearchRequest, StrictNumbers, parse_range
+from app.schemas import EstimateRequest, PlanSearchRequest, parse_range
+from app.schemas.size import DEFAULT_GPUS_RANGE, DEFAULT_OPTIONS, SizeRequest, SizeResult, SizeRow
 from app.services.documents import plan_document_from_request
 from app.services.errors import InputError
 from app.services.errors import field_error as _error
 from app.services.estimate import PLAN_FIELDS
 from app.services.search import SearchBudget, SearchBusy, run_search, search_spec
+from app.services.size_bounds import (
+    BOUND_REASONS,
+    BUDGET_CODE,
+    DEADLINE_CODE,
+    DOMINATED,
+    NO_PRICE_CODE,
+    BoundTable,
+    Dominated,
+    GoodputCache,
+    SizePair,
+    bound_cluster,
+    bound_miss,
+)
+from app.services.size_offers import note_unpriced, offers_by_node, self_build_at, self_build_floor
 
-DEFAULT_OPTIONS = (
-    CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr, CostOption.spot,
-    CostOption.capacity_block, CostOption.self_build,
-)  # fmt: skip
-DEFAULT_GPUS_RANGE = "8:65536"
+__all__ = [
+    "DEFAULT_GPUS_RANGE", "DEFAULT_OPTIONS", "SizeRequest", "SizeResult", "SizeRow", "SizingProgress",
+    "check_size_request", "offers_by_node", "run_size", "winner_document",
+]  # fmt: skip
+
 # What the speed bound's per-rank compute terms read of a cluster besides its NVLink domain (tested).
 BOUND_READS = {"accelerator", "efficiency", "scale", "stacks", "power_limit_w"}
-
-
-class SizeRequest(StrictNumbers):
-    """Size a cluster: a model preset, the tokens to train and optional deadline and budget; every
-    accelerator (or those asked), every whole-node size in ``gpus_range``, every plan and every pricing option."""
-
-    model: str = Field(max_length=64)
-    tokens: float = Field(gt=0, le=1e16, description="tokens to train")  # finite: StrictNumbers
-    deadline_days: float | None = Field(default=None, gt=0, le=3650)
-    budget_usd: float | None = Field(default=None, gt=0, le=1e12)
-    accelerators: list[str] | None = Field(
-        default=None, max_length=32, description="default: the whole catalog"
-    )
-    options: list[CostOption] | None = Field(default=None, max_length=len(CostOption))
-    gpus_range: GpusRange = Field(default=DEFAULT_GPUS_RANGE, description="'A:B' GPUs")
-    seq_len: int = Field(default=8192, ge=128, le=1_048_576)
-    global_batch_tokens: int = Field(default=16_777_216, ge=1024, le=1 << 30, description="tokens per step")
-    top_k: int = Field(default=20, ge=1, le=200)
-    front_tolerance_pct: float = Field(
-        default=1.0, ge=0, le=50,
-        description="the Pareto front is exact to this many % of days and $ (0: exact, every near-equal size)",
-    )  # fmt: skip
-    calibrated: bool = True
-    basis: Literal["amortised", "cash"] = Field(
-        default="amortised",
-        description="rank, apply the budget and draw the front on amortised $ (the run's share) or cash $ (what is "
-        "paid out: a commitment's whole term, a self-build's hardware up front)",
-    )
-    region: str | None = Field(
-        default=None,
-        max_length=32,
-        description="AWS region whose prices to use, e.g. us-west-2 (default: us-east-1)",
-    )
-    prices_as_of: date | None = Field(default=None, description="prices in force that day (default: current)")
-    use_after_run_years: float | None = Field(
-        default=None, ge=0, le=30,
-        description="self-build: years the cluster keeps working after this run (default: its depreciation life)",
-    )  # fmt: skip
-    runs: int | None = Field(
-        default=None, ge=1, le=10_000,
-        description="self-build: runs of this length the cluster serves in all (instead of use_after_run_years)",
-    )  # fmt: skip
-
-    @model_validator(mode="after")
-    def _batch(self) -> SizeRequest:
-        if self.global_batch_tokens < self.seq_len:
-            raise ValueError("global_batch_tokens must be at least seq_len")
-        if self.use_after_run_years is not None and self.runs is not None:
-            raise ValueError("give use_after_run_years or runs, not both")
-        return self
-
-    def cost_overrides(self) -> CostOverrides:
-        """The cost model's inputs this request states (the rest are the catalog's)."""
-        return CostOverrides(region=self.region, prices_as_of=self.prices_as_of,
-                             use_after_run_years=self.use_after_run_years, runs=self.runs)  # fmt: skip
-
-
-class SizeRow(StrictNumbers):
-    rank: int
-    accelerator: str
-    node: str
-    vendor: str
-    offer: str
-    option: str
-    gpus: int
-    nodes: int
-    plan: dict[str, Any]
-    days: float
-    goodput: float
-    usd_amortised: float
-    usd_cash: float
-    usd_per_million_tokens: float
-    mfu: float
-    headroom_gib: float
-    tokens_per_s: float
-
-
-class SizeResult(StrictNumbers):
-    model: str
-    tokens: float
-    deadline_days: float | None
-    budget_usd: float | None
-    basis: str
-    ranked_on: Literal["amortised", "cash"] = Field(description="the basis of the ranking, budget and front")
-    ranked: list[SizeRow]
-    pareto: list[SizeRow]
-    lost: dict[str, int]
-    searched: dict[str, Any]
-    message: str | None
-    plan_document: dict[str, Any] | None
-    notes: list[str]
 
 
 def _row(rank: int, p: SizedPlan) -> SizeRow:
@@ -179,262 +92,11 @@ def _row(rank: int, p: SizedPlan) -> SizeRow:
     )  # fmt: skip
 
 
-def _self_build_at(
-    catalog: Catalog, offer: Offer, node: Any, gpus: int, request: SizeRequest, storage_tb: float
-) -> tuple[Offer, str | None]:
-    """``offer`` (self-build on ``node``) for a cluster of ``gpus``: the cost model's TCO of that many servers
-    (:func:`app.domain.cost.self_build_tco`, its fabric sized to the cluster, its storage system to the dataset and
-    checkpoints), as ``capplan cost`` prices it — capex, capital, opex and the request's useful life. No price
-    (None), and why, when the cost model cannot price that cluster."""
-    nodes = -(-gpus // node.accelerators_per_node)
-    try:
-        inputs, _ = self_build_inputs(catalog.cost, catalog.hardware, node, storage_tb=storage_tb)
-        tco = self_build_tco(inputs, node=node.slug, nodes=nodes, gpus_per_node=node.accelerators_per_node,
-                             nics_per_node=node.scale_out_nics)  # fmt: skip
-    except (CostInputError, KeyError, ValueError) as exc:  # e.g. a fabric larger than 3 tiers of its switch
-        return replace(offer, usd_per_gpu_hour=None), str(exc)
-    capital = SelfBuildCapital(
-        capex_usd=tco.capex_usd, capital_total_usd=tco.capital_usd_per_month * tco.depreciation_years * 12.0,
-        opex_usd_per_month=tco.opex_usd_per_month, depreciation_years=tco.depreciation_years,
-        use_after_run_years=request.use_after_run_years, runs=request.runs,
-    )  # fmt: skip
-    return replace(offer, usd_per_gpu_hour=tco.usd_per_gpu_hour, self_build=capital), None
-
-
-def offers_by_node(
-    catalog: Catalog,
-    accelerators: set[str],
-    options: set[CostOption],
-    overrides: CostOverrides | None = None,
-    notes: list[str] | None = None,
-) -> dict[str, list[Offer]]:
-    """Every way to pay for every node carrying one of ``accelerators``, keyed by the node it runs on, at the prices
-    ``overrides`` state (region, the day in force; default: us-east-1, current). An AWS instance the region has no
-    price for is offered without one (``notes`` says so)."""
-    hw, cc = catalog.hardware, catalog.cost
-    o = overrides or CostOverrides()
-    out: dict[str, list[Offer]] = {}
-    aws = {p.slug for p in cc.instance_prices}
-    for node in sorted(hw.nodes, key=lambda n: n.slug):
-        if node.accelerator not in accelerators:
-            continue
-        gpn = node.accelerators_per_node
-        if node.kind == "cloud-instance" and node.slug in aws:
-            try:
-                prices = cloud_prices(cc, node.slug, o)
-                if notes is not None:
-                    notes.extend(f"{node.slug}: {n}" for n in prices.notes)
-            except CostInputError as exc:
-                prices = None
-                if notes is not None:
-                    notes.append(f"{node.slug}: no price ({exc})")
-            for opt in sorted(options - {CostOption.self_build}):
-                rate = prices.usd_per_hour(opt) if prices is not None else None
-                mix = None
-                if opt is CostOption.reserved_spot_mix and rate is not None:
-                    assert prices is not None and prices.commit_1yr is not None and prices.spot is not None
-                    mix = ReservedSpotMix(prices.commit_1yr, prices.spot, prices.reserved_fraction,
-                                          prices.gpus_per_instance)  # fmt: skip
-                per_gpu = None if rate is None or prices is None else rate / prices.gpus_per_instance
-                out.setdefault(node.slug, []).append(
-                    Offer(node.slug, "aws", node.slug, opt.value, per_gpu, mix=mix)
-                )
-        if node.kind == "server" and CostOption.self_build in options:
-            rate = usd_per_gpu_hour(cc, node.slug, CostOption.self_build, gpus_per_node=gpn)
-            if rate is not None:  # priced per cluster size when searched (_self_build_at)
-                out.setdefault(node.slug, []).append(
-                    Offer(node.slug, "self-build", node.slug, "self-build", rate)
-                )
-    for p in cc.provider_prices:
-        node = hw.node(p.like_node)
-        if node.accelerator not in accelerators:
-            continue
-        for opt in sorted(options & {CostOption.on_demand, CostOption.commit_1yr, CostOption.commit_3yr}):
-            rate = usd_per_gpu_hour(cc, p.slug, opt, on=o.prices_as_of)
-            out.setdefault(node.slug, []).append(Offer(node.slug, p.provider, p.slug, opt.value, rate))
-    return out
-
-
 def _sizes(request: SizeRequest, gpus_per_node: int) -> np.ndarray:
     """Every whole-node cluster size (GPUs) in the request's range."""
     low, high = parse_range(request.gpus_range)
     nodes = np.arange(max(1, math.ceil(low / gpus_per_node)), int(high // gpus_per_node) + 1, dtype=np.int64)
     return nodes * gpus_per_node
-
-
-def _sample_nodes(nodes: np.ndarray) -> np.ndarray:
-    """The node counts a self-build is priced at before the search (powers of two and the ends of ``nodes``):
-    its capital and opex grow with the cluster (tested), so a size's values are at least those of the largest
-    sample at or below it."""
-    picks = {
-        int(nodes[0]),
-        int(nodes[-1]),
-        *(1 << k for k in range(0, 40) if nodes[0] <= 1 << k <= nodes[-1]),
-    }
-    return np.array(sorted(picks), dtype=np.int64)
-
-
-class _Dominated:
-    """A pair the fastest-plan search's bound shows cannot enter the answer (it is not searched)."""
-
-
-DOMINATED = _Dominated()
-
-
-@dataclass
-class _Pair:
-    """One (node, cluster size) and the offers still in the running, with each offer's bound: (offer, goodput,
-    lowest days, lowest $ on the request's basis)."""
-
-    order: (
-        int  # place in the exhaustive order (node slug, size): ties are ranked as the exhaustive search would
-    )
-    node: Any
-    gpus: int
-    tps_bound: float
-    live: list[tuple[Offer, float, float, float]]
-
-
-class _Goodput:
-    """The reliability model's goodput of a size (and spot's interruptions), computed once: it depends on the plan
-    only through its checkpoint bytes per parameter, which the framework, precision and optimizer fix."""
-
-    def __init__(self, catalog: Catalog, params: int, bytes_per_param: float) -> None:
-        self.catalog, self.params, self.bytes_per_param = catalog, params, bytes_per_param
-        self.cache: dict[tuple[int, int, int], float] = {}
-
-    def __call__(self, gpus: int, nodes: int, offer: Offer) -> float:
-        """Goodput on ``gpus`` in ``nodes`` instances paid through ``offer``: spot's instances (all of them, or the
-        mix's spot share) add their interruptions, as in the cost model."""
-        spot = 0
-        if offer.option == CostOption.spot.value:
-            spot = nodes
-        elif offer.mix is not None:
-            spot = offer.mix.spot_instances(nodes)
-        key = (gpus, nodes, spot)
-        if key not in self.cache:
-            try:
-                self.cache[key] = self.report(gpus, nodes, spot).goodput
-            except (KeyError, ValueError):
-                self.cache[key] = 1.0
-        return self.cache[key]
-
-    def report(self, gpus: int, nodes: int, spot_instances: int = 0):  # noqa: ANN201 - ReliabilityReport
-        return reliability_report(
-            self.catalog.cost, gpus=gpus, nodes=nodes, parameters=self.params,
-            plan_bytes_per_param=self.bytes_per_param, spot_instances=spot_instances,
-        )  # fmt: skip
-
-
-_BOUND_REASONS = (REASON_DEADLINE, REASON_BUDGET)  # codes 1, 2 of a bound table's ``why``
-_DEADLINE_CODE, _BUDGET_CODE = (1 + _BOUND_REASONS.index(r) for r in (REASON_DEADLINE, REASON_BUDGET))
-_NO_PRICE_CODE = len(_BOUND_REASONS) + 1
-
-
-class _BoundTable:
-    """The (node, size) pairs the memory and layout bounds keep, as arrays: per pair its place in the exhaustive
-    order, GPUs, speed bound, and per offer of its node the lower bounds of days and $ and ``why`` it is out (0:
-    live, 1 deadline, 2 budget, 3 no price). Pairs are read in order of their cheapest live bound, then fastest."""
-
-    def __init__(self) -> None:
-        self._parts: list[tuple] = []
-
-    def add(self, node: Any, offers: list[Offer], order: np.ndarray, gpus: np.ndarray, speed: np.ndarray,
-            days: np.ndarray, usd: np.ndarray, why: np.ndarray) -> None:  # fmt: skip
-        self._parts.append((node, offers, order, gpus, speed, days, usd, why))
-
-    def finish(self) -> np.ndarray:
-        """The rows with a live offer, most promising first (the rest are read only if the bounds break)."""
-        width = max((len(part[1]) for part in self._parts), default=1)
-
-        def padded(col: int, fill: float) -> np.ndarray:
-            blocks = [np.pad(part[col], ((0, 0), (0, width - part[col].shape[1])), constant_values=fill)
-                      for part in self._parts]  # fmt: skip
-            return np.concatenate(blocks) if blocks else np.zeros((0, width))
-
-        self.days, self.usd = padded(5, np.inf), padded(6, np.inf)
-        self.why = padded(7, _NO_PRICE_CODE).astype(np.int8)
-        self.part = np.concatenate(
-            [np.full(len(p[3]), i) for i, p in enumerate(self._parts)] or [np.zeros(0)]
-        )
-        self.local = np.concatenate([np.arange(len(p[3])) for p in self._parts] or [np.zeros(0)])
-        self.part, self.local = self.part.astype(np.int64), self.local.astype(np.int64)
-        live = self.why == 0
-        key_usd = np.where(live, self.usd, np.inf).min(axis=1) if len(live) else np.zeros(0)
-        key_days = np.where(live, self.days, np.inf).min(axis=1) if len(live) else np.zeros(0)
-        rows = np.nonzero(live.any(axis=1))[0]
-        return rows[np.lexsort((key_days[rows], key_usd[rows]))]
-
-    def __len__(self) -> int:
-        return len(self.part)
-
-    def row(self, r: int) -> tuple:
-        """(node, offers, order, GPUs, speed bound, the offers' ``why``) of row ``r``."""
-        node, offers, order, gpus, speed, _, _, _ = self._parts[self.part[r]]
-        j = self.local[r]
-        return node, offers, int(order[j]), int(gpus[j]), float(speed[j]), self.why[r]
-
-    def live_count(self, r: int) -> int:
-        return int((self.why[r] == 0).sum())
-
-    def beaten(self, rows: np.ndarray, frontier: Frontier) -> np.ndarray:
-        """Rows whose every live offer the frontier beats at its bound (dead offers count as beaten)."""
-        live = self.why[rows] == 0
-        days = np.where(live, self.days[rows], np.inf)
-        usd = np.where(live, self.usd[rows], np.inf)
-        beats = frontier.beats_many(days.ravel(), usd.ravel()).reshape(days.shape)
-        return (beats | ~live).all(axis=1)
-
-
-def _self_build_floor(
-    catalog: Catalog, offer: Offer, node: Any, nodes: np.ndarray, request: SizeRequest, storage_tb: float
-) -> tuple[Offer | None, np.ndarray, str]:
-    """``offer`` (self-build on ``node``) with its capital and opex at each count of ``nodes`` no greater than the
-    cost model's own (those of the largest sample size at or below; :func:`_sample_nodes`), or None when no sample
-    can be priced; the counts it cannot be priced on (at or above the first sample that cannot be), and why."""
-    gpn = node.accelerators_per_node
-    samples = _sample_nodes(nodes)
-    values, reason, unpriced_from = [], "", math.inf
-    for n in samples.tolist():
-        priced, why = _self_build_at(catalog, offer, node, n * gpn, request, storage_tb)
-        if why:
-            reason, unpriced_from = why, n
-            break
-        sb = priced.self_build
-        life = sb.depreciation_years
-        values.append((sb.capex_usd, sb.capital_total_usd, sb.opex_usd_per_month, priced.usd_per_gpu_hour))
-    unpriced = nodes >= unpriced_from
-    if not values:
-        return None, unpriced, reason
-    at = np.clip(np.searchsorted(samples[: len(values)], nodes, side="right") - 1, 0, None)
-    columns = np.array(values)[at]
-    capital = SelfBuildCapital(
-        capex_usd=columns[:, 0], capital_total_usd=columns[:, 1], opex_usd_per_month=columns[:, 2],
-        depreciation_years=life,
-        use_after_run_years=request.use_after_run_years, runs=request.runs,
-    )  # fmt: skip
-    return replace(offer, usd_per_gpu_hour=float(columns[0, 3]), self_build=capital), unpriced, reason
-
-
-def _unpriced_from(unpriced: dict[str, list], slug: str, gpus: int, reason: str) -> None:
-    """Keep, per self-build node, the smallest cluster the cost model could not price and why."""
-    if gpus < unpriced.setdefault(slug, [math.inf, reason])[0]:
-        unpriced[slug] = [gpus, reason]
-
-
-def _bound_miss(request: SizeRequest, days_bound: float, usd_bound: float) -> str | None:
-    if request.deadline_days is not None and days_bound > request.deadline_days:
-        return REASON_DEADLINE
-    if request.budget_usd is not None and usd_bound > request.budget_usd:
-        return REASON_BUDGET
-    return None
-
-
-def _bound_cluster(catalog: Catalog, node: Any, calibrated: bool) -> Any:
-    """The node's cluster as the plan search builds it (calibrated when asked): what the speed bound reads."""
-    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=node.accelerator,
-                            gpus=node.accelerators_per_node, node=node.slug)  # fmt: skip
-    return apply_calibration(cluster, catalog.calibrations if calibrated else None)[0]
 
 
 def check_size_request(
@@ -514,7 +176,7 @@ def run_size(
     params = counts.total
     state_bytes = params * plan_checkpoint_bytes_per_param(shape)
     offloads = set(OFFLOADS_BY_FRAMEWORK[template.framework]) - {Offload.none}
-    goodput = _Goodput(catalog, params, plan_checkpoint_bytes_per_param(shape))
+    goodput = GoodputCache(catalog, params, plan_checkpoint_bytes_per_param(shape))
     # the dataset and kept checkpoints in object storage and the transfers, as the cost model adds them to every
     # cloud option (a self-build's storage system is sized to the same bytes, in its capex)
     storage = storage_cost(catalog.cost, request.cost_overrides(), request.tokens, params,
@@ -562,7 +224,7 @@ def run_size(
     # speed bound, goodput 1 and a self-build's capital at the largest sample size at or below (both only lower
     # them). The memory, layout, deadline and budget bounds drop sizes here; a pair is refined to its own goodput
     # and self-build price just before it would be searched.
-    table = _BoundTable()
+    table = BoundTable()
     unpriced_self_build: dict[str, list] = {}  # node → [smallest cluster the cost model cannot price, why]
     for i, (node_slug, node_offers) in enumerate(sorted(offers.items())):
         report("bounds", i, len(offers), node_slug)
@@ -576,7 +238,7 @@ def run_size(
             continue
         if not len(sizes):
             continue
-        cluster = clusters[node_slug] = _bound_cluster(catalog, node, request.calibrated)
+        cluster = clusters[node_slug] = bound_cluster(catalog, node, request.calibrated)
         context = f"{cluster.nvlink_domain} " + cluster.model_dump_json(include=BOUND_READS)
         if context not in bounds:  # nodes with the same accelerator, figures and NVLink domain share it
             bounds[context] = speed_bound(arch, cluster, shape, batch=batch, micro_batches=spec.micro_batches,
@@ -604,56 +266,56 @@ def run_size(
         )  # unpruned: a size without a layout is searched anyway
         days = np.full((len(idx), len(node_offers)), np.inf)
         usd = np.full((len(idx), len(node_offers)), np.inf)
-        why = np.zeros((len(idx), len(node_offers)), dtype=np.int8)  # 0 live, else _BOUND_REASONS[why - 1]
+        why = np.zeros((len(idx), len(node_offers)), dtype=np.int8)  # 0 live, else BOUND_REASONS[why - 1]
         for k, offer in enumerate(node_offers):
             floor: Offer | None = offer
             if offer.option == CostOption.self_build.value:
-                floor, unpriced, reason = _self_build_floor(catalog, offer, node, kept_nodes, request,
+                floor, unpriced, reason = self_build_floor(catalog, offer, node, kept_nodes, request,
                                                             storage.stored_tb)  # fmt: skip
                 if unpriced.any():  # from a size the cost model cannot price on (tested: it stays so)
-                    _unpriced_from(unpriced_self_build, node.slug, int(kept[unpriced].min()), reason)
-                    why[unpriced, k] = _NO_PRICE_CODE
+                    note_unpriced(unpriced_self_build, node.slug, int(kept[unpriced].min()), reason)
+                    why[unpriced, k] = NO_PRICE_CODE
             elif offer.usd_per_gpu_hour is None:
                 floor = None
             if floor is None:
-                why[:, k] = _NO_PRICE_CODE
+                why[:, k] = NO_PRICE_CODE
                 continue
             priced_here = why[:, k] == 0
             d, u = bound_point(floor, kept, gpn, speed, 1.0)
             days[priced_here, k], usd[priced_here, k] = d[priced_here], u[priced_here]
-            if prune:  # as _bound_miss: the deadline first, then the budget
+            if prune:  # as bound_miss: the deadline first, then the budget
                 if request.deadline_days is not None:
-                    why[priced_here & (days[:, k] > request.deadline_days), k] = _DEADLINE_CODE
+                    why[priced_here & (days[:, k] > request.deadline_days), k] = DEADLINE_CODE
                 if request.budget_usd is not None:
-                    why[(why[:, k] == 0) & (usd[:, k] > request.budget_usd), k] = _BUDGET_CODE
-        for code, reason in enumerate(_BOUND_REASONS, 1):
+                    why[(why[:, k] == 0) & (usd[:, k] > request.budget_usd), k] = BUDGET_CODE
+        for code, reason in enumerate(BOUND_REASONS, 1):
             lost[reason] += int((why == code).sum())
-        lost[REASON_NO_PRICE] += int((why == _NO_PRICE_CODE).sum())
-        stats["bound_points"] += int(((why > 0) & (why < _NO_PRICE_CODE)).sum())
+        lost[REASON_NO_PRICE] += int((why == NO_PRICE_CODE).sum())
+        stats["bound_points"] += int(((why > 0) & (why < NO_PRICE_CODE)).sum())
         table.add(node, node_offers, first + idx, kept, speed, days, usd, why)
     order = table.finish()
 
-    def refine(row: int, bounded: bool = True) -> _Pair | None:
+    def refine(row: int, bounded: bool = True) -> SizePair | None:
         """The row's pair with each live offer at its own goodput and (self-build) its own price; None when no
         offer is left (the deadline or the budget drops them at those, or the self-build cannot be priced).
         ``bounded=False`` (the bounds broke): every priced offer, none dropped by a bound."""
         node, offers_here, order_, gpus, tps, why_b = table.row(row)
         gpn = node.accelerators_per_node
         nodes = -(-gpus // gpn)
-        pair = _Pair(order_, node, gpus, tps, [])
+        pair = SizePair(order_, node, gpus, tps, [])
         for k, offer in enumerate(offers_here):
-            if why_b[k] == _NO_PRICE_CODE or (why_b[k] and bounded):
+            if why_b[k] == NO_PRICE_CODE or (why_b[k] and bounded):
                 continue
             if offer.option == CostOption.self_build.value:
-                offer, reason = _self_build_at(catalog, offer, node, gpus, request, storage.stored_tb)
+                offer, reason = self_build_at(catalog, offer, node, gpus, request, storage.stored_tb)
                 if reason:
-                    _unpriced_from(unpriced_self_build, node.slug, gpus, reason)
+                    note_unpriced(unpriced_self_build, node.slug, gpus, reason)
                     lost[REASON_NO_PRICE] += 1
                     continue
             g = goodput(gpus, nodes, offer)
             d, u = bound_point(offer, gpus, gpn, tps, g)
             x = (offer, g, float(d), float(u))
-            miss = _bound_miss(request, x[2], x[3]) if prune and bounded else None
+            miss = bound_miss(request, x[2], x[3]) if prune and bounded else None
             if miss:
                 lost[miss] += 1
                 stats["bound_points"] += 1
@@ -662,8 +324,8 @@ def run_size(
         return pair if pair.live else None
 
     def _fastest_within_limits(
-        pair: _Pair, cluster: Cluster, should_stop: Callable[[], bool] | None, dominance: bool
-    ) -> Candidate | None | _Dominated:
+        pair: SizePair, cluster: Cluster, should_stop: Callable[[], bool] | None, dominance: bool
+    ) -> Candidate | None | Dominated:
         """The fastest-plan search of one pair (``fastest`` below); SearchTooLarge past the limits."""
         node, gpus = pair.node, pair.gpus
         if dominance:
@@ -681,7 +343,7 @@ def run_size(
         return found.candidate
 
     def fastest(
-        pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool
+        pair: SizePair, should_stop: Callable[[], bool] | None, dominance: bool
     ) -> Candidate | None | str:
         """The pair's fastest plan that fits (None: none fits), why it was not searched, or DOMINATED when (with
         ``dominance``) the fastest-plan search's own bound — tighter than the speed bound: communication, every
@@ -703,7 +365,7 @@ def run_size(
         except SearchTooLarge as exc:  # the plans to evaluate (not the grid) exceed CAPPLAN_SEARCH_MAX_PLANS
             return str(exc)
 
-    def search_pair(pair: _Pair, should_stop: Callable[[], bool] | None, dominance: bool = False) -> bool:
+    def search_pair(pair: SizePair, should_stop: Callable[[], bool] | None, dominance: bool = False) -> bool:
         """Search the pair and price its plan under each offer; False when it turned out dominated (unsearched)."""
         node, gpn = pair.node, pair.node.accelerators_per_node
         cand = fastest(pair, should_stop, dominance)
@@ -766,7 +428,7 @@ def run_size(
             "broken"
         ]:  # a searched plan beat its speed bound: the bounds are unsafe, search what they dropped
             notes.append("a plan beat its speed bound: every size the bounds had dropped was searched")
-            for reason in (REASON_DOMINATED, *_BOUND_REASONS):
+            for reason in (REASON_DOMINATED, *BOUND_REASONS):
                 lost[reason] = 0  # every size is priced now; choose() counts the misses
             for row in range(len(table)):
                 if row not in searched and (pair := refine(row, bounded=False)) is not None:

@@ -520,7 +520,7 @@ def test_a_size_the_layout_bound_drops_has_no_plan_and_one_it_keeps_has(catalog)
 def test_self_build_prices_grow_with_the_cluster_so_a_smaller_sizes_bound_it(catalog) -> None:
     """The bounds price a self-build size at the largest sample size at or below it: sound only if capex, capital
     and opex never fall as nodes are added, and a size the cost model cannot price has no larger one it can."""
-    from app.services.size import _self_build_at
+    from app.services.size_offers import self_build_at
 
     request = SizeRequest(model="llama3.1-8b", tokens=1e12)
     for slug in ("dgx-h100", "dgx-a100-80gb", "gb200-nvl72"):
@@ -528,7 +528,7 @@ def test_self_build_prices_grow_with_the_cluster_so_a_smaller_sizes_bound_it(cat
         offer = Offer(slug, "self-build", slug, "self-build", 1.0)
         previous, failed = (0.0, 0.0, 0.0), False
         for n in [*range(1, 300), *range(300, 9000, 37)]:
-            priced, why = _self_build_at(catalog, offer, node, n * node.accelerators_per_node, request, 100.0)
+            priced, why = self_build_at(catalog, offer, node, n * node.accelerators_per_node, request, 100.0)
             if why:
                 failed = True
                 continue

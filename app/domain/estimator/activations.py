@@ -37,98 +37,24 @@ re-materialises one whole layer during its backward (``peak_extra_bytes``).
 
 from __future__ import annotations
 
-import math
-from typing import Literal
-
-from pydantic import Field
-
+from app.domain.estimator.activation_terms import (
+    FP32_BYTES,
+    INDEX_BYTES,
+    MASK_BYTES,
+    ActivationTerms,
+    FrameworkStyle,
+    Shape,
+    Terms,
+    check_sizes,
+    default_dropout,
+)
 from app.domain.estimator.plan import Recompute
 from app.domain.estimator.saved_rows import drop_recomputed, fp8_linear_inputs
 from app.domain.model.architecture import Architecture, LayerKind
-from app.domain.provenance import Frozen
-
-FrameworkStyle = Literal["megatron", "torch"]
-
-INDEX_BYTES = 8  # int64 token ids, routing indices
-FP32_BYTES = 4
-MASK_BYTES = 1  # Megatron dropout masks are uint8 / bool
-
-
-class ActivationTerms(Frozen):
-    """One layer's activation memory for one micro-batch on one rank."""
-
-    saved_bytes: int = Field(description="kept from this layer's forward until its backward")
-    peak_extra_bytes: int = Field(
-        description="transient working set during this layer's backward (recomputed tensors + gradients)"
-    )
-    by_component: dict[str, int] = Field(description="saved_bytes split by component; adds up to saved_bytes")
-    formula: str
-
-
-class _Terms:
-    """Accumulates (component, label, symbolic expression, bytes) rows and renders the formula."""
-
-    def __init__(self) -> None:
-        self.rows: list[tuple[str, str, str, int]] = []
-
-    def add(self, component: str, label: str, expr: str, nbytes: int | float) -> None:
-        value = math.ceil(nbytes)
-        if value:
-            self.rows.append((component, label, expr, value))
-
-    def total(self) -> int:
-        return sum(r[3] for r in self.rows)
-
-    def by_component(self) -> dict[str, int]:
-        out: dict[str, int] = {}
-        for component, _, _, value in self.rows:
-            out[component] = out.get(component, 0) + value
-        return out
-
-    def render(self) -> str:
-        return " + ".join(f"{label}[{expr}={value}]" for _, label, expr, value in self.rows) or "0"
-
-
-def _ceil_div(n: int, d: int) -> int:
-    return -(-n // d)
-
-
-def _default_dropout(arch: Architecture, style: FrameworkStyle) -> bool:
-    return style == "megatron" and arch.activation == "gelu"
-
-
-def _check(micro_batch: int, seq_len: int, tp: int, cp: int, act_bytes: int) -> None:
-    for name, value in (("micro_batch", micro_batch), ("seq_len", seq_len), ("tp", tp), ("cp", cp)):
-        if value < 1:
-            raise ValueError(f"{name} must be ≥ 1, got {value}")
-    if act_bytes not in (1, 2, 4):
-        raise ValueError(f"act_bytes must be 1, 2 or 4, got {act_bytes}")
-
-
-class _Shape:
-    """Per-rank sizes shared by the layer terms."""
-
-    def __init__(
-        self, arch: Architecture, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, act_bytes: int
-    ) -> None:
-        self.arch = arch
-        self.b, self.t, self.c, self.sp = micro_batch, tp, cp, sp
-        self.s_local = _ceil_div(seq_len, cp)  # sequence on this CP rank
-        self.s_full = seq_len
-        self.tokens = micro_batch * self.s_local  # T
-        # replicated-across-TP tensors (norm inputs, linear inputs) are split over the sequence with SP
-        self.tokens_rep = micro_batch * _ceil_div(self.s_local, tp) if sp and tp > 1 else self.tokens
-        self.tr = "T/t" if sp and tp > 1 else "T"
-        self.B = act_bytes
-        self.heads = _ceil_div(arch.n_heads, tp)
-        self.kv_heads = _ceil_div(arch.n_kv_heads, tp)
-
-    def sharded(self, width: int) -> int:
-        return _ceil_div(width, self.t)
 
 
 def _norm_terms(
-    terms: _Terms, sh: _Shape, style: FrameworkStyle, n_inputs: int, n_norms: int, width_label: str = "h"
+    terms: Terms, sh: Shape, style: FrameworkStyle, n_inputs: int, n_norms: int, width_label: str = "h"
 ) -> None:
     """Pre-norm inputs (the residual stream) and, for torch, the per-row statistics."""
     arch = sh.arch
@@ -144,7 +70,7 @@ def _norm_terms(
 
 
 def _attention_terms(
-    terms: _Terms, sh: _Shape, style: FrameworkStyle, recompute: Recompute, flash: bool, dropout: bool
+    terms: Terms, sh: Shape, style: FrameworkStyle, recompute: Recompute, flash: bool, dropout: bool
 ) -> None:
     arch = sh.arch
     T, B = sh.tokens, sh.B
@@ -188,7 +114,7 @@ def _attention_terms(
         )
 
 
-def _mla_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle, recompute: Recompute, flash: bool) -> None:
+def _mla_terms(terms: Terms, sh: Shape, style: FrameworkStyle, recompute: Recompute, flash: bool) -> None:
     """Multi-head latent attention: latent projections replicated over TP, heads sharded."""
     arch = sh.arch
     T, B, a_l = sh.tokens, sh.B, sh.heads
@@ -251,8 +177,8 @@ def _fused_swiglu(style: FrameworkStyle, fused_swiglu: bool) -> bool:
 
 
 def _mlp_terms(
-    terms: _Terms,
-    sh: _Shape,
+    terms: Terms,
+    sh: Shape,
     style: FrameworkStyle,
     width: int,
     component: str,
@@ -277,7 +203,7 @@ def _mlp_terms(
     terms.add(component, what, f"{n}·T·(f/t)·B", n * sh.tokens * f_l * sh.B)
 
 
-def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle, fused_swiglu: bool = False) -> None:
+def _moe_terms(terms: Terms, sh: Shape, style: FrameworkStyle, fused_swiglu: bool = False) -> None:
     """Router + top-k routed tokens through the experts + shared experts.
 
     Averaged over expert-parallel ranks, each rank's experts process ``T·k`` token slots (the sum of the
@@ -325,18 +251,18 @@ def _moe_terms(terms: _Terms, sh: _Shape, style: FrameworkStyle, fused_swiglu: b
 
 
 def _layer_terms(
-    sh: _Shape,
+    sh: Shape,
     style: FrameworkStyle,
     kind: LayerKind,
     recompute: Recompute,
     flash: bool,
     dropout: bool,
     fused_swiglu: bool = False,
-) -> _Terms:
+) -> Terms:
     """What one layer saves with no recompute or selective recompute (``recompute`` only changes the
     attention core): norms, attention, the MLP or MoE block, Megatron's MLP-out dropout mask."""
     arch = sh.arch
-    terms = _Terms()
+    terms = Terms()
     _norm_terms(terms, sh, style, 1 if arch.parallel_residual else 2, 2)
     _attention_terms(terms, sh, style, recompute, flash, dropout)
     if kind == "moe":
@@ -353,7 +279,7 @@ def _layer_terms(
     return terms
 
 
-def _selective_op_terms(sh: _Shape, kind: LayerKind) -> _Terms:
+def _selective_op_terms(sh: Shape, kind: LayerKind) -> Terms:
     """torchtitan's per-op selective activation checkpointing (``selective_ac_option = "op"``).
 
     Its policy saves the outputs of every *odd* matmul of a block (the 1st, 3rd, 5th… ``aten.mm`` in forward
@@ -367,7 +293,7 @@ def _selective_op_terms(sh: _Shape, kind: LayerKind) -> _Terms:
     """
     arch = sh.arch
     T, B, h = sh.tokens, sh.B, arch.hidden_size
-    kept = _Terms()
+    kept = Terms()
     kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * h * B)
     if arch.attention == "mla":
         ql = arch.q_lora_rank or 0
@@ -424,7 +350,7 @@ def _selective_op_terms(sh: _Shape, kind: LayerKind) -> _Terms:
     return kept
 
 
-def _grad_working_set(arch: Architecture, kind: LayerKind, sh: _Shape, fused_swiglu: bool = False) -> int:
+def _grad_working_set(arch: Architecture, kind: LayerKind, sh: Shape, fused_swiglu: bool = False) -> int:
     """Gradient tensors alive at once inside one layer's backward (estimate).
 
     The larger of the MLP's (SwiGLU: 3 f-wide grads — 1, the product's, when a fused SwiGLU kernel writes the
@@ -444,7 +370,7 @@ def _grad_working_set(arch: Architecture, kind: LayerKind, sh: _Shape, fused_swi
     return max(mlp, attn) + 2 * T * h * B
 
 
-def _core_recompute_bytes(sh: _Shape, style: FrameworkStyle, flash: bool, dropout: bool) -> int:
+def _core_recompute_bytes(sh: Shape, style: FrameworkStyle, flash: bool, dropout: bool) -> int:
     """What re-running the attention core materialises during a selective-recompute backward."""
     arch = sh.arch
     T, B, a_l = sh.tokens, sh.B, sh.heads
@@ -546,13 +472,13 @@ class LayerActivations:
         kept, again = self.kept(recompute)
         return kept.total(), again + self.grads
 
-    def kept(self, recompute: Recompute) -> tuple[_Terms, int]:
+    def kept(self, recompute: Recompute) -> tuple[Terms, int]:
         """What the layer keeps under ``recompute`` and what its backward re-materialises besides the
         gradients: every term (full and per-op selective recompute), the attention core (selective), nothing
         (no recompute)."""
         sh, full = self.sh, self.full
         if recompute is Recompute.full:
-            kept = _Terms()
+            kept = Terms()
             kept.add("layer_input", "layer input", f"{sh.tr}·h·B", sh.tokens_rep * sh.arch.hidden_size * sh.B)
             return kept, full.total()
         if recompute is Recompute.selective_op:
@@ -564,13 +490,13 @@ class LayerActivations:
             with_core = "core_attn" in modules
             layer = self._layer(Recompute.selective if with_core else Recompute.none)
             kept_rows, dropped = drop_recomputed(layer.rows, modules)
-            terms = _Terms()
+            terms = Terms()
             terms.rows = kept_rows
             core = _core_recompute_bytes(sh, self.style, self.flash, self.dropout) if with_core else 0
             return terms, core + dropped
         return full, 0
 
-    def _layer(self, recompute: Recompute) -> _Terms:
+    def _layer(self, recompute: Recompute) -> Terms:
         terms = _layer_terms(
             self.sh, self.style, self.kind, recompute, self.flash, self.dropout, self.fused_swiglu
         )
@@ -590,16 +516,16 @@ def _setup(
     act_bytes: int,
     style: FrameworkStyle,
     dropout: bool | None,
-) -> tuple[_Shape, FrameworkStyle, bool]:
+) -> tuple[Shape, FrameworkStyle, bool]:
     """The checked arguments of :func:`layer_activation_bytes`: the rank's shape, the style and the dropout."""
-    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
     if kind == "moe" and not arch.is_moe:
         raise ValueError(f"{arch.slug} has no MoE layers")
     if dropout is None:
-        dropout = _default_dropout(arch, style)
+        dropout = default_dropout(arch, style)
     elif dropout and style == "torch":
         raise ValueError("the torch reference model has no dropout; use framework_style='megatron'")
-    return _Shape(arch, micro_batch, seq_len, tp, cp, sp, act_bytes), style, dropout
+    return Shape(arch, micro_batch, seq_len, tp, cp, sp, act_bytes), style, dropout
 
 
 _FORMULAS = {

@@ -4,15 +4,15 @@ conventions (``framework_style``, notation) are those of :mod:`app.domain.estima
 
 from __future__ import annotations
 
-from app.domain.estimator.activations import (
+from app.domain.estimator.activation_terms import (
     FP32_BYTES,
     INDEX_BYTES,
     MASK_BYTES,
     FrameworkStyle,
-    _ceil_div,
-    _check,
-    _default_dropout,
-    _Shape,
+    Shape,
+    ceil_div,
+    check_sizes,
+    default_dropout,
 )
 from app.domain.model.architecture import Architecture
 
@@ -32,11 +32,11 @@ def embedding_activation_bytes(
     """Saved by the first stage before its first layer: token ids (int64, for the embedding backward),
     position ids for learned positions (torch), the embedding-norm input + stats when ``embedding_norm``,
     and Megatron's embedding dropout mask (``s·b·h`` bytes, ÷t with SP) when ``dropout``."""
-    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
     style: FrameworkStyle = framework_style
     if dropout is None:
-        dropout = _default_dropout(arch, style)
-    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+        dropout = default_dropout(arch, style)
+    sh = Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
     total = sh.tokens * INDEX_BYTES
     if arch.position == "learned" and style == "torch":
         total += sh.s_local * INDEX_BYTES
@@ -62,8 +62,8 @@ def head_activation_bytes(
     """Saved by the last stage after its last layer, *excluding* the ``b·s·V`` tensors (see
     :func:`logits_bytes`): the final-norm input (+ stats in torch), the output-GEMM input and the int64
     targets. The output-GEMM input is replicated over TP unless SP."""
-    _check(micro_batch, seq_len, tp, cp, act_bytes)
-    sh = _Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+    check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
+    sh = Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
     stat = (2 * FP32_BYTES if arch.norm == "layernorm" else FP32_BYTES) if framework_style == "torch" else 0
     return sh.tokens_rep * (2 * arch.hidden_size * act_bytes + stat) + sh.tokens * INDEX_BYTES
 
@@ -95,22 +95,19 @@ def logits_bytes(
     computed in the forward and kept for the backward. Llama 3 8B, b=1, s=262,144: chunk 8,192 tokens →
     8192·128256·6 + 262144·4096·2 = 6.30 GB + 2.15 GB.
     """
-    _check(micro_batch, seq_len, tp, cp, act_bytes)
+    check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
     if logits_dtype_bytes not in (2, 4):
         raise ValueError(f"logits_dtype_bytes must be 2 or 4, got {logits_dtype_bytes}")
     if fused_linear:
-        tokens = micro_batch * _ceil_div(seq_len, cp)
+        tokens = micro_batch * ceil_div(seq_len, cp)
         chunk = min(
             tokens,
-            1 << max(0, (_ceil_div(tokens, _ceil_div(arch.vocab_size, arch.hidden_size)) - 1).bit_length()),
+            1 << max(0, (ceil_div(tokens, ceil_div(arch.vocab_size, arch.hidden_size)) - 1).bit_length()),
         )
         return (
-            chunk * _ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
+            chunk * ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
             + tokens * arch.hidden_size * act_bytes
         )
     return (
-        micro_batch
-        * _ceil_div(seq_len, cp)
-        * _ceil_div(arch.vocab_size, tp)
-        * (act_bytes + logits_dtype_bytes)
+        micro_batch * ceil_div(seq_len, cp) * ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
     )

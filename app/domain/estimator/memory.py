@@ -24,12 +24,8 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from app.domain.estimator.activations import (
-    ActivationTerms,
-    LayerActivations,
-    framework_style_for,
-    layer_activation_bytes,
-)
+from app.domain.estimator.activation_terms import ActivationTerms
+from app.domain.estimator.activations import LayerActivations, framework_style_for, layer_activation_bytes
 from app.domain.estimator.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding
 from app.domain.model.architecture import Architecture
 from app.domain.provenance import Frozen
