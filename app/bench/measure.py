@@ -1,4 +1,5 @@
-"""Measurements on the torch reference model: saved activations, model-state bytes, FSDP2 state bytes on CPU.
+"""Measurements on the torch reference model: saved activations, live bytes, model-state bytes, FSDP2 state
+bytes on CPU.
 
 These are ground truth for the pure formulas in ``app.domain.activations`` and ``app.domain.sharding`` (the
 tests compare them) and what the benchmark runner reports back to the app.
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,6 +27,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_map_only
 
 from app.bench.model import lm_loss
 
@@ -171,6 +175,46 @@ def saved_activation_bytes(
         after_blocks=sum(r.counted_bytes for r in records if r.scope == AFTER),
         tensors=tuple(records),
     )
+
+
+# -- live bytes ---------------------------------------------------------------------------------------------
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes of the tensors created under the mode that are alive, and their peak: each new storage an op
+    returns is counted at its full ``nbytes`` until it is garbage-collected (``weakref.finalize``). Tensors
+    made before the mode (inputs, weights) are not counted. On CPU this stands in for
+    ``torch.cuda.memory_allocated`` / ``max_memory_allocated`` of what runs under it, without the allocator's
+    rounding."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._live: dict[int, int] = {}
+        self.current = 0
+        self.peak = 0
+
+    def reset_peak(self) -> None:
+        self.peak = self.current
+
+    def _track(self, t: torch.Tensor) -> None:
+        if t.device.type == "meta":
+            return
+        storage = t.untyped_storage()
+        key, nbytes = storage.data_ptr(), storage.nbytes()
+        if nbytes == 0 or key in self._live:
+            return
+        self._live[key] = nbytes
+        self.current += nbytes
+        self.peak = max(self.peak, self.current)
+        weakref.finalize(storage, self._free, key)
+
+    def _free(self, key: int) -> None:
+        self.current -= self._live.pop(key, 0)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001, ANN204
+        out = func(*args, **(kwargs or {}))
+        tree_map_only(torch.Tensor, self._track, out)
+        return out
 
 
 # -- model states -------------------------------------------------------------------------------------------

@@ -72,12 +72,14 @@ PLAN_HELP = {
     "shard_group_size": "HSDP shard group size",
     "micro_batch": "sequences per micro-batch",
     "fused_kernels": "default: by framework",
+    "fused_loss": "default: as --fused-kernels/--eager",
     "oversubscription": "fat-tree oversubscription",
     "power_limit_w": "GPU power cap in W",
 }
 
 PLAN_FLAGS = {
     "fused_kernels": Flag(decls=("--fused-kernels/--eager",)),
+    "fused_loss": Flag(decls=("--fused-loss/--eager-loss",)),
     "allow_tp_across_nodes": Flag(decls=("--allow-tp-across-nodes",)),
 }
 """The plan fields' flags, shared by every command that takes them."""

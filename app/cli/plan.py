@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 plan_app = typer.Typer(add_completion=False)
 
-NOT_SEARCH_OPTIONS = ("flash_attention", "fused_kernels", "offloads", "max_tp")
+NOT_SEARCH_OPTIONS = ("flash_attention", "fused_kernels", "fused_loss", "offloads", "max_tp")
 """Search fields the command line leaves at their defaults (the API and the planner set them)."""
 SEARCH_FIELDS = tuple(
     name

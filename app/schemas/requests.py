@@ -94,6 +94,11 @@ class EstimateRequest(StrictNumbers):
     optimizer: Optimizer = Optimizer.adamw
     framework: Framework = Framework.fsdp2
     fused_kernels: bool | None = None
+    fused_loss: bool | None = Field(
+        default=None,
+        description="cross-entropy as a fused or compiled kernel rather than eager fp32 log-softmax (default: as "
+        "fused_kernels)",
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
@@ -286,6 +291,11 @@ class PlanSearchRequest(StrictNumbers):
     optimizer: Optimizer = Optimizer.adamw
     flash_attention: bool = True
     fused_kernels: bool | None = None
+    fused_loss: bool | None = Field(
+        default=None,
+        description="cross-entropy as a fused or compiled kernel rather than eager fp32 log-softmax (default: as "
+        "fused_kernels)",
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",

@@ -232,7 +232,7 @@ def search_spec(
     return SearchSpec(
         gpus=tuple(sizes), global_batches=tuple(batch_sizes(request)), seq_len=request.seq_len,
         framework=request.framework, precision=request.precision, optimizer=request.optimizer,
-        flash_attention=request.flash_attention, fused_kernels=request.fused_kernels,
+        flash_attention=request.flash_attention, fused_kernels=request.fused_kernels, fused_loss=request.fused_loss,
         fused_cross_entropy=request.fused_cross_entropy, attention_kernel=request.attention_kernel,
         grad_reduce_bf16=request.grad_reduce_bf16, fused_swiglu=request.fused_swiglu,
         moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap,

@@ -21,12 +21,17 @@ torch = pytest.importorskip("torch")
 
 from torch.nn.attention import SDPBackend, sdpa_kernel  # noqa: E402
 
-from app.bench.measure import saved_activation_bytes  # noqa: E402
+from app.bench.measure import LiveBytes, saved_activation_bytes  # noqa: E402
 from app.bench.model import build_model, layer_scale, lm_loss, scaled_arch  # noqa: E402
 from app.domain.catalog.load import load_architectures  # noqa: E402
 from app.domain.catalog.toml_io import load_sources  # noqa: E402
 from app.domain.estimator.activations import layer_activation_bytes  # noqa: E402
-from app.domain.estimator.head_activations import embedding_activation_bytes, head_activation_bytes  # noqa: E402
+from app.domain.estimator.head_activations import (  # noqa: E402
+    embedding_activation_bytes,
+    head_activation_bytes,
+    logits_bytes,
+    loss_peak_bytes,
+)
 from app.domain.estimator.plan import Recompute  # noqa: E402
 from app.domain.model.architecture import Architecture, architecture_by_slug  # noqa: E402
 from app.domain.model.counts import parameter_counts  # noqa: E402
@@ -393,3 +398,45 @@ def test_per_op_selective_recompute_matches_torch_selective_checkpointing(
     assert 0 <= measured - formula.saved_bytes <= 8192, (measured, formula.formula)
     out.float().sum().backward()  # the recompute path runs
     assert x.grad is not None
+
+
+@pytest.mark.parametrize("keep_logits", [False, True])
+def test_eager_cross_entropy_peaks_at_12_bytes_a_logit_in_its_backward(keep_logits: bool) -> None:
+    """Eager ``lm_loss`` (fp32 upcast + cross-entropy) on bf16 logits from the output GEMM, b=2, s=256, V=1,000:
+    what it holds after the forward is ``logits_bytes`` (2 B bf16 logits + 4 B fp32 log-probs = 6 B a logit),
+    and its backward, started after the caller frees the logits as torchtitan does, peaks at
+    ``loss_peak_bytes(eager=True)`` = 12 B a logit (log-probs + their gradient + the logits' fp32 gradient);
+    a caller that keeps the logits holds 2 B more (14 B). Counted above what the GEMM itself keeps; the only
+    other bytes are the int64 targets the loss keeps (counted by head_activation_bytes) and 0-d tensors."""
+    arch = tiny()
+    b, s = 2, 256
+    h, v = arch.hidden_size, arch.vocab_size
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(v, h, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(0))
+    live = LiveBytes()
+    with live:
+        logits = x @ w.t()
+        # what the GEMM keeps besides its output (the CPU kernel's contiguous copies of its inputs; views on CUDA)
+        gemm = live.current - logits.untyped_storage().nbytes()
+        loss = lm_loss(logits, targets)
+        after_forward = live.current - gemm
+        if not keep_logits:
+            del logits
+        start = live.current
+        live.reset_peak()
+        loss.backward()
+    saved = logits_bytes(arch, micro_batch=b, seq_len=s)
+    small = (
+        b * s * 8 + 64
+    )  # int64 targets the loss keeps (head_activation_bytes counts them), 0-d loss tensors
+    assert 0 <= after_forward - saved <= small, (after_forward, saved)
+    peak = loss_peak_bytes(arch, micro_batch=b, seq_len=s, eager=True)
+    assert peak == b * s * v * 12
+    held = peak + (b * s * v * 2 if keep_logits else 0)
+    assert 0 <= live.peak - gemm - held <= small, (live.peak, gemm, held, start)
+    # fused / compiled losses and fused linear cross-entropy hold no more than they save
+    assert loss_peak_bytes(arch, micro_batch=b, seq_len=s) == saved
+    assert loss_peak_bytes(arch, micro_batch=b, seq_len=s, fused_linear=True, eager=True) == logits_bytes(
+        arch, micro_batch=b, seq_len=s, fused_linear=True
+    )

@@ -21,7 +21,7 @@ import yaml
 
 from app.domain.catalog import load_catalog
 from app.domain.estimator.estimate import build_cluster, estimate
-from app.domain.estimator.plan import Plan, Recompute
+from app.domain.estimator.plan import Plan, Precision, Recompute
 from app.domain.export import (
     EXPORT_FORMATS,
     PLAN_SCHEMA,
@@ -301,7 +301,11 @@ def test_torchtitan_module_is_consistent(name: str, monkeypatch: pytest.MonkeyPa
             p.recompute.value
         ]
     )
-    assert cfg.compile.enable is (p.uses_fused_kernels or p.precision.value == "fp8")
+    compile_model = p.uses_fused_kernels or p.precision.value == "fp8"
+    compile_loss = compile_model if p.fused_loss is None else p.fused_loss
+    assert cfg.compile.enable is (compile_model or compile_loss)
+    assert ("model" in cfg.compile.components) is compile_model
+    assert ("loss" in cfg.compile.components) is (compile_loss or not compile_model)
     assert ("fp8" in repr(cfg.model_spec.converters)) is (p.precision.value == "fp8")
     assert tr.mixed_precision_param == ("float32" if p.precision.value == "fp32" else "bfloat16")
     assert par.expert_parallel_degree == p.ep
@@ -321,6 +325,24 @@ def test_torchtitan_module_is_consistent(name: str, monkeypatch: pytest.MonkeyPa
         assert layers == [f"layers.{i}" for i in range(arch.n_layers)]
     else:
         assert tr.local_batch_size == p.micro_batch
+
+
+@pytest.mark.parametrize(("fused_kernels", "fused_loss", "enable", "components"), [
+    (True, None, True, ["model", "loss"]),
+    (True, False, True, ["model"]),
+    (False, True, True, ["loss"]),
+    (False, None, False, ["loss"]),
+])  # fmt: skip
+def test_torchtitan_compiles_the_loss_the_plan_estimated(
+    fused_kernels, fused_loss, enable, components, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """compile.components names the loss exactly when the estimate ran a fused (compiled) loss."""
+    doc = DOCS[TITAN_DOCS[0]]
+    plan = doc.plan.model_copy(
+        update={"fused_kernels": fused_kernels, "fused_loss": fused_loss, "precision": Precision.bf16}
+    )
+    cfg = run_torchtitan_module(doc.model_copy(update={"plan": plan}), monkeypatch)
+    assert cfg.compile.enable is enable and cfg.compile.components == components
 
 
 def test_torchtitan_stage_split_counts_only_transformer_layers() -> None:

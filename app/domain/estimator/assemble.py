@@ -29,6 +29,7 @@ from app.domain.estimator.head_activations import (
     embedding_activation_bytes,
     head_activation_bytes,
     logits_bytes,
+    loss_peak_bytes,
 )
 from app.domain.estimator.memory import StageMemory, exact_fsdp2, layer_activations, state_bytes_per_param
 from app.domain.estimator.network import link_speeds, plan_groups
@@ -117,6 +118,7 @@ class KeyWork:
     embedding_act: float
     head_act: float
     logits: float
+    loss_peak: float
 
 
 def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
@@ -138,6 +140,9 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
         logits=logits_bytes(arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy),
+        loss_peak=loss_peak_bytes(
+            arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, eager=not plan.uses_fused_loss
+        ),
     )  # fmt: skip
 
 
@@ -167,6 +172,10 @@ def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share:
         return share * totals[kind][0] + (1 - share) * kept[kind][0]
 
     peak_extra = max(t[1] for t in (*totals.values(), *kept.values()))
+    # The last stage's loss term: the saved logits, or the eager loss's backward peak where that is larger than
+    # the saved logits plus a layer's recompute transient (the two never coexist: the loss's tensors are freed
+    # before the first layer's backward runs).
+    logits = max(w.logits, w.loss_peak - peak_extra)
     rec = share if full else 1.0
     dense, moe = w.dense, w.moe
     # the ring runs again for each recomputed attention forward: full recompute (its share of the layers) and
@@ -175,7 +184,7 @@ def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share:
     zero = 0.0
     return KeyQ(
         saved_dense=saved("dense"), saved_moe=saved("moe"), peak_extra=peak_extra,
-        embedding_act=w.embedding_act, head_act=w.head_act, logits=w.logits,
+        embedding_act=w.embedding_act, head_act=w.head_act, logits=logits,
         fwd_dense=dense.fwd_s if dense else zero, bwd_dense=dense.bwd_s if dense else zero,
         rec_dense=rec * dense.recompute_s(arch, recompute) if dense else zero,
         attn_dense=dense.attention_fwd_s if dense else zero,

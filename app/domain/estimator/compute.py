@@ -432,7 +432,7 @@ def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float,
     precision = Precision.bf16 if plan.precision is Precision.fp8 else plan.precision
     fwd, bwd = GemmRates.of(cluster, precision).fwd_bwd(tokens, arch.vocab_size / plan.tp, arch.hidden_size)
     # logit traffic (forward and backward together) split evenly between the passes
-    ce_traffic = TRAFFIC_BYTES[plan.uses_fused_kernels]["logit"] * tokens * arch.vocab_size / plan.tp
+    ce_traffic = TRAFFIC_BYTES[plan.uses_fused_loss]["logit"] * tokens * arch.vocab_size / plan.tp
     ce = ce_traffic / (cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency)
     return fwd + ce / 2, bwd + ce / 2
 

@@ -165,6 +165,20 @@ class Estimate(Frozen):
     assumptions: tuple[Assumption, ...]
 
 
+def _logits_formula(plan: Plan) -> str:
+    if plan.fused_cross_entropy:
+        return (
+            "last stage: one token chunk's logits (16-bit + fp32) + the output GEMM's input gradient (b·s·h)"
+        )
+    saved = "b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy)"
+    if plan.uses_fused_loss:
+        return f"last stage: {saved}"
+    return (
+        f"last stage: the larger of {saved} + one layer's backward working set, and eager cross-entropy's "
+        "backward peak b·(s/cp)·(V/tp)·12 B (fp32 log-probs, their gradient and the logits' gradient)"
+    )
+
+
 def _memory_formulas(arch: Architecture, cluster: Cluster, plan: Plan) -> dict[str, str]:
     per = state_bytes_per_param(plan)
     sh = plan.sharding
@@ -179,7 +193,7 @@ def _memory_formulas(arch: Architecture, cluster: Cluster, plan: Plan) -> dict[s
         "embedding ÷ tp, the last the output layer ÷ tp (a tied embedding is copied there when pp > 1)",
         "activations": "per layer × layers on the rank × in-flight micro-batches (+ one layer's backward working "
         "set): " + " | ".join(f"{k}: {t.formula}" for k, t in terms.items()),
-        "logits": "last stage: b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy)",
+        "logits": _logits_formula(plan),
         "gathered params": "FSDP/ZeRO-3: 2 units (current + prefetch) in 16-bit + one unit's unsharded gradient; "
         "FSDP2 keeps the root unit (embedding, output) gathered; SHARD_GRAD_OP keeps all units gathered",
         "runtime": f"CUDA context {rt.cuda_context_bytes / 2**30:.2f} GiB + NCCL {rt.nccl_bytes_per_communicator / 2**30:.2f} "

@@ -111,3 +111,43 @@ def logits_bytes(
     return (
         micro_batch * ceil_div(seq_len, cp) * ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
     )
+
+
+def loss_peak_bytes(
+    arch: Architecture,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    act_bytes: int = 2,
+    fused_linear: bool = False,
+    eager: bool = False,
+) -> int:
+    """The loss's largest moment on the last stage, per rank: what the ``b·s·V`` tensors occupy at once.
+
+    Eager PyTorch cross-entropy on upcast logits (``F.cross_entropy(logits.float(), targets)``, ``eager``) peaks
+    at the start of its backward with three fp32 ``b·s·V`` tensors: the log-probabilities ``log_softmax`` saved,
+    their gradient (``nll_loss`` backward writes a dense tensor) and the gradient of the upcast logits that
+    ``log_softmax`` backward allocates — ``b·(s/c)·(V/t)·12`` bytes, twice :func:`logits_bytes`' saved 6 B per
+    logit. The 16-bit logits themselves are gone by then when the caller frees them before the backward, as
+    torchtitan's train step does (``del pred``); a caller that keeps them (Hugging Face's model output) holds
+    ``act_bytes`` more per logit. Measured with torch 2.13 on CPU (tests/bench/test_activation_ground_truth.py):
+    10 B per logit during the forward, 6 B saved after it, 12 B at the backward's start. Example: Llama 3
+    (V=128,256), b=1, s=8192 → 8192·128256·12 = 12,608,077,824 B ≈ 11.7 GiB, 5.9 GiB above the saved logits.
+
+    Fused or compiled cross-entropy (Megatron's vocab-parallel kernel, Transformer Engine, torch.compile) and
+    fused linear cross-entropy (``fused_linear``) never hold more than they save: :func:`logits_bytes`.
+    """
+    saved = logits_bytes(
+        arch,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        cp=cp,
+        act_bytes=act_bytes,
+        fused_linear=fused_linear,
+    )
+    if fused_linear or not eager:
+        return saved
+    return max(saved, micro_batch * ceil_div(seq_len, cp) * ceil_div(arch.vocab_size, tp) * 3 * FP32_BYTES)

@@ -180,6 +180,12 @@ class Plan(Frozen):
         description="fused norm/rotary/activation/cross-entropy kernels (torch.compile, TransformerEngine); "
         "None = the framework's default (Megatron and DeepSpeed fused, FSDP2 eager)",
     )
+    fused_loss: bool | None = Field(
+        default=None,
+        description="the cross-entropy as one fused or compiled kernel (Megatron's vocab-parallel loss, "
+        "torch.compile of the loss) instead of eager PyTorch's fp32 log-softmax and its gradients; None = as "
+        "fused_kernels (torchtitan compiled only the model until 2025-04, the loss since)",
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="fused linear cross-entropy (Liger-Kernel's FusedLinearCrossEntropy, Cut Cross-Entropy): the "
@@ -220,6 +226,11 @@ class Plan(Frozen):
         if self.fused_kernels is not None:
             return self.fused_kernels
         return self.framework is not Framework.fsdp2
+
+    @property
+    def uses_fused_loss(self) -> bool:
+        """The loss runs fused (or compiled): :attr:`fused_loss`, else :attr:`uses_fused_kernels`."""
+        return self.uses_fused_kernels if self.fused_loss is None else self.fused_loss
 
     def layers_per_chunk(self, n_layers: int) -> int:
         """Layers of the largest pipeline chunk: ⌈n_layers / (pp·vpp)⌉."""

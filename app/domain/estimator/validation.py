@@ -142,6 +142,13 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     fused = None
     if str(run.framework) == "composer" or "torch.compile" in run.optimizations:
         fused = True
+    # torchtitan's training.compile compiled the transformer blocks only until 2025-04-02 (the loss's
+    # torch.compile stayed commented out; pytorch/torchtitan bbb1b616e, PR #1033, compiles it since): a compiled
+    # torchtitan run published before then ran eager cross-entropy.
+    fused_loss = None
+    if fused and str(run.framework) == "torchtitan" and run.as_of < "2025-04":
+        fused_loss = False
+        notes.append("eager cross-entropy: torchtitan compiled only the model before 2025-04 (PR #1033)")
     precision = (
         Precision(str(run.precision))
         if str(run.precision) in Precision._value2member_map_
@@ -165,7 +172,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         sequence_parallel=run.sequence_parallel, moe_dispatcher=MoeDispatcher(run.moe_dispatcher),
         recompute_modules=run.recompute_modules if recompute is Recompute.selective else None,
         moe_a2a_overlap=run.moe_a2a_overlap, flash_attention=flash, precision=precision, framework=framework,
-        fused_kernels=fused, attention_kernel=kernel,
+        fused_kernels=fused, fused_loss=fused_loss, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
         grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations,
     )  # fmt: skip

@@ -256,10 +256,12 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
             f"    config.parallelism.module_fqns_per_model_part = {_py(stage_modules(arch.n_layers, stages))}",
         ]
     ac = f"{ac_class}.Config()" if ac_class else "None"
-    components = ["model", "loss"] if compile_model else ["loss"]
+    # the loss compiles with the model unless the plan says otherwise (fused_loss: the estimate's loss kernel)
+    compile_loss = compile_model if p.fused_loss is None else p.fused_loss
+    components = [c for c, on in (("model", compile_model), ("loss", compile_loss)) if on] or ["loss"]
     lines += [
         f"    config.activation_checkpoint = {ac}",
-        f"    config.compile = CompileConfig(enable={compile_model}, components={_py(components)})",
+        f"    config.compile = CompileConfig(enable={compile_model or compile_loss}, components={_py(components)})",
         f"    # checkpoint every {interval} steps: {interval_note}; a restart resumes from the latest step",
         "    config.checkpoint = CheckpointManager.Config(",
         f"        enable=True, folder={_py(CHECKPOINT_DIR)}, interval={interval}, async_mode={_py('async')},",

@@ -71,6 +71,7 @@ class SearchSpec(Frozen):
     optimizer: Optimizer = Optimizer.adamw
     flash_attention: bool = True
     fused_kernels: bool | None = None
+    fused_loss: bool | None = None  # None: as fused_kernels
     fused_cross_entropy: bool = False
     fused_swiglu: bool = False  # Liger-Kernel's SwiGLU in a PyTorch model (activations only)
     grad_reduce_bf16: bool = False  # Megatron: bf16 gradient buffers and reduce (NeMo's performance recipes)
