@@ -201,3 +201,24 @@ def test_torchtitan_compiled_runs_before_2025_04_keep_an_eager_loss() -> None:
     assert new.fused_kernels is True and new.fused_loss is None and new.uses_fused_loss
     eager, _ = run_plan(runs["torchtitan-llama3.1-8b-8gpu-fsdp"])
     assert eager.fused_loss is None and not eager.uses_fused_loss
+
+
+@pytest.mark.parametrize(("sequence_parallel", "extra"), [(True, 1), (False, 2)])
+def test_per_op_selective_recompute_regathers_tp_inputs(sequence_parallel: bool, extra: int) -> None:
+    """torchtitan's per-op AC saves matmul, attention and reduce-scatter outputs but not all-gathers or
+    all-reduces (``_save_list`` at e846b69, 2024-12): under ``selective-op`` a TP layer's backward repeats its
+    two input all-gathers with sequence parallelism (= 1 all-reduce of the same tensor on a ring), its two
+    all-reduces without. A layer's TP traffic is 4 all-reduce equivalents without recompute (2 forward, 2
+    backward) and 6 under full recompute, so Llama 3.1 8B at tp 8 on one H100 node exposes 5/4 (SP) or 6/4 of
+    the no-recompute TP time under selective-op; Megatron-style ``selective`` repeats none of it."""
+    arch = CATALOG.architecture("llama3.1-8b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8)
+    base = Plan(tp=8, dp=1, micro_batch=1, global_batch=1, seq_len=8192, sequence_parallel=sequence_parallel)
+
+    def tp_s(recompute: Recompute) -> float:
+        return estimate(arch, cluster, base.model_copy(update={"recompute": recompute})).step.tp_exposed_s
+
+    none = tp_s(Recompute.none)
+    assert tp_s(Recompute.selective_op) == pytest.approx(none * (4 + extra) / 4, rel=1e-9)
+    assert tp_s(Recompute.full) == pytest.approx(none * 6 / 4, rel=1e-9)
+    assert tp_s(Recompute.selective) == pytest.approx(none, rel=1e-9)

@@ -90,6 +90,9 @@ class PlanQ:
     recompute_moe: Num = (
         False  # Megatron's "moe" recompute module: the layer's dispatch and combine run again
     )
+    recompute_selective_op: Num = (
+        False  # torchtitan's per-op AC: its TP all-gathers run again (tp_recompute_ar)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -276,11 +279,22 @@ def _group(xp, size: Num, stride: Num, c: Consts, ring: bool = True) -> tuple[Nu
     return size, per_domain, nodes, bw, hop
 
 
+def tp_recompute_ar(xp, sequence_parallel: Num) -> Num:
+    """All-reduce equivalents of TP traffic a layer's backward repeats under torchtitan's per-op selective
+    activation checkpointing (``selective-op``): its policy saves matmul, attention and reduce-scatter outputs but
+    not all-gathers or all-reduces (torchtitan ``_save_list``, parallelize_llama.py at e846b69, 2024-12; still so in
+    activation_checkpoint.py's ``comm_ops``), so the backward regathers what the saved-for-backward tensors need.
+    With sequence parallelism that is the attention's and the MLP's input all-gathers (2 all-gathers = 1 all-reduce
+    of the same tensor: ring bytes ``(t−1)/t·n`` each against ``2·(t−1)/t·n``); without it, the two all-reduces
+    after the row-parallel GEMMs, whose outputs feed the residual stream the recomputed norms read (2)."""
+    return xp.where(sequence_parallel, 1.0, 2.0)
+
+
 def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     """Plan-level communication: per-layer TP/CP/EP times, the groups FSDP/DP use, the PP transfer."""
     tokens = pq.micro_batch * pq.seq_len / pq.cp
     tp_group = _group(xp, pq.tp, 1, c)
-    n_ar = 4 + 2 * pq.recompute_full
+    n_ar = 4 + 2 * pq.recompute_full + pq.recompute_selective_op * tp_recompute_ar(xp, pq.sequence_parallel)
     tp_layer = n_ar * collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
     # Context parallelism: one rank's K and V block (the ring's unit of transfer), sent to one peer per step; the
     # running dK/dV travels with it in the backward (context_parallel.py)

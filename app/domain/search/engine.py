@@ -112,6 +112,7 @@ def _plan_arrays(
         offload_optimizer=col(off == OFFLOADS.index(Offload.optimizer_cpu)),
         offload_params=col(off == OFFLOADS.index(Offload.params_cpu)), offload_nvme=col(off == OFFLOADS.index(Offload.nvme)),
         recompute_full=col(g["rc"] == RECOMPUTES.index(Recompute.full)), sequence_parallel=col(tp > 1),
+        recompute_selective_op=col(g["rc"] == RECOMPUTES.index(Recompute.selective_op)),
         exact=col(exact), exact_params=col(e_params), exact_grads=col(e_grads), exact_optimizer=col(e_opt),
         ep_dedup=spec.moe_dispatcher.dedups_per_node,
         ep_a2a_overlap=col(spec.a2a_overlap(ep, pp, vpp, g["rc"] == RECOMPUTES.index(Recompute.full))),
@@ -124,7 +125,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, sharding=sharding, shard_group_size=shard_group_size,
         offload=offload, micro_batch=micro_batch, global_batch=batch, seq_len=spec.seq_len, recompute=recompute,
         sequence_parallel=tp > 1, flash_attention=spec.flash_attention, precision=spec.precision,
-        optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels,
+        optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels, fused_loss=spec.fused_loss,
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
         grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, moe_dispatcher=spec.moe_dispatcher,
         moe_a2a_overlap=bool(spec.a2a_overlap(ep, pp, vpp, recompute is Recompute.full)),
@@ -146,7 +147,7 @@ def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> di
         # every node of one accelerator shares the entries (tests/domain/test_sizing.py checks the independence)
         cluster.model_dump_json(include={"accelerator", "efficiency", "scale", "stacks", "power_limit_w", "runtime"}),
         spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
-                                      "fused_kernels", "fused_cross_entropy", "attention_kernel",
+                                      "fused_kernels", "fused_loss", "fused_cross_entropy", "attention_kernel",
                                       "grad_reduce_bf16", "fused_swiglu"}),
     )  # fmt: skip
     table = _KEY_Q_CACHE.get(ctx)
