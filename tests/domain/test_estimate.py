@@ -222,3 +222,36 @@ def test_per_op_selective_recompute_regathers_tp_inputs(sequence_parallel: bool,
     assert tp_s(Recompute.selective_op) == pytest.approx(none * (4 + extra) / 4, rel=1e-9)
     assert tp_s(Recompute.full) == pytest.approx(none * 6 / 4, rel=1e-9)
     assert tp_s(Recompute.selective) == pytest.approx(none, rel=1e-9)
+
+
+def _with_stack(cluster, framework: str, **update):
+    stacks = tuple(s.model_copy(update=update) if s.slug == framework else s for s in cluster.stacks)
+    return cluster.model_copy(update={"stacks": stacks})
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_deepspeed_gathers_in_its_step_and_reduces_after_its_pipeline(pp: int) -> None:
+    """DeepSpeed ZeRO-1 (sources DEEPSPEED-ZERO-STEP, DEEPSPEED-PIPE-ENGINE): the optimizer step all-gathers the
+    updated parameters before returning, and the pipeline engine (pp > 1) reduces gradients only after its
+    schedule's last backward. Those collectives are then whole on the critical path: the exposed DP time equals
+    the collectives' seconds C. The same stack with the flags off and nothing overlapped (dp_overlap 0) exposes
+    C plus its last bucket, C·(1 + 1/L) with L = the stage's layers, per collective — so the two differ exactly by
+    that factor when both collectives are whole (pp > 1), and only by the gather's when the reduce still overlaps
+    (pp = 1, where the reduce-scatter keeps its overlap)."""
+    arch = CATALOG.architecture("llama3.1-70b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="a100-80gb", gpus=64)
+    plan = Plan(tp=8, pp=pp, dp=8 // pp, micro_batch=1, global_batch=64, seq_len=4096, recompute=Recompute.full,
+                framework=Framework.deepspeed, sharding=Sharding.zero1)  # fmt: skip
+    layers = arch.n_layers // pp
+
+    def dp_s(**stack) -> float:
+        return estimate(arch, _with_stack(cluster, "deepspeed", **stack), plan).step.dp_exposed_s
+
+    whole = dp_s(dp_overlap=0.0)
+    unflagged = dp_s(dp_overlap=0.0, pp_grad_reduce_after_schedule=False, param_gather_in_step=False)
+    if pp > 1:
+        assert unflagged == pytest.approx(whole * (1 + 1 / layers), rel=1e-9)
+    else:
+        assert whole < unflagged < whole * (1 + 1 / layers)
+    # with the stack's own overlap share, the flags still add exposed time
+    assert dp_s() > dp_s(pp_grad_reduce_after_schedule=False, param_gather_in_step=False)

@@ -95,6 +95,18 @@ class StackProfile(CatalogEntry):
         description="each pipeline stage sends and receives one transfer after another (DeepSpeed's pipeline "
         "engine: four blocking transfers per micro-batch on an inner stage); False = a send paired with a receive",
     )
+    pp_grad_reduce_after_schedule: bool = Field(
+        default=False,
+        description="with pipeline parallelism, gradients are reduced over data parallelism only after the last "
+        "micro-batch's backward, on the critical path (DeepSpeed's pipeline engine turns the backward all-reduce "
+        "off and runs ReduceGrads at the end of its TrainSchedule); False = during the last backward",
+    )
+    param_gather_in_step: bool = Field(
+        default=False,
+        description="a sharded optimizer all-gathers the updated 16-bit parameters inside its step, before the "
+        "next forward can start (DeepSpeed ZeRO-1/2 and its BF16 optimizer); False = overlapped with the next "
+        "step's first forward (Megatron's distributed optimizer with overlap_param_gather)",
+    )
 
 
 class ScaleTerms(CatalogEntry):

@@ -163,6 +163,12 @@ class Consts:
     cp_dkv_ratio: float = 1.0  # dK/dV bytes on the ring's wire per K/V byte
     pp_overlap_interleaved: bool = False  # interleaved schedule: sends/receives posted asynchronously
     pp_serial_p2p: bool = False  # the stack's pipeline stages send and receive one transfer after another
+    pp_grad_reduce_after_schedule: bool = (
+        False  # pp > 1: gradients reduced after the last backward (DeepSpeed)
+    )
+    param_gather_in_step: bool = (
+        False  # sharded optimizer: updated parameters gathered inside the step (DeepSpeed)
+    )
     prefetch_bucket_params: float = 0.0  # ZeRO-3: parameters fetched ahead of use (0: a whole unit, as FSDP)
 
 
@@ -466,21 +472,20 @@ def rank_time(
     # DDP all-reduces the gradients during the last micro-batch's backward; a sharded optimizer (ZeRO-1/2,
     # Megatron's distributed optimizer) reduce-scatters them there and all-gathers the updated parameters during
     # the next step's first forward. Under an interleaved schedule the window is wider (dp_window_micro_batches).
+    # A stack that reduces after the pipeline schedule (DeepSpeed's pipeline engine) or gathers the updated
+    # parameters inside the optimizer step (DeepSpeed ZeRO-1/2) leaves that collective whole on the critical path.
     window = dp_window_micro_batches(xp, pq.micro_batches, pq.pp, pq.vpp)
+    reduce_after = xp.logical_and(c.pp_grad_reduce_after_schedule, pq.pp > 1)
+    all_reduce = collective_seconds(xp, Collective.all_reduce, grads_bytes, *comm["dp"])
+    reduce_scatter = collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"])
+    all_gather = collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"])
     ddp_dp = xp.where(
         pq.ddp,
-        exposed_dp(
-            xp, collective_seconds(xp, Collective.all_reduce, grads_bytes, *comm["dp"]), window * compute * 2 / 3,
-            n_layers, c,
-        ),
-        exposed_dp(
-            xp, collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"]),
-            window * compute * 2 / 3, n_layers, c,
+        xp.where(reduce_after, all_reduce, exposed_dp(xp, all_reduce, window * compute * 2 / 3, n_layers, c)),
+        xp.where(
+            reduce_after, reduce_scatter, exposed_dp(xp, reduce_scatter, window * compute * 2 / 3, n_layers, c)
         )
-        + exposed_dp(
-            xp, collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"]),
-            window * compute / 3, n_layers, c,
-        ),
+        + xp.where(c.param_gather_in_step, all_gather, exposed_dp(xp, all_gather, window * compute / 3, n_layers, c)),
     )  # fmt: skip
     uses_fsdp = xp.logical_and(pq.shards_params, multi_dp)
     fsdp_s = xp.where(uses_fsdp, fsdp, 0)
