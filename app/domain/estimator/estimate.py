@@ -23,7 +23,16 @@ from app.domain.estimator.memory import (
     state_bytes_per_param,
 )
 from app.domain.estimator.pipeline import inflight_microbatches
-from app.domain.estimator.plan import Plan, Recompute, Violation, plan_violations
+from app.domain.estimator.plan import (
+    Framework,
+    Offload,
+    Plan,
+    Precision,
+    Recompute,
+    Sharding,
+    Violation,
+    plan_violations,
+)
 from app.domain.estimator.step import StepTime
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
@@ -165,6 +174,13 @@ class Estimate(Frozen):
     assumptions: tuple[Assumption, ...]
 
 
+def _bf16_optimizer_note(plan: Plan) -> str:
+    bf16_zero1 = plan.framework is Framework.deepspeed and plan.precision is Precision.bf16
+    if bf16_zero1 and plan.sharding is Sharding.zero1 and plan.offload is Offload.none:
+        return " + BF16_Optimizer's fp32 gradient buffer 4 (whole, not partitioned)"
+    return ""
+
+
 def _logits_formula(plan: Plan) -> str:
     if plan.fused_cross_entropy:
         return (
@@ -188,7 +204,7 @@ def _memory_formulas(arch: Architecture, cluster: Cluster, plan: Plan) -> dict[s
     terms = layer_terms(arch, plan)
     rt = cluster.runtime
     return {
-        "model states": f"{per.formula}; {sh.value} divides {', '.join(divided) or 'nothing'} by {shard}; "
+        "model states": f"{per.formula}{_bf16_optimizer_note(plan)}; {sh.value} divides {', '.join(divided) or 'nothing'} by {shard}; "
         "layer parameters ÷ tp (norms and routers replicated), experts ÷ ep·tp; the first stage adds the "
         "embedding ÷ tp, the last the output layer ÷ tp (a tied embedding is copied there when pp > 1)",
         "activations": "per layer × layers on the rank × in-flight micro-batches (+ one layer's backward working "

@@ -169,6 +169,7 @@ class Consts:
     param_gather_in_step: bool = (
         False  # sharded optimizer: updated parameters gathered inside the step (DeepSpeed)
     )
+    bf16_optimizer: bool = False  # DeepSpeed bf16: ZeRO-1 runs BF16_Optimizer (fp32_grad_buffer)
     prefetch_bucket_params: float = 0.0  # ZeRO-3: parameters fetched ahead of use (0: a whole unit, as FSDP)
 
 
@@ -217,6 +218,21 @@ def communicators(xp, pq: PlanQ, rq: RankQ, domain: int) -> tuple[Num, Num]:
     return intra, spanning
 
 
+def fp32_grad_buffer(xp, pq: PlanQ, c: Consts, local_params: Num) -> Num:
+    """Bytes of DeepSpeed's BF16 optimizer's fp32 gradient-accumulation buffer on one rank: in bf16 with ZeRO stage
+    1 and no offload, DeepSpeed wraps the optimizer in ``BF16_Optimizer`` (engine ``_do_optimizer_sanity_check``),
+    which allocates ``fp32_groups_gradients_flat`` as ``zeros_like`` the rank's whole flat bf16 parameter group in
+    ``grad_acc_dtype`` (fp32) and accumulates every micro-batch's bf16 gradients into it — 4 bytes per local
+    parameter, not partitioned, on top of the bf16 gradients (source DEEPSPEED-BF16-OPTIMIZER)."""
+    zero1 = xp.logical_and(pq.shards_optimizer, xp.logical_not(pq.shards_grads))
+    offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
+    return xp.where(
+        xp.logical_and(xp.logical_and(c.bf16_optimizer, zero1), xp.logical_not(offloaded)),
+        local_params * 4.0,
+        0.0,
+    )
+
+
 def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> dict[str, Num]:
     """Every memory term of one rank, in bytes (see memory.py for the conventions)."""
     dense, expert, largest, root = local_params(xp, mq, pq, rq)
@@ -229,6 +245,7 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
 
     params = xp.where(pq.exact, pq.exact_params, sharded(c.weights_b, pq.shards_params))
     grads = xp.where(pq.exact, pq.exact_grads, sharded(c.grads_b, pq.shards_grads))
+    grads = grads + fp32_grad_buffer(xp, pq, c, total_local)
     optimizer = xp.where(
         pq.exact, pq.exact_optimizer, sharded(c.master_b + c.optimizer_b, pq.shards_optimizer)
     )
