@@ -17,7 +17,7 @@ import pytest
 
 from app.domain.estimator.compute import attention_efficiency
 from app.domain.estimator.estimate import build_cluster
-from app.domain.estimator.plan import Framework, Plan
+from app.domain.estimator.plan import Framework, Plan, Recompute
 from app.domain.estimator.validation import run_plan
 from app.settings import REPO_ROOT
 
@@ -107,3 +107,28 @@ def test_a_run_that_names_flashattention_3_or_4_is_estimated_with_it(catalog) ->
     b200, _ = run_plan(runs["mleng-llama3.1-8b-8gpu-b200-zero3-seq8k"])
     other, _ = run_plan(runs["torchtitan-llama3.1-8b-8gpu-fsdp"])
     assert (h200.attention_kernel, b200.attention_kernel, other.attention_kernel) == ("fa3", "fa4", "auto")
+
+
+def test_fused_attention_splits_its_time_by_the_kernels_forward_and_backward_rates(catalog) -> None:
+    """A fused attention's forward + backward takes 3F/(peak·efficiency) (F its forward FLOPs), the backward
+    ATTENTION_BACKWARD_RATIO times the forward: FlashAttention-3's 616 / 561 TFLOP/s forward / backward with the
+    backward doing 2.5× the FLOPs give 2.75; the same paper's FlashAttention-2 (335 / 322) and cuDNN (539 / 516)
+    give 2.60 and 2.61. So a recomputed attention forward costs 1/3.75 = 27 % of the pair, not a third.
+    Llama 3.1 8B, b = 1, s = 8192, one H100: F = 2·s²·a·(d_qk + d_v)/2 = 2·8192²·32·256/2 = 549,755,813,888."""
+    from app.domain.estimator.compute import layer_work
+    from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
+
+    ratio = ATTENTION_BACKWARD_RATIO
+    assert ratio == pytest.approx(2.5 * 616 / 561)
+    fa2_ratio, cudnn_ratio = 2.5 * 335 / 322, 2.5 * 539 / 516
+    assert round(fa2_ratio, 2) == 2.60 and round(cudnn_ratio, 2) == 2.61
+    arch = catalog.architecture("llama3.1-8b")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="h100-sxm", gpus=1)
+    plan = Plan(dp=1, global_batch=1, seq_len=8192)
+    work = layer_work(arch, "dense", plan, cluster)
+    flops = 2 * 8192**2 * 32 * 256 / 2
+    assert flops == 549_755_813_888
+    pair = 3 * flops / (cluster.peak_flops_for("bf16") * attention_efficiency(cluster, plan))
+    assert work.attention_fwd_s == pytest.approx(pair / (1 + ATTENTION_BACKWARD_RATIO), rel=1e-12)
+    # selective recompute (Megatron's: the attention core) repeats exactly that forward
+    assert work.recompute_s(arch, Recompute.selective) == pytest.approx(work.attention_fwd_s, rel=1e-12)

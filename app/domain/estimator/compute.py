@@ -19,9 +19,13 @@ of one tile per SM; the last wave and the padding of edge tiles do useful work o
 split the GEMMs shrink and lose more of it) and the second term is the roofline bound of a GEMM too thin to be
 compute-bound. The backward runs each GEMM twice with transposed shapes (data gradient m×n·n×k, weight
 gradient k×m·m×n). FP8 GEMMs (precision fp8) run against the FP8 peak at fp8_gemm_ratio × gemm_efficiency and
-add the casts of their inputs (read 2 B, write 1 B per element). Fused attention takes F/(peak·attention_efficiency(kernel)) (:func:`attention_efficiency`);
+add the casts of their inputs (read 2 B, write 1 B per element). Fused attention's forward + backward takes
+3F/(peak·attention_efficiency(kernel)) (:func:`attention_efficiency`; F the forward FLOPs, the backward counted
+2F as the model FLOPs count it), split between the passes by the kernel's own rates: the backward takes
+ATTENTION_BACKWARD_RATIO (2.75, FlashAttention-3's measured forward and backward rates) times the forward's time,
+so a recomputed attention forward costs 27 % of the pair, not a third;
 memory-bound kernels (norms, residual adds, rotary, activation function, softmax/cross-entropy, optimizer) take
-bytes/(HBM bandwidth·hbm_efficiency). Backward = 2× forward attention FLOPs and 2× forward memory traffic.
+bytes/(HBM bandwidth·hbm_efficiency). Backward = 2× forward memory traffic (and 2× an unfused attention's GEMMs).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from functools import lru_cache
 from pydantic import Field
 
 from app.domain.estimator.cluster import Cluster
+from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
 from app.domain.estimator.plan import Plan, Precision, Recompute, RecomputeModule
 from app.domain.model.architecture import Architecture, LayerKind
 from app.domain.model.counts import attention_projection_weights, kv_dim, q_dim
@@ -346,12 +351,15 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         / cp
     )
     if plan.flash_attention:
-        attention_fwd = attn_flops / (peak_attn * attention_efficiency(cluster, plan))
+        pair = 3 * attn_flops / (peak_attn * attention_efficiency(cluster, plan))
+        attention_fwd = pair / (1 + ATTENTION_BACKWARD_RATIO)
+        attention_bwd = pair - attention_fwd
         score_traffic = 0.0
     else:
         attention_fwd = attn_flops / (peak_attn * cluster.efficiency.gemm_efficiency) + 2 * (
             cluster.efficiency.gemm_overhead_us * 1e-6
         )
+        attention_bwd = 2 * attention_fwd
         score_traffic = 4 * plan.micro_batch * (arch.n_heads / tp) * plan.seq_len * (plan.seq_len / cp) * act
 
     # memory-bound elementwise work: norms (read+write), residual adds (2 reads + write), rotary, activation
@@ -368,7 +376,7 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
     memory_fwd = traffic / hbm
 
     fwd = gemm_fwd + attention_fwd + memory_fwd
-    bwd = gemm_bwd + 2 * attention_fwd + 2 * memory_fwd
+    bwd = gemm_bwd + attention_bwd + 2 * memory_fwd
     # Megatron's recompute modules (scalar plans only: the search never names them): what selective recompute
     # re-runs when the plan names its modules
     modules_s = (

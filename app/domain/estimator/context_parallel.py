@@ -72,9 +72,13 @@ from typing import Any
 
 Num = Any  # a Python number or a numpy array
 
-# Backward attention time over forward (FlashAttention's backward runs 2.5× the forward FLOPs at a somewhat higher
-# rate); the same factor as :func:`app.domain.estimator.compute.layer_times` (bwd = … + 2 × attention forward).
-ATTENTION_BACKWARD_RATIO = 2.0
+# Backward attention time over forward for fused (flash) attention: FlashAttention-3 on H100 (BF16, causal, head
+# dim 128, 16K tokens; source FA3) runs its forward at 616 TFLOP/s and its backward, which does 2.5× the forward's
+# FLOPs (it recomputes the scores), at 561 TFLOP/s: backward time = 2.5 · 616 / 561 = 2.75 × the forward's. The
+# FA2-class and cuDNN kernels are taken alike (the same paper's FlashAttention-2, 335 / 322, and cuDNN, 539 / 516, give
+# 2.60 and 2.61). :func:`app.domain.estimator.compute.layer_work` splits a fused
+# attention's forward + backward time by it (the forward is 1/(1 + ratio) = 27 % of it, not a third).
+ATTENTION_BACKWARD_RATIO = 2.5 * 616 / 561
 
 
 @dataclass(frozen=True, slots=True)
