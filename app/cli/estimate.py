@@ -117,6 +117,8 @@ def print_estimate(est) -> None:
         + (f" ({', '.join(m.value for m in p.recompute_modules)})" if p.recompute_modules is not None else "")
         + f" {p.precision.value} {p.framework.value}"
         + (" grad-reduce=bf16" if p.grad_reduce_bf16 else "")
+        + (" grad-accum=fp32" if p.grad_accum_fp32 else "")
+        + (" fused-loss" if p.fused_loss else " eager-loss" if p.fused_loss is False else "")
         + (" fused-swiglu" if p.fused_swiglu else "")
         + (" fused-cross-entropy" if p.fused_cross_entropy else "")
     )

@@ -107,6 +107,11 @@ class EstimateRequest(StrictNumbers):
         default=False,
         description="PyTorch stacks: fused SwiGLU kernel (Liger-Kernel) saving only the gate and up outputs",
     )
+    grad_accum_fp32: bool = Field(
+        default=False,
+        description="DeepSpeed bf16: accumulate gradients in fp32 (data_types.grad_accum_dtype); with ZeRO-1 that "
+        "is BF16_Optimizer and its whole fp32 gradient buffer",
+    )
     grad_reduce_bf16: bool = Field(
         default=False,
         description="Megatron: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NVIDIA's NeMo / "
@@ -303,6 +308,11 @@ class PlanSearchRequest(StrictNumbers):
     fused_swiglu: bool = Field(
         default=False,
         description="PyTorch stacks: fused SwiGLU kernel (Liger-Kernel) saving only the gate and up outputs",
+    )
+    grad_accum_fp32: bool = Field(
+        default=False,
+        description="DeepSpeed bf16: accumulate gradients in fp32 (data_types.grad_accum_dtype); with ZeRO-1 that "
+        "is BF16_Optimizer and its whole fp32 gradient buffer",
     )
     grad_reduce_bf16: bool = Field(
         default=False,

@@ -633,6 +633,16 @@ def test_deepspeed_zero_stage_and_offload(sharding, offload, stage, optimizer_de
         assert zero["offload_param"]["nvme_path"]
 
 
+@pytest.mark.parametrize("grad_accum_fp32", [False, True])
+def test_deepspeed_accumulates_gradients_in_the_dtype_the_estimate_assumed(grad_accum_fp32: bool) -> None:
+    """grad_accum_fp32 (with ZeRO-1: BF16_Optimizer and its fp32 gradient buffer) is written as
+    data_types.grad_accum_dtype = fp32; without it DeepSpeed's current default (the model dtype) stands."""
+    doc = make_doc(model="llama3.1-8b", gpus=16, tp=1, dp=16, framework="deepspeed", sharding="zero1",
+                   grad_accum_fp32=grad_accum_fp32)  # fmt: skip
+    cfg = json.loads(export_plan(doc, "deepspeed").content)
+    assert cfg.get("data_types") == ({"grad_accum_dtype": "fp32"} if grad_accum_fp32 else None)
+
+
 def test_deepspeed_notes_what_it_cannot_hold() -> None:
     _, notes = deepspeed_config(DOCS["llama70b-fsdp-tp8"])
     assert any("ZeRO stage 3" in n for n in notes) and any("tp=8" in n for n in notes)

@@ -232,7 +232,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         straggler_cv=cluster.scale.straggler_cv, cp_all_gather=ring.kv_all_gather, cp_dkv_ratio=ring.dkv_wire_ratio,
         pp_overlap_interleaved=stack.pp_overlap_interleaved, pp_serial_p2p=stack.pp_serial_p2p,
         pp_grad_reduce_after_schedule=stack.pp_grad_reduce_after_schedule, param_gather_in_step=stack.param_gather_in_step,
-        bf16_optimizer=plan.framework is Framework.deepspeed and plan.precision is Precision.bf16,
+        bf16_optimizer=plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32,
         prefetch_bucket_params=stack.prefetch_bucket_params or 0.0,
     )  # fmt: skip
 

@@ -175,7 +175,9 @@ class Estimate(Frozen):
 
 
 def _bf16_optimizer_note(plan: Plan) -> str:
-    bf16_zero1 = plan.framework is Framework.deepspeed and plan.precision is Precision.bf16
+    bf16_zero1 = (
+        plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32
+    )
     if bf16_zero1 and plan.sharding is Sharding.zero1 and plan.offload is Offload.none:
         return " + BF16_Optimizer's fp32 gradient buffer 4 (whole, not partitioned)"
     return ""

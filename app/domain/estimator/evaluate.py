@@ -169,7 +169,7 @@ class Consts:
     param_gather_in_step: bool = (
         False  # sharded optimizer: updated parameters gathered inside the step (DeepSpeed)
     )
-    bf16_optimizer: bool = False  # DeepSpeed bf16: ZeRO-1 runs BF16_Optimizer (fp32_grad_buffer)
+    bf16_optimizer: bool = False  # DeepSpeed bf16 + fp32 grad accumulation: ZeRO-1 runs BF16_Optimizer
     prefetch_bucket_params: float = 0.0  # ZeRO-3: parameters fetched ahead of use (0: a whole unit, as FSDP)
 
 
@@ -220,7 +220,9 @@ def communicators(xp, pq: PlanQ, rq: RankQ, domain: int) -> tuple[Num, Num]:
 
 def fp32_grad_buffer(xp, pq: PlanQ, c: Consts, local_params: Num) -> Num:
     """Bytes of DeepSpeed's BF16 optimizer's fp32 gradient-accumulation buffer on one rank: in bf16 with ZeRO stage
-    1 and no offload, DeepSpeed wraps the optimizer in ``BF16_Optimizer`` (engine ``_do_optimizer_sanity_check``),
+    1, gradients accumulated in fp32 (``data_types.grad_accum_dtype``; the plan's ``grad_accum_fp32`` — DeepSpeed's
+    default from 0.8, 2022-11, until "Enable non-ZeRO mode", 2025-08, made it the model dtype) and no offload,
+    DeepSpeed wraps the optimizer in ``BF16_Optimizer`` (engine ``_do_optimizer_sanity_check``),
     which allocates ``fp32_groups_gradients_flat`` as ``zeros_like`` the rank's whole flat bf16 parameter group in
     ``grad_acc_dtype`` (fp32) and accumulates every micro-batch's bf16 gradients into it — 4 bytes per local
     parameter, not partitioned, on top of the bf16 gradients (source DEEPSPEED-BF16-OPTIMIZER)."""

@@ -196,6 +196,12 @@ class Plan(Frozen):
         description="PyTorch stacks: SwiGLU as one fused kernel that saves only the gate and up outputs and "
         "writes their gradients in place (Liger-Kernel's LigerSiLUMulFunction); Megatron's is always fused",
     )
+    grad_accum_fp32: bool = Field(
+        default=False,
+        description="DeepSpeed in bf16: gradients accumulated in fp32 (data_types.grad_accum_dtype = fp32, "
+        "DeepSpeed's default from 0.8 to mid-2025); with ZeRO-1 this runs BF16_Optimizer, which keeps a whole fp32 "
+        "gradient buffer beside the bf16 gradients",
+    )
     grad_reduce_bf16: bool = Field(
         default=False,
         description="Megatron: gradients accumulated and reduced in bf16 (grad_reduce_in_fp32=False, as NVIDIA's "

@@ -119,6 +119,7 @@ class AnchorPrediction(Frozen):
 
 
 _INFERABLE = {
+    "optimizations",  # a kernel or optimizer the source does not name but the run's stack used (e.g. bf16-optimizer)
     "n_heads",
     "n_kv_heads",
     "ffn_hidden_size",

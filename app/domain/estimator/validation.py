@@ -165,6 +165,8 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     grad_reduce_bf16 = str(run.framework) == "nemo"
     if grad_reduce_bf16:
         notes.append("gradients reduced in bf16: NeMo's performance recipes set grad_reduce_in_fp32 = False")
+    # DeepSpeed bf16 runs that name the BF16 optimizer accumulated gradients in fp32 (its grad_acc_dtype)
+    grad_accum_fp32 = "bf16-optimizer" in run.optimizations
     plan = Plan(
         tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
@@ -174,7 +176,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         moe_a2a_overlap=run.moe_a2a_overlap, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, fused_loss=fused_loss, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
-        grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations,
+        grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations, grad_accum_fp32=grad_accum_fp32,
     )  # fmt: skip
     return plan, notes
 

@@ -71,6 +71,9 @@ def deepspeed_config(doc: PlanDocument) -> tuple[dict[str, Any], list[str]]:
         "fp16": {"enabled": p.precision is Precision.fp16},
         "zero_optimization": zero,
     }
+    if p.grad_accum_fp32 and p.precision in {Precision.bf16, Precision.fp8}:
+        # the estimate's fp32 gradient accumulation (with ZeRO-1: BF16_Optimizer and its whole fp32 gradient buffer)
+        config["data_types"] = {"grad_accum_dtype": "fp32"}
     if p.precision is Precision.fp16:
         config["fp16"] |= {"loss_scale": 0, "initial_scale_power": 16, "loss_scale_window": 1000,
                            "hysteresis": 2, "min_loss_scale": 1}  # fmt: skip
