@@ -284,3 +284,16 @@ def test_deepspeed_bf16_zero1_with_fp32_accumulation_keeps_a_full_fp32_gradient_
     runs = {r.slug: r for r in CATALOG.published_runs}
     assert run_plan(runs["bloom-prequel-181b-dp4-pp12-mbs2"])[0].grad_accum_fp32
     assert not run_plan(runs["mtnlg-530b-2240gpu"])[0].grad_accum_fp32
+
+
+def test_bf16_optimizer_all_reduces_its_fp32_gradients_under_the_pipeline_engine() -> None:
+    """DeepSpeed's pipeline engine reduces a BF16-optimizer run's gradients with buffered_allreduce_fallback over
+    the optimizer's fp32 gradient buffers (source DEEPSPEED-BF16-OPTIMIZER): an all-reduce of 4 B a parameter, not
+    the ZeRO optimizer's reduce-scatter of 2 B. On a ring the all-reduce moves twice the reduce-scatter's bytes per
+    byte reduced, so it costs ≈ 4 reduce-scatters; the parameter all-gather (2 B a parameter, the same bytes as the
+    reduce-scatter) is unchanged. Both are whole on the critical path, so the exposed DP time goes from RS + AG ≈ 2
+    reduce-scatters to ≈ 5: +150 %, up to the collectives' latency terms."""
+    zero1 = dict(framework=Framework.deepspeed, sharding=Sharding.zero1)
+    plain = gpt3_on_768_a100(**zero1).step.dp_exposed_s
+    bf16 = gpt3_on_768_a100(**zero1, grad_accum_fp32=True).step.dp_exposed_s
+    assert bf16 - plain == pytest.approx(1.5 * plain, rel=0.05)

@@ -226,13 +226,15 @@ def fp32_grad_buffer(xp, pq: PlanQ, c: Consts, local_params: Num) -> Num:
     which allocates ``fp32_groups_gradients_flat`` as ``zeros_like`` the rank's whole flat bf16 parameter group in
     ``grad_acc_dtype`` (fp32) and accumulates every micro-batch's bf16 gradients into it — 4 bytes per local
     parameter, not partitioned, on top of the bf16 gradients (source DEEPSPEED-BF16-OPTIMIZER)."""
+    return xp.where(bf16_optimizer_runs(xp, pq, c), local_params * 4.0, 0.0)
+
+
+def bf16_optimizer_runs(xp, pq: PlanQ, c: Consts) -> Num:
+    """Whether DeepSpeed runs its BF16 optimizer: bf16 with fp32 gradient accumulation (``c.bf16_optimizer``),
+    ZeRO stage 1 and nothing offloaded (engine ``_do_optimizer_sanity_check``)."""
     zero1 = xp.logical_and(pq.shards_optimizer, xp.logical_not(pq.shards_grads))
     offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
-    return xp.where(
-        xp.logical_and(xp.logical_and(c.bf16_optimizer, zero1), xp.logical_not(offloaded)),
-        local_params * 4.0,
-        0.0,
-    )
+    return xp.logical_and(xp.logical_and(c.bf16_optimizer, zero1), xp.logical_not(offloaded))
 
 
 def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> dict[str, Num]:
@@ -497,6 +499,14 @@ def rank_time(
     reduce_after = xp.logical_and(c.pp_grad_reduce_after_schedule, pq.pp > 1)
     all_reduce = collective_seconds(xp, Collective.all_reduce, grads_bytes, *comm["dp"])
     reduce_scatter = collective_seconds(xp, Collective.reduce_scatter, grads_bytes, *comm["dp"])
+    # DeepSpeed's BF16 optimizer under its pipeline engine reduces by all-reducing its fp32 gradient buffer
+    # (_bf16_reduce_grads -> buffered_allreduce_fallback over get_grads_for_reduction; source DEEPSPEED-BF16-OPTIMIZER)
+    bf16_pipeline = xp.logical_and(bf16_optimizer_runs(xp, pq, c), pq.pp > 1)
+    reduce_scatter = xp.where(
+        bf16_pipeline,
+        collective_seconds(xp, Collective.all_reduce, total_local * 4.0, *comm["dp"]),
+        reduce_scatter,
+    )
     all_gather = collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"])
     ddp_dp = xp.where(
         pq.ddp,
