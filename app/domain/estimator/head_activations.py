@@ -108,9 +108,12 @@ def logits_bytes(
             chunk * ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
             + tokens * arch.hidden_size * act_bytes
         )
-    return (
-        micro_batch * ceil_div(seq_len, cp) * ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
-    )
+    return logit_count(arch, micro_batch, seq_len, tp, cp) * (act_bytes + logits_dtype_bytes)
+
+
+def logit_count(arch: Architecture, micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1) -> int:
+    """The ``b·(s/c)·(V/t)`` logits of one micro-batch on one rank (vocab-parallel over TP, sequence over CP)."""
+    return micro_batch * ceil_div(seq_len, cp) * ceil_div(arch.vocab_size, tp)
 
 
 def loss_peak_bytes(
@@ -139,15 +142,15 @@ def loss_peak_bytes(
     Fused or compiled cross-entropy (Megatron's vocab-parallel kernel, Transformer Engine, torch.compile) and
     fused linear cross-entropy (``fused_linear``) never hold more than they save: :func:`logits_bytes`.
     """
-    saved = logits_bytes(
-        arch,
-        micro_batch=micro_batch,
-        seq_len=seq_len,
-        tp=tp,
-        cp=cp,
-        act_bytes=act_bytes,
-        fused_linear=fused_linear,
-    )
     if fused_linear or not eager:
-        return saved
-    return max(saved, micro_batch * ceil_div(seq_len, cp) * ceil_div(arch.vocab_size, tp) * 3 * FP32_BYTES)
+        return logits_bytes(
+            arch,
+            micro_batch=micro_batch,
+            seq_len=seq_len,
+            tp=tp,
+            cp=cp,
+            act_bytes=act_bytes,
+            fused_linear=fused_linear,
+        )
+    check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
+    return logit_count(arch, micro_batch, seq_len, tp, cp) * 3 * FP32_BYTES  # ≥ the saved (act_bytes + 4) B
