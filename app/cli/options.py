@@ -73,6 +73,7 @@ PLAN_HELP = {
     "micro_batch": "sequences per micro-batch",
     "fused_kernels": "default: by framework",
     "fused_loss": "default: as --fused-kernels/--eager",
+    "tp_comm_overlap": "default: on for megatron, off otherwise",
     "oversubscription": "fat-tree oversubscription",
     "power_limit_w": "GPU power cap in W",
 }
@@ -80,6 +81,7 @@ PLAN_HELP = {
 PLAN_FLAGS = {
     "fused_kernels": Flag(decls=("--fused-kernels/--eager",)),
     "fused_loss": Flag(decls=("--fused-loss/--eager-loss",)),
+    "tp_comm_overlap": Flag(decls=("--tp-comm-overlap/--no-tp-comm-overlap",)),
     "allow_tp_across_nodes": Flag(decls=("--allow-tp-across-nodes",)),
 }
 """The plan fields' flags, shared by every command that takes them."""

@@ -99,6 +99,11 @@ class EstimateRequest(StrictNumbers):
         description="cross-entropy as a fused or compiled kernel rather than eager fp32 log-softmax (default: as "
         "fused_kernels)",
     )
+    tp_comm_overlap: bool | None = Field(
+        default=None,
+        description="TP communication overlapped with GEMMs (Megatron's --tp-comm-overlap, torchtitan's async TP; "
+        "needs sequence parallelism); default: on for Megatron, off otherwise",
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
@@ -300,6 +305,11 @@ class PlanSearchRequest(StrictNumbers):
         default=None,
         description="cross-entropy as a fused or compiled kernel rather than eager fp32 log-softmax (default: as "
         "fused_kernels)",
+    )
+    tp_comm_overlap: bool | None = Field(
+        default=None,
+        description="TP communication overlapped with GEMMs (Megatron's --tp-comm-overlap, torchtitan's async TP; "
+        "needs sequence parallelism); default: on for Megatron, off otherwise",
     )
     fused_cross_entropy: bool = Field(
         default=False,

@@ -34,6 +34,8 @@ PLANS: dict[str, dict] = {
                                        sharding="fsdp-full", global_batch=512, precision="fp8", recompute="full"),
     "llama8b-fsdp2-compiled-model-eager-loss": dict(model="llama3.1-8b", gpus=8, dp=8, sharding="fsdp-full",
                                                     global_batch=64, fused_kernels=True, fused_loss=False),
+    "llama70b-fsdp2-tp8-async-tp": dict(model="llama3.1-70b", gpus=64, tp=8, dp=8, sharding="fsdp-full",
+                                        global_batch=64, recompute="full", fused_kernels=True, tp_comm_overlap=True),
     "llama8b-fsdp2-offload": dict(model="llama3.1-8b", gpus=16, dp=16, sharding="fsdp-full", offload="params-cpu",
                                   global_batch=64),
     "deepseek-v3-fsdp2-pp-ep": dict(model="deepseek-v3", gpus=256, pp=8, dp=32, ep=8, sharding="fsdp-full",

@@ -307,6 +307,11 @@ def test_torchtitan_module_is_consistent(name: str, monkeypatch: pytest.MonkeyPa
     assert ("model" in cfg.compile.components) is compile_model
     assert ("loss" in cfg.compile.components) is (compile_loss or not compile_model)
     assert ("fp8" in repr(cfg.model_spec.converters)) is (p.precision.value == "fp8")
+    # async TP exactly where the estimate hid TP communication (which torchtitan runs only compiled)
+    async_tp = getattr(cfg.compile, "enable_async_tensor_parallel", False)
+    assert async_tp is (p.tp > 1 and p.uses_tp_comm_overlap) and (
+        not async_tp or "model" in cfg.compile.components
+    )
     assert tr.mixed_precision_param == ("float32" if p.precision.value == "fp32" else "bfloat16")
     assert par.expert_parallel_degree == p.ep
     # checkpointing is on (torchtitan's default is off) at the reliability model's interval
@@ -343,6 +348,24 @@ def test_torchtitan_compiles_the_loss_the_plan_estimated(
     )
     cfg = run_torchtitan_module(doc.model_copy(update={"plan": plan}), monkeypatch)
     assert cfg.compile.enable is enable and cfg.compile.components == components
+
+
+@pytest.mark.parametrize(("fused_kernels", "asked", "async_tp"), [
+    (True, True, True), (True, None, False), (False, True, False), (True, False, False),
+])  # fmt: skip
+def test_torchtitan_async_tp_follows_the_plans_tp_overlap(
+    fused_kernels, asked, async_tp, monkeypatch
+) -> None:
+    """compile.enable_async_tensor_parallel is written when the plan overlaps TP communication and compiles the model
+    (torchtitan's CompileConfig refuses async TP otherwise); asked without compile, a note says it was not enabled."""
+    doc = next(DOCS[n] for n in TITAN_DOCS if DOCS[n].plan.tp > 1)
+    plan = doc.plan.model_copy(
+        update={"fused_kernels": fused_kernels, "tp_comm_overlap": asked, "precision": Precision.bf16}
+    )
+    cfg = run_torchtitan_module(doc.model_copy(update={"plan": plan}), monkeypatch)
+    assert getattr(cfg.compile, "enable_async_tensor_parallel", False) is async_tp
+    notes = export_plan(doc.model_copy(update={"plan": plan}), "torchtitan").content
+    assert ("async TP needs torch.compile" in notes) is (asked is True and not fused_kernels)
 
 
 def test_torchtitan_stage_split_counts_only_transformer_layers() -> None:
@@ -464,7 +487,7 @@ MEGATRON_SWITCHES = (
     "group-query-attention", "multi-latent-attention", "qk-layernorm", "swiglu",
     "disable-bias-linear", "add-qkv-bias", "untie-embeddings-and-output-weights", "moe-grouped-gemm",
     "use-rope-scaling", "use-precision-aware-optimizer", "no-gradient-accumulation-fusion",
-    "moe-router-enable-expert-bias", "grad-reduce-in-bf16",
+    "moe-router-enable-expert-bias", "grad-reduce-in-bf16", "tp-comm-overlap",
 )  # fmt: skip
 MEGATRON_CHOICES = {
     "recompute-granularity": ("full", "selective"),
@@ -521,6 +544,7 @@ def test_megatron_flags_parse_and_round_trip(doc: PlanDocument) -> None:
         arch.n_heads,
     )
     assert ns.sequence_parallel is p.sequence_parallel
+    assert ns.tp_comm_overlap is (p.tp > 1 and p.sequence_parallel and p.uses_tp_comm_overlap)
     assert ns.recompute_granularity == (None if p.recompute.value == "none" else p.recompute.value)
     if p.recompute.value == "full":
         assert (ns.recompute_method, ns.recompute_num_layers) == ("uniform", 1)

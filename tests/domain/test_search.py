@@ -43,6 +43,8 @@ KERNEL_SETTINGS = [
     {},
     {"attention_kernel": "fa3", "fused_cross_entropy": True},
     {"grad_reduce_bf16": True, "fused_swiglu": True},
+    {"tp_comm_overlap": False},  # Megatron without --tp-comm-overlap
+    {"tp_comm_overlap": True, "fused_kernels": True},  # torchtitan's async TP
 ]
 
 

@@ -228,7 +228,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         hbm_bytes_per_s=cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency,
         host_link_bytes_per_s=rt.host_link_gb_per_s(cluster.accelerator.pcie_generation) * 1e9,
         cpu_optimizer_bytes_per_s=rt.cpu_optimizer_gb_per_s * 1e9, nvme_bytes_per_s=rt.nvme_gb_per_s * 1e9,
-        tp_overlap=stack.tp_overlap, ep_overlap=stack.ep_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
+        tp_overlap=stack.tp_overlap if plan.uses_tp_comm_overlap else 0.0, ep_overlap=stack.ep_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
         straggler_cv=cluster.scale.straggler_cv, cp_all_gather=ring.kv_all_gather, cp_dkv_ratio=ring.dkv_wire_ratio,
         pp_overlap_interleaved=stack.pp_overlap_interleaved, pp_serial_p2p=stack.pp_serial_p2p,
         pp_grad_reduce_after_schedule=stack.pp_grad_reduce_after_schedule, param_gather_in_step=stack.param_gather_in_step,

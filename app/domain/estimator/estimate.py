@@ -183,6 +183,21 @@ def _bf16_optimizer_note(plan: Plan) -> str:
     return ""
 
 
+def _tp_overlap_value(cluster: Cluster, plan: Plan) -> str:
+    if plan.tp == 1:
+        return "none (tp = 1)"
+    if not plan.uses_tp_comm_overlap:
+        why = "needs torch.compile (async TP)" if plan.asks_tp_comm_overlap else "off"
+        return (
+            f"0% hidden (TP communication overlap {why})"
+            if plan.framework.value != "deepspeed"
+            else "0% hidden (DeepSpeed has no TP communication overlap)"
+        )
+    if not plan.sequence_parallel:
+        return "0% hidden (TP communication overlap needs sequence parallelism)"
+    return f"{cluster.stack(plan.framework.value).tp_overlap:.0%} hidden (TP communication overlap)"
+
+
 def _logits_formula(plan: Plan) -> str:
     if plan.fused_cross_entropy:
         return (
@@ -324,9 +339,10 @@ def _assumptions(
                    value=inflight_microbatches(0, plan.pp, plan.vpp, plan.micro_batches), source="formula",
                    note="1F1B: min(m, pp); interleaved: Megatron warm-up count"),
         Assumption(name="pipeline bubble", value="(pp−1)/vpp × t_micro-batch", source="formula"),
-        Assumption(name="TP collectives", value=f"{cluster.stack(plan.framework.value).tp_overlap:.0%} hidden",
-                   source="formula", note="the stack's fitted tp_overlap share hides behind the neighbouring GEMMs "
-                   "(TE userbuffers, async TP), slowing them by comm_slowdown"),
+        Assumption(name="TP collectives", value=_tp_overlap_value(cluster, plan), source="formula",
+                   note="with TP communication overlap (Megatron's --tp-comm-overlap, torchtitan's async TP; needs "
+                   "sequence parallelism) the stack's fitted tp_overlap share hides behind the neighbouring GEMMs, "
+                   "slowing them by comm_slowdown; without it every TP collective is on the critical path"),
         Assumption(name="MoE all-to-alls", value=f"{plan.moe_dispatcher.value}, "
                    + ("1F1B overlap: ρ·min(all-to-all, adjacent compute) hidden" if plan.moe_a2a_overlap
                       else "not overlapped"), source="formula",

@@ -154,7 +154,7 @@ class Consts:
     host_link_bytes_per_s: float  # PCIe (or C2C) per GPU, one direction
     cpu_optimizer_bytes_per_s: float
     nvme_bytes_per_s: float
-    tp_overlap: float = 0.0  # the stack's fraction of TP collectives hidden behind GEMMs
+    tp_overlap: float = 0.0  # the stack's fraction of TP collectives hidden behind GEMMs (0: overlap off)
     ep_overlap: float = 0.0  # the stack's fraction of MoE token all-to-alls hidden behind compute
     dp_overlap: float = 1.0  # the stack's fraction of overlappable DP/FSDP traffic actually hidden
     comm_slowdown: float = 0.0  # compute stretched by this fraction of the communication it hides
@@ -438,7 +438,9 @@ def rank_time(
     tp_total = n_layers * comm["tp_layer"]
     # Hidden communication still costs: compute that shares the GPU with NCCL kernels runs slower (they take
     # SMs and HBM bandwidth), by comm_slowdown × the hidden time; counted with the exposed part.
-    tp_s = tp_total * (1 - c.tp_overlap) + c.comm_slowdown * c.tp_overlap * tp_total
+    # (TP overlap pipelines the all-gather/reduce-scatter pairs of sequence parallelism with their GEMMs: needs SP)
+    hidden = c.tp_overlap * xp.where(pq.sequence_parallel, 1.0, 0.0)
+    tp_s = tp_total * (1 - hidden) + c.comm_slowdown * hidden * tp_total
 
     def cp_layer(attn: Num) -> Num:
         """One layer's ring-attention cost beyond its attention (context_parallel.py): the transfers no ring step

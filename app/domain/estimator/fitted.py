@@ -81,7 +81,9 @@ PARAMETERS: tuple[Parameter, ...] = (
         for g in ("hopper", "blackwell")
     ),
     Parameter("tp_overlap.megatron", "stack", ("megatron",), "tp_overlap", 0.0, 0.95, 1.0,
-              "fraction of TP collectives Megatron-Core + TE hides behind GEMMs"),
+              "fraction of TP collectives Megatron-Core + TE hides behind GEMMs with --tp-comm-overlap"),
+    Parameter("tp_overlap.fsdp2", "stack", ("fsdp2",), "tp_overlap", 0.0, 0.95, 1.0,
+              "fraction of TP collectives torchtitan's async TP hides behind GEMMs"),
     Parameter("ep_overlap.megatron", "stack", ("megatron",), "ep_overlap", 0.0, 0.95, 1.0,
               "fraction of MoE token all-to-alls Megatron-Core hides behind compute"),
     Parameter("dp_overlap.megatron", "stack", ("megatron",), "dp_overlap", 0.0, 1.0, 1.0,

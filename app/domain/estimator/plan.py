@@ -165,6 +165,13 @@ class Plan(Frozen):
         description="Megatron-Core's overlap_moe_expert_parallel_comm: the MoE all-to-alls of one micro-batch run "
         "behind another's compute (needs ep > 1, interleaving when pp > 1, no full recompute)",
     )
+    tp_comm_overlap: bool | None = Field(
+        default=None,
+        description="tensor-parallel collectives split into chunks that run behind the neighbouring GEMMs: "
+        "Megatron's --tp-comm-overlap (Transformer Engine userbuffers), torchtitan's async TP; both need sequence "
+        "parallelism. None = the framework's default: on for Megatron (NVIDIA's NeMo / Megatron-Bridge "
+        "performance recipes turn it on wherever tp > 1), off for FSDP2 and DeepSpeed",
+    )
     flash_attention: bool = True
     attention_kernel: AttentionKernel = Field(
         default="auto",
@@ -232,6 +239,23 @@ class Plan(Frozen):
         if self.fused_kernels is not None:
             return self.fused_kernels
         return self.framework is not Framework.fsdp2
+
+    @property
+    def asks_tp_comm_overlap(self) -> bool:
+        """:attr:`tp_comm_overlap`, else the framework's default (on for Megatron)."""
+        return self.framework is Framework.megatron if self.tp_comm_overlap is None else self.tp_comm_overlap
+
+    @property
+    def uses_tp_comm_overlap(self) -> bool:
+        """TP communication overlap runs: asked (:attr:`asks_tp_comm_overlap`) and possible in the stack —
+        Megatron (Transformer Engine's userbuffers), FSDP2 only with torch.compile (torchtitan's async TP is a
+        compiler pass); DeepSpeed has none. It also needs sequence parallelism, which the step time checks
+        (:func:`app.domain.estimator.evaluate.rank_time`) and the exports state."""
+        if self.framework is Framework.deepspeed:
+            return False
+        if self.framework is Framework.fsdp2:
+            return self.asks_tp_comm_overlap and self.uses_fused_kernels
+        return self.asks_tp_comm_overlap
 
     @property
     def uses_fused_loss(self) -> bool:

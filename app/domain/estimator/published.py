@@ -144,6 +144,7 @@ _INFERABLE = {
     "sequence_parallel",
     "moe_dispatcher",
     "moe_a2a_overlap",
+    "tp_comm_overlap",
     "recompute_modules",
     "sharding",
     "tflops_per_gpu_reported",
@@ -251,6 +252,11 @@ class PublishedRun(CatalogEntry):
     )
     moe_a2a_overlap: bool = Field(
         default=False, description="MoE all-to-all overlap on (Megatron's overlap_moe_expert_parallel_comm)"
+    )
+    tp_comm_overlap: bool | None = Field(
+        default=None,
+        description="TP communication overlap on (Megatron's --tp-comm-overlap, torchtitan's async TP); None = "
+        "from the run's optimizations and stack (app.domain.estimator.validation.run_plan)",
     )
     sharding: Sharding
     shard_group_size: int | None = Field(default=None, gt=0, description="HSDP shard group (GPUs)")

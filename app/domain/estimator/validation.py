@@ -165,6 +165,18 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     grad_reduce_bf16 = str(run.framework) == "nemo"
     if grad_reduce_bf16:
         notes.append("gradients reduced in bf16: NeMo's performance recipes set grad_reduce_in_fp32 = False")
+    # TP communication overlap: what the run states; else on where the run names it (Megatron's tp-comm-overlap,
+    # torchtitan's async TP) and for NeMo / Megatron-Bridge's performance configs, which set
+    # CommOverlapConfig(tp_comm_overlap = tp > 1) with a userbuffers configuration per model and GPU
+    # (scripts/performance/configs/llama/llama3_llm_pretrain.py, utils/helpers.py COMM_OVERLAP_CONFIG_MAP, 2025);
+    # off for every other run — Megatron-LM before Transformer Engine's userbuffers (2023: Narayanan 2021,
+    # Korthikanti 2022), Megatron-DeepSpeed, and torchtitan without async TP.
+    tp_overlap = run.tp_comm_overlap
+    if tp_overlap is None:
+        named = "tp-comm-overlap" in run.optimizations or "async-tp" in run.optimizations
+        tp_overlap = named or str(run.framework) == "nemo"
+        if tp > 1 and str(run.framework) == "nemo" and not named:
+            notes.append("TP communication overlap on: NeMo's performance configs set it wherever tp > 1")
     # DeepSpeed bf16 runs that name the BF16 optimizer accumulated gradients in fp32 (its grad_acc_dtype)
     grad_accum_fp32 = "bf16-optimizer" in run.optimizations
     plan = Plan(
@@ -177,6 +189,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         fused_kernels=fused, fused_loss=fused_loss, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
         grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations, grad_accum_fp32=grad_accum_fp32,
+        tp_comm_overlap=tp_overlap,
     )  # fmt: skip
     return plan, notes
 

@@ -212,6 +212,14 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
     ]
     if p.sequence_parallel:
         args.append(("--sequence-parallel", None))
+    if p.tp > 1 and p.uses_tp_comm_overlap:
+        # Transformer Engine's userbuffers overlap (as the estimate assumed); Megatron asserts sequence parallelism
+        if p.sequence_parallel:
+            args.append(("--tp-comm-overlap", None))
+        else:
+            notes.append(
+                "TP communication overlap needs --sequence-parallel: not written (nor assumed by the estimate)"
+            )
     if p.recompute is Recompute.selective:
         args.append(("--recompute-granularity", "selective"))
         if p.recompute_modules is not None:

@@ -259,9 +259,16 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
     # the loss compiles with the model unless the plan says otherwise (fused_loss: the estimate's loss kernel)
     compile_loss = compile_model if p.fused_loss is None else p.fused_loss
     components = [c for c, on in (("model", compile_model), ("loss", compile_loss)) if on] or ["loss"]
+    # async TP (the estimate's TP communication overlap): torchtitan requires the compiled model
+    async_tp = p.tp > 1 and p.uses_tp_comm_overlap
+    if p.tp > 1 and p.asks_tp_comm_overlap and not p.uses_tp_comm_overlap:
+        notes.append(
+            "async TP needs torch.compile of the model (--fused-kernels): not enabled, nor assumed by the estimate"
+        )
     lines += [
         f"    config.activation_checkpoint = {ac}",
-        f"    config.compile = CompileConfig(enable={compile_model or compile_loss}, components={_py(components)})",
+        f"    config.compile = CompileConfig(enable={compile_model or compile_loss}, components={_py(components)}"
+        + (", enable_async_tensor_parallel=True)" if async_tp else ")"),
         f"    # checkpoint every {interval} steps: {interval_note}; a restart resumes from the latest step",
         "    config.checkpoint = CheckpointManager.Config(",
         f"        enable=True, folder={_py(CHECKPOINT_DIR)}, interval={interval}, async_mode={_py('async')},",

@@ -72,6 +72,7 @@ class SearchSpec(Frozen):
     flash_attention: bool = True
     fused_kernels: bool | None = None
     fused_loss: bool | None = None  # None: as fused_kernels
+    tp_comm_overlap: bool | None = None  # None: the framework's default (on for Megatron)
     fused_cross_entropy: bool = False
     fused_swiglu: bool = False  # Liger-Kernel's SwiGLU in a PyTorch model (activations only)
     grad_reduce_bf16: bool = False  # Megatron: bf16 gradient buffers and reduce (NeMo's performance recipes)
