@@ -74,6 +74,7 @@ PLAN_HELP = {
     "fused_kernels": "default: by framework",
     "fused_loss": "default: as --fused-kernels/--eager",
     "tp_comm_overlap": "default: on for megatron, off otherwise",
+    "repeat_kv": "K/V repeated to all query heads (torchtitan < 2026-01)",
     "oversubscription": "fat-tree oversubscription",
     "power_limit_w": "GPU power cap in W",
 }

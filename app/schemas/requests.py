@@ -104,6 +104,11 @@ class EstimateRequest(StrictNumbers):
         description="TP communication overlapped with GEMMs (Megatron's --tp-comm-overlap, torchtitan's async TP; "
         "needs sequence parallelism); default: on for Megatron, off otherwise",
     )
+    repeat_kv: bool = Field(
+        default=False,
+        description="PyTorch stacks: K/V heads repeated to every query head before attention (torchtitan before "
+        "2026-01); context parallelism's ring moves the repeated K/V",
+    )
     fused_cross_entropy: bool = Field(
         default=False,
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
@@ -310,6 +315,11 @@ class PlanSearchRequest(StrictNumbers):
         default=None,
         description="TP communication overlapped with GEMMs (Megatron's --tp-comm-overlap, torchtitan's async TP; "
         "needs sequence parallelism); default: on for Megatron, off otherwise",
+    )
+    repeat_kv: bool = Field(
+        default=False,
+        description="PyTorch stacks: K/V heads repeated to every query head before attention (torchtitan before "
+        "2026-01); context parallelism's ring moves the repeated K/V",
     )
     fused_cross_entropy: bool = Field(
         default=False,

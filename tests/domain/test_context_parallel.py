@@ -200,3 +200,27 @@ def test_context_parallelism_wins_in_nemos_long_sequence_setting(catalog: Catalo
                   precision=Precision.fp8)  # fmt: skip
     assert best is not None and best.plan.cp >= 4
     assert no_cp is None or best.tokens_per_s > 1.2 * no_cp.tokens_per_s
+
+
+def test_repeated_kv_multiplies_the_rings_kv_traffic(catalog: Catalog) -> None:
+    """torchtitan repeated K/V to every query head before SDPA until 2026-01 (repeat_kv; PR #2259 passes grouped
+    K/V with enable_gqa since), so its ring all-gathers and permutes K/V a/g times as wide: Llama 3.1 8B (32 query
+    heads, 8 KV heads) moves 4× the K/V bytes and merges 4× the K/V elements. With the link's latency terms set to
+    0 the all-gather's seconds scale exactly by 4; the run mapping sets it for torchtitan rows before 2026-01."""
+    from dataclasses import replace
+
+    from app.domain.estimator.validation import run_plan
+
+    arch = catalog.architecture("llama3.1-8b")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="h100-sxm", gpus=8)
+    plan = Plan(cp=8, dp=1, global_batch=1, seq_len=262144, recompute=Recompute.full)
+
+    def gather_s(repeat: bool) -> float:
+        p = plan.model_copy(update={"repeat_kv": repeat})
+        c = replace(consts(cluster, p), hop_up=0.0, hop_out=0.0)
+        return float(plan_comm(np, model_q(arch, parameter_counts(arch)), plan_q(arch, p), c)["cp_gather"])
+
+    assert gather_s(True) == pytest.approx(4 * gather_s(False), rel=1e-9)
+    runs = {r.slug: r for r in catalog.published_runs}
+    assert run_plan(runs["torchtitan-llama3.1-8b-8gpu-cp8-seq256k"])[0].repeat_kv
+    assert not run_plan(runs["nemo-longseq-llama2-7b-h100-256k-cp8"])[0].repeat_kv

@@ -45,6 +45,7 @@ KERNEL_SETTINGS = [
     {"grad_reduce_bf16": True, "fused_swiglu": True},
     {"tp_comm_overlap": False},  # Megatron without --tp-comm-overlap
     {"tp_comm_overlap": True, "fused_kernels": True},  # torchtitan's async TP
+    {"repeat_kv": True},  # torchtitan before 2026-01: the CP ring moves repeated K/V
 ]
 
 

@@ -47,7 +47,7 @@ from app.domain.estimator.sharding import sharded_state_bytes_counted
 from app.domain.estimator.step import RankTime, StepTime
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture
-from app.domain.model.counts import ParameterCounts, kv_dim, parameter_counts
+from app.domain.model.counts import ParameterCounts, kv_dim, parameter_counts, q_dim
 
 OPTIMIZER_TRAFFIC_B = {"adamw": 30.0, "adamw-8bit": 18.0, "sgd": 20.0}  # bytes moved per local parameter
 
@@ -67,6 +67,7 @@ def model_q(arch: Architecture, counts: ParameterCounts) -> ModelQ:
         post_rest=counts.post_layers - counts.output_head,
         hidden=arch.hidden_size,
         kv_dim=kv_dim(arch),
+        q_dim=q_dim(arch),
         top_k=arch.experts_top_k,
     )
 
@@ -204,7 +205,8 @@ def ring_layer_seconds(arch: Architecture, plan: Plan, cluster: Cluster) -> tupl
     rows = plan.micro_batch * plan.seq_len / plan.cp / plan.tp  # the rank's tokens; widths below are ÷ tp
     q = rows * arch.n_heads * arch.qk_head_dim
     out = rows * arch.n_heads * arch.value_head_dim
-    kv = rows * arch.n_kv_heads * (arch.qk_head_dim + arch.value_head_dim)
+    kv_heads = arch.n_heads if plan.repeat_kv else arch.n_kv_heads  # K/V repeated to every query head
+    kv = rows * kv_heads * (arch.qk_head_dim + arch.value_head_dim)
     fwd_b, bwd_b = ring_merge_bytes(plan.cp, q, out, kv, ring_for(plan.framework.value))
     hbm = cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency
     overhead = cluster.efficiency.gemm_overhead_us * 1e-6
@@ -233,7 +235,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         pp_overlap_interleaved=stack.pp_overlap_interleaved, pp_serial_p2p=stack.pp_serial_p2p,
         pp_grad_reduce_after_schedule=stack.pp_grad_reduce_after_schedule, param_gather_in_step=stack.param_gather_in_step,
         bf16_optimizer=plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32,
-        prefetch_bucket_params=stack.prefetch_bucket_params or 0.0,
+        prefetch_bucket_params=stack.prefetch_bucket_params or 0.0, repeat_kv=plan.repeat_kv,
     )  # fmt: skip
 
 

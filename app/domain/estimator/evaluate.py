@@ -48,6 +48,7 @@ class ModelQ:
     post_rest: float  # final norm on the last stage
     hidden: int
     kv_dim: int
+    q_dim: int  # query width, all heads: K's (and V's) width once repeated to every query head
     top_k: int
 
 
@@ -161,6 +162,7 @@ class Consts:
     straggler_cv: float = 0.0  # per-rank step jitter: a synchronous step waits ≈ cv·√(2 ln N) longer
     cp_all_gather: bool = False  # the stack's ring all-gathers K/V (PyTorch), not p2p sends (TE)
     cp_dkv_ratio: float = 1.0  # dK/dV bytes on the ring's wire per K/V byte
+    repeat_kv: bool = False  # K/V repeated to every query head before attention (the ring moves them so)
     pp_overlap_interleaved: bool = False  # interleaved schedule: sends/receives posted asynchronously
     pp_serial_p2p: bool = False  # the stack's pipeline stages send and receive one transfer after another
     pp_grad_reduce_after_schedule: bool = (
@@ -325,7 +327,7 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     tp_layer = n_ar * collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
     # Context parallelism: one rank's K and V block (the ring's unit of transfer), sent to one peer per step; the
     # running dK/dV travels with it in the backward (context_parallel.py)
-    kv_bytes = 2 * tokens * mq.kv_dim / pq.tp * c.act_b
+    kv_bytes = 2 * tokens * (mq.q_dim if c.repeat_kv else mq.kv_dim) / pq.tp * c.act_b
     cp_send = _group(xp, pq.cp, pq.tp, c, ring=False)
     cp_kv = collective_seconds(xp, Collective.p2p, kv_bytes, *cp_send)
     cp_dkv = collective_seconds(xp, Collective.p2p, c.cp_dkv_ratio * kv_bytes, *cp_send)

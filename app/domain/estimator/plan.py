@@ -172,6 +172,12 @@ class Plan(Frozen):
         "parallelism. None = the framework's default: on for Megatron (NVIDIA's NeMo / Megatron-Bridge "
         "performance recipes turn it on wherever tp > 1), off for FSDP2 and DeepSpeed",
     )
+    repeat_kv: bool = Field(
+        default=False,
+        description="PyTorch stacks: K/V heads repeated to every query head before the attention kernel "
+        "(torchtitan until 2026-01: repeat_kv, then SDPA; since then enable_gqa): context parallelism's ring "
+        "then moves the repeated K/V",
+    )
     flash_attention: bool = True
     attention_kernel: AttentionKernel = Field(
         default="auto",

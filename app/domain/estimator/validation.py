@@ -177,6 +177,9 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         tp_overlap = named or str(run.framework) == "nemo"
         if tp > 1 and str(run.framework) == "nemo" and not named:
             notes.append("TP communication overlap on: NeMo's performance configs set it wherever tp > 1")
+    # torchtitan repeated K/V to every query head before SDPA until pytorch/torchtitan ff0829c10 (PR #2259,
+    # 2026-01-27, "GQA without kv repeats"; repeat_kv in torchtitan/models/llama/model.py at 4d88a8a4, 2024-12)
+    repeat_kv = str(run.framework) == "torchtitan" and run.as_of < "2026-01"
     # DeepSpeed bf16 runs that name the BF16 optimizer accumulated gradients in fp32 (its grad_acc_dtype)
     grad_accum_fp32 = "bf16-optimizer" in run.optimizations
     plan = Plan(
@@ -189,7 +192,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         fused_kernels=fused, fused_loss=fused_loss, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
         grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations, grad_accum_fp32=grad_accum_fp32,
-        tp_comm_overlap=tp_overlap,
+        tp_comm_overlap=tp_overlap, repeat_kv=repeat_kv,
     )  # fmt: skip
     return plan, notes
 

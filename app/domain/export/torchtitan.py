@@ -183,6 +183,11 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
         notes.append(f"the registry's optimizer (AdamW) is kept; the plan assumed {p.optimizer.value}")
     if not p.flash_attention:
         notes.append("torchtitan always uses fused attention; the estimate assumed unfused attention")
+    if p.repeat_kv and p.cp > 1:
+        notes.append(
+            f"torchtitan {TORCHTITAN_VERSION} passes grouped K/V to SDPA (enable_gqa); the estimate's ring moved K/V "
+            "repeated to every query head, as torchtitan did before 2026-01"
+        )
 
     pkg = f"torchtitan.models.{model.package}"
     fp8 = p.precision is Precision.fp8

@@ -73,6 +73,9 @@ class SearchSpec(Frozen):
     fused_kernels: bool | None = None
     fused_loss: bool | None = None  # None: as fused_kernels
     tp_comm_overlap: bool | None = None  # None: the framework's default (on for Megatron)
+    repeat_kv: bool = (
+        False  # PyTorch: K/V repeated to every query head before attention (torchtitan < 2026-01)
+    )
     fused_cross_entropy: bool = False
     fused_swiglu: bool = False  # Liger-Kernel's SwiGLU in a PyTorch model (activations only)
     grad_reduce_bf16: bool = False  # Megatron: bf16 gradient buffers and reduce (NeMo's performance recipes)
