@@ -271,6 +271,30 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
     )  # fmt: skip
 
 
+# HBM bytes per element to bring a 16-bit tensor into an FP8 GEMM, in both layouts the GEMMs need (Hopper's FP8 GEMMs
+# take only the "TN" layout, so the forward's operand is also needed transposed for a backward GEMM):
+# Transformer Engine with delayed scaling (its default recipe; scale from the amax history): one fused cast-transpose
+# reads 2 B, writes 1 + 1 B and records the amax on the way (4 B); torchao's tensorwise dynamic scaling (torchtitan,
+# OLMo-core): the scale is the tensor's current amax, a reduction that finishes before the cast, so 2 B more (6 B).
+FP8_CAST_B = {"te": 4.0, "torchao": 6.0}
+
+
+def fp8_cast_bytes(framework: str, m: float, n: float, k: float, groups: int = 1) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one FP8 linear's casts, for its forward GEMM (m×k)·(k×n), ``groups`` of them.
+
+    Forward: the input (m·k) and the weight (k·n); backward: the output gradient (m·n), each at
+    :data:`FP8_CAST_B`. Transformer Engine (Megatron, DeepSpeed) casts a weight once per step and reuses it over the
+    micro-batches (``is_first_microbatch``): its weight casts are not counted. torchao under FSDP2 re-casts the
+    weight every micro-batch (FSDP2 gathers the bf16 weight for each). Example: torchao, m = 8,192 tokens,
+    k = 4,096, n = 14,336: forward 6·(8,192·4,096 + 4,096·14,336) = 553,648,128 B, backward 6·8,192·14,336 =
+    704,643,072 B; Transformer Engine 134,217,728 B and 469,762,048 B."""
+    if framework == "fsdp2":
+        b = FP8_CAST_B["torchao"]
+        return b * (m * k + k * n) * groups, b * m * n * groups
+    b = FP8_CAST_B["te"]
+    return b * m * k * groups, b * m * n * groups
+
+
 def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster) -> LayerWork:
     """:func:`layer_times` without the recompute term (``plan.recompute`` is not read)."""
     tp, cp = plan.tp, plan.cp
@@ -329,13 +353,16 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
             gemms += per_expert
             act_width += g * fs * arch.n_shared_experts / tp
     gemm_fwd = gemm_bwd = 0.0
-    cast_elements = 0.0
+    cast_fwd_b = cast_bwd_b = 0.0
     rates = GemmRates.of(cluster, plan.precision)
     for m, n, kk, groups in shapes:
         f, b = rates.fwd_bwd(m, n, kk, groups)
         gemm_fwd += f
         gemm_bwd += b
-        cast_elements += m * kk * groups
+        if plan.precision is Precision.fp8:
+            cf, cb = fp8_cast_bytes(plan.framework.value, m, n, kk, groups)
+            cast_fwd_b += cf
+            cast_bwd_b += cb
     # the per-launch overhead is counted per GEMM shape above; eager kernels add their extra launches
     gemm_fwd += max(0, gemms - len(shapes)) * cluster.efficiency.gemm_overhead_us * 1e-6
 
@@ -371,12 +398,10 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         per_token += traffic_b["rotary"] * (q_dim(arch) + kv_dim(arch)) / tp
     per_token += act_width
     traffic = tokens * per_token * act / 2 + score_traffic  # byte counts above are for 16-bit activations
-    if plan.precision is Precision.fp8:
-        traffic += 3 * cast_elements  # cast each GEMM input to FP8: read 2 B, write 1 B (+ amax, negligible)
-    memory_fwd = traffic / hbm
+    memory_fwd = (traffic + cast_fwd_b) / hbm
 
     fwd = gemm_fwd + attention_fwd + memory_fwd
-    bwd = gemm_bwd + attention_bwd + 2 * memory_fwd
+    bwd = gemm_bwd + attention_bwd + (2 * traffic + cast_bwd_b) / hbm
     # Megatron's recompute modules (scalar plans only: the search never names them): what selective recompute
     # re-runs when the plan names its modules
     modules_s = (
