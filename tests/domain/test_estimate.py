@@ -354,3 +354,15 @@ def test_published_runs_state_their_tp_communication_overlap() -> None:
     assert not on("torchtitan-llama3.1-8b-64gpu-tp8-bf16-vanillatp")
     assert not on("nemo2509-deepseek-v3-h100-1024gpu-fp8")
     assert not on("narayanan2021-t1-145.6b") and not on("korthikanti2022-t5-175b-selsp")
+
+
+def test_a_run_that_names_its_fused_kernels_runs_them_fused() -> None:
+    """TinyLlama names FlashAttention's fused RMSNorm, rotary and cross-entropy (and xformers' SwiGLU): estimated
+    fused, with a fused loss; an FSDP run that names none of them (nor torch.compile) stays eager."""
+    from app.domain.estimator.validation import run_plan
+
+    runs = {r.slug: r for r in CATALOG.published_runs}
+    tiny, _ = run_plan(runs["tinyllama-1.1b-16gpu-a100-40gb"])
+    assert tiny.uses_fused_kernels and tiny.uses_fused_loss
+    eager, _ = run_plan(runs["torchtitan-llama3.1-8b-8gpu-fsdp"])
+    assert not eager.uses_fused_kernels

@@ -139,8 +139,13 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
             kernel = slug
     # Composer (MPT) trains with FlashAttention, fused LayerNorm and fused cross-entropy kernels; torchtitan
     # is eager unless the run used torch.compile; Megatron and DeepSpeed use their fused kernels.
+    # A run that names its fused norm / rotary / cross-entropy kernels (TinyLlama: FlashAttention's RMSNorm, rotary
+    # and cross-entropy, xformers' SwiGLU) runs them fused too.
     fused = None
-    if str(run.framework) == "composer" or "torch.compile" in run.optimizations:
+    named_fused = {"fused-rmsnorm", "fused-layernorm", "fused-rope", "fused-cross-entropy"} & set(
+        run.optimizations
+    )
+    if str(run.framework) == "composer" or "torch.compile" in run.optimizations or named_fused:
         fused = True
     # torchtitan's training.compile compiled the transformer blocks only until 2025-04-02 (the loss's
     # torch.compile stayed commented out; pytorch/torchtitan bbb1b616e, PR #1033, compiles it since): a compiled
