@@ -57,6 +57,14 @@ def test_invalid_plan_is_422_with_the_fix(client: TestClient) -> None:
     assert heads["loc"] == ["body", "tp"] and "fix:" in heads["msg"]
 
 
+def test_tp_overlap_the_framework_cannot_run_is_422_naming_the_field(client: TestClient) -> None:
+    response = post(client, tp=2, framework="deepspeed", sharding="zero1", tp_comm_overlap=True)
+    assert response.status_code == 422
+    item = next(i for i in response.json()["detail"] if i["loc"] == ["body", "tp_comm_overlap"])
+    assert "DeepSpeed has no TP communication overlap" in item["msg"] and "fix:" in item["msg"]
+    assert post(client, tp=2, framework="deepspeed", sharding="zero1").status_code == 200
+
+
 def test_out_of_range_number_is_422(client: TestClient) -> None:
     response = post(client, gpus=0)
     assert response.status_code == 422

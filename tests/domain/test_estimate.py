@@ -306,9 +306,8 @@ def test_bf16_optimizer_all_reduces_its_fp32_gradients_under_the_pipeline_engine
         (Framework.megatron, {"tp_comm_overlap": False}, False),  # Megatron-LM's own default / before 2023
         (Framework.megatron, {"sequence_parallel": False}, False),  # --tp-comm-overlap needs SP
         (Framework.fsdp2, {}, False),  # DTensor TP: on the critical path
-        (Framework.fsdp2, {"tp_comm_overlap": True}, False),  # async TP is a torch.compile pass
-        (Framework.fsdp2, {"tp_comm_overlap": True, "fused_kernels": True}, True),
-        (Framework.deepspeed, {"tp_comm_overlap": True, "sharding": Sharding.zero1}, False),  # no TP overlap
+        (Framework.fsdp2, {"tp_comm_overlap": True, "fused_kernels": True}, True),  # compiled async TP
+        (Framework.deepspeed, {"sharding": Sharding.zero1}, False),  # no TP overlap
     ],
 )
 def test_tp_communication_overlap_hides_the_stacks_share(
@@ -336,6 +335,29 @@ def test_tp_communication_overlap_hides_the_stacks_share(
         plan.sequence_parallel
     ):  # the plan's own flag agrees (sequence parallelism is checked by the step time)
         assert plan.uses_tp_comm_overlap is overlapped
+
+
+@pytest.mark.parametrize(
+    ("framework", "update", "fix"),
+    [
+        (Framework.megatron, {"sequence_parallel": False}, "sequence_parallel False → True"),
+        (Framework.fsdp2, {"fused_kernels": False}, "fused_kernels False → True"),
+        (Framework.deepspeed, {"sharding": Sharding.zero1}, "tp_comm_overlap True → False"),
+    ],
+)
+def test_tp_communication_overlap_the_stack_cannot_run_is_refused(framework, update, fix) -> None:
+    """Asked explicitly where the framework refuses it — Megatron without sequence parallelism (its validate_args
+    asserts it), torchtitan uncompiled (CompileConfig refuses async TP), DeepSpeed (none) — the plan is invalid,
+    the field named and the nearest runnable plan given; left at the default it is simply off."""
+    arch = CATALOG.architecture("llama3.1-70b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8)
+    base = dict(
+        tp=8, dp=1, micro_batch=1, global_batch=1, seq_len=8192, sequence_parallel=True, framework=framework
+    )
+    with pytest.raises(InvalidPlan) as err:
+        estimate(arch, cluster, Plan(**{**base, **update, "tp_comm_overlap": True}))
+    assert "tp_comm_overlap" in str(err.value) and fix in str(err.value)
+    estimate(arch, cluster, Plan(**{**base, **update}))  # the default: no refusal
 
 
 def test_published_runs_state_their_tp_communication_overlap() -> None:

@@ -21,7 +21,7 @@ import yaml
 
 from app.domain.catalog import load_catalog
 from app.domain.estimator.estimate import build_cluster, estimate
-from app.domain.estimator.plan import Plan, Precision, Recompute
+from app.domain.estimator.plan import Framework, Plan, Precision, Recompute
 from app.domain.export import (
     EXPORT_FORMATS,
     PLAN_SCHEMA,
@@ -350,22 +350,25 @@ def test_torchtitan_compiles_the_loss_the_plan_estimated(
     assert cfg.compile.enable is enable and cfg.compile.components == components
 
 
-@pytest.mark.parametrize(("fused_kernels", "asked", "async_tp"), [
-    (True, True, True), (True, None, False), (False, True, False), (True, False, False),
+@pytest.mark.parametrize(("framework", "fused_kernels", "asked", "async_tp"), [
+    ("fsdp2", True, True, True), ("fsdp2", True, None, False), ("fsdp2", True, False, False),
+    ("megatron", True, None, True), ("megatron", False, None, False),
 ])  # fmt: skip
 def test_torchtitan_async_tp_follows_the_plans_tp_overlap(
-    fused_kernels, asked, async_tp, monkeypatch
+    framework, fused_kernels, asked, async_tp, monkeypatch
 ) -> None:
     """compile.enable_async_tensor_parallel is written when the plan overlaps TP communication and compiles the model
-    (torchtitan's CompileConfig refuses async TP otherwise); asked without compile, a note says it was not enabled."""
+    (torchtitan's CompileConfig refuses async TP otherwise): a Megatron plan (overlap on by default) exported
+    uncompiled gets a note instead; an FSDP2 plan asking for it uncompiled is refused before export."""
     doc = next(DOCS[n] for n in TITAN_DOCS if DOCS[n].plan.tp > 1)
-    plan = doc.plan.model_copy(
-        update={"fused_kernels": fused_kernels, "tp_comm_overlap": asked, "precision": Precision.bf16}
-    )
+    plan = doc.plan.model_copy(update={"fused_kernels": fused_kernels, "tp_comm_overlap": asked,
+                                       "precision": Precision.bf16, "framework": Framework(framework)})  # fmt: skip
     cfg = run_torchtitan_module(doc.model_copy(update={"plan": plan}), monkeypatch)
     assert getattr(cfg.compile, "enable_async_tensor_parallel", False) is async_tp
     notes = export_plan(doc.model_copy(update={"plan": plan}), "torchtitan").content
-    assert ("async TP needs torch.compile" in notes) is (asked is True and not fused_kernels)
+    assert ("async TP needs torch.compile" in notes) is (framework == "megatron" and not fused_kernels)
+    uncompiled = doc.plan.model_copy(update={"fused_kernels": False, "tp_comm_overlap": True})
+    assert framework_problems(doc.model_copy(update={"plan": uncompiled}), ExportFormat.torchtitan)
 
 
 def test_torchtitan_stage_split_counts_only_transformer_layers() -> None:

@@ -91,6 +91,9 @@ GRID_CASES = [
     # MoE dispatch the framework cannot run (the search turns Megatron's overlap on only where it runs)
     ("mixtral-8x7b", 32, Framework.fsdp2, dict(seq_len=4096, moe_dispatcher=MoeDispatcher.deepep), (64,)),
     ("mixtral-8x7b", 32, Framework.deepspeed, dict(seq_len=4096, moe_a2a_overlap=True), (64,)),
+    # TP communication overlap asked where the framework cannot run it (uncompiled torchtitan, DeepSpeed)
+    ("llama3.1-8b", 16, Framework.fsdp2, dict(seq_len=4096, tp_comm_overlap=True), (32,)),
+    ("llama3.1-8b", 16, Framework.deepspeed, dict(seq_len=4096, tp_comm_overlap=True), (32,)),
 ]
 PER_RULE = 6  # sampled points charged to each rule (first failing), besides random accepted and rejected ones
 
@@ -147,14 +150,15 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     and is 1 on dense models; recompute_layers, sequence parallelism and the HSDP group are the search's own
     choices; Megatron-LM and DeepSpeed are not offered per-op selective recompute; the search never names
     Megatron's recompute modules; it turns Megatron's
-    all-to-all overlap on only where Megatron runs it (the cases reach one dispatcher and one overlap refusal)."""
+    all-to-all overlap on only where Megatron runs it (the cases reach one dispatcher and one overlap refusal);
+    it always runs TP with sequence parallelism, which Megatron's TP overlap needs."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
         "group-without-hsdp", "megatron-selective-op", "deepspeed-selective-op", "megatron-a2a-overlap",
         "deepspeed-moe-dispatcher", "fsdp2-a2a-overlap", "recompute-modules-without-selective",
         "mla-up-proj-without-mla", "moe-modules-dense-model",
-        "fsdp2-recompute-modules", "deepspeed-recompute-modules",
+        "fsdp2-recompute-modules", "deepspeed-recompute-modules", "megatron-tp-overlap-sp",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -188,6 +192,7 @@ def _random_plan(rng: np.random.Generator, framework: Framework) -> Plan:
         sequence_parallel=pick([False, True]), precision=pick([Precision.bf16, Precision.fp16, Precision.fp32]),
         optimizer=pick([Optimizer.adamw, Optimizer.sgd]), framework=framework,
         moe_dispatcher=pick(list(MoeDispatcher)), moe_a2a_overlap=pick([False, True]),
+        tp_comm_overlap=pick([None, False, True]), fused_kernels=pick([None, False, True]),
         recompute_modules=pick([None, ("mlp",), ("core_attn", "moe_act"), ("mla_up_proj",)]),
     )  # fmt: skip
 
@@ -272,6 +277,9 @@ CASES: dict[str, tuple[dict, dict]] = {
     "megatron-offload-adam": (dict(DISTOPT, offload=Offload.optimizer_cpu, optimizer=Optimizer.sgd), {}),
     "torchtitan-pp-microbatches": (dict(pp=2, dp=4, global_batch=4), {}),
     "torchtitan-seq-split": (dict(tp=2, dp=4, seq_len=4095), {}),
+    "megatron-tp-overlap-sp": (dict(DISTOPT, tp=2, dp=4, tp_comm_overlap=True), {}),
+    "torchtitan-async-tp-compile": (dict(tp=2, dp=4, sequence_parallel=True, tp_comm_overlap=True), {}),
+    "deepspeed-tp-overlap": (dict(ZERO1, tp=2, dp=4, sequence_parallel=True, tp_comm_overlap=True), {}),
     "megatron-a2a-overlap": (dict(DISTOPT, ep=2, pp=2, dp=4, moe_a2a_overlap=True), dict(n_experts=8)),
     "fsdp2-moe-dispatcher": (dict(ep=2, moe_dispatcher=MoeDispatcher.deepep), dict(n_experts=8)),
     "deepspeed-moe-dispatcher": (dict(ZERO1, ep=2, moe_dispatcher=MoeDispatcher.hybridep), dict(n_experts=8)),

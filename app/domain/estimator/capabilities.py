@@ -33,7 +33,7 @@ from app.domain.estimator.plan import (
     Violation,
     moe_a2a_overlap_runs,
 )
-from app.domain.estimator.rules import Context, Facts, Rule, plan_facts
+from app.domain.estimator.rules import Context, Facts, Rule, no, plan_facts
 
 MEGATRON_SOURCE = (
     "Megatron-LM core_v0.16.1 megatron/training/arguments.py validate_args; megatron-core 0.16.1"
@@ -104,6 +104,18 @@ def _alltoall(plan: Plan, framework: Framework) -> Plan:
 
 def _no_a2a_overlap(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, moe_a2a_overlap=False)
+
+
+def _no_tp_overlap(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, tp_comm_overlap=False)
+
+
+def _with_sequence_parallel(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, sequence_parallel=True)
+
+
+def _compiled(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, fused_kernels=True)
 
 
 def _default_modules(plan: Plan, framework: Framework) -> Plan:
@@ -230,6 +242,26 @@ CAPABILITIES: tuple[Rule, ...] = (
         "a2a-overlap", "moe_a2a_overlap",
         "does not overlap the MoE all-to-alls with another micro-batch's compute (a Megatron-Core feature)",
         "turn the all-to-all overlap off, or use framework megatron", lambda f: f.a2a_overlap, _no_a2a_overlap,
+    ),
+    _refusal(
+        Framework.megatron, "megatron-tp-overlap-sp", "tp_comm_overlap",
+        "Megatron-LM: 'Tensor parallel communication/GEMM overlap can happen only when sequence parallelism is "
+        "enabled' (--tp-comm-overlap)", "turn sequence parallelism on, or TP communication overlap off",
+        MEGATRON_SOURCE, lambda f: f.tp_overlap_asked & (f.tp > 1) & no(f.sequence_parallel),
+        _with_sequence_parallel,
+    ),
+    _refusal(
+        Framework.fsdp2, "torchtitan-async-tp-compile", "tp_comm_overlap",
+        "torchtitan: 'Async TP requires 'model' in --compile.components and --compile.enable' (async TP is a "
+        "torch.compile pass)", "compile the model (fused kernels), or turn TP communication overlap off",
+        "torchtitan 0.3.0 torchtitan/config/configs.py CompileConfig.__post_init__",
+        lambda f: f.tp_overlap_asked & (f.tp > 1) & no(f.compiled), _compiled,
+    ),
+    _refusal(
+        Framework.deepspeed, "deepspeed-tp-overlap", "tp_comm_overlap",
+        "DeepSpeed has no TP communication overlap (its tensor parallelism, Megatron-DeepSpeed's or AutoTP, "
+        "all-reduces on the critical path)", "turn TP communication overlap off, or use framework megatron",
+        DEEPSPEED_SOURCE, lambda f: f.tp_overlap_asked & (f.tp > 1), _no_tp_overlap,
     ),
     *_megatron_only(
         "recompute-modules", "recompute_modules",

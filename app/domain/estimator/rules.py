@@ -144,6 +144,8 @@ class Facts:
     fp32: Any
     dedup_dispatcher: Any  # DeepEP / HybridEP token dispatcher (Plan.moe_dispatcher)
     a2a_overlap: Any  # MoE all-to-all overlap (Plan.moe_a2a_overlap)
+    tp_overlap_asked: Any  # TP communication overlap asked for explicitly (Plan.tp_comm_overlap is True)
+    compiled: Any  # torch.compile / fused kernels (Plan.uses_fused_kernels)
     # the model and cluster (Context)
     gpus: int | None
     n_layers: int | None
@@ -182,6 +184,7 @@ def facts(
     sharding: Any, offload: Any, recompute: Any, recompute_layers: Any, shard_group: Any, sequence_parallel: Any,
     framework: Framework, fp16: Any, sgd: Any, context: Context, fp32: Any = False, dedup_dispatcher: Any = False,
     a2a_overlap: Any = False, modules_named: Any = False, up_proj_named: Any = False, moe_modules_named: Any = False,
+    tp_overlap_asked: Any = False, compiled: Any = False,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike."""
     per_step = micro_batch * _at_least_1(dp)
@@ -191,6 +194,7 @@ def facts(
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
         fp32=fp32, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
+        tp_overlap_asked=tp_overlap_asked, compiled=compiled,
         up_proj_named=up_proj_named, moe_modules_named=moe_modules_named, mla=context.mla,
         gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
         n_experts=context.n_experts, gpus_per_node=context.gpus_per_node, nvlink_domain=context.nvlink_domain,
@@ -219,6 +223,7 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         a2a_overlap=plan.moe_a2a_overlap, modules_named=plan.recompute_modules is not None,
         up_proj_named="mla_up_proj" in (plan.recompute_modules or ()),
         moe_modules_named=bool({"moe", "moe_act", "shared_experts"} & set(plan.recompute_modules or ())),
+        tp_overlap_asked=plan.tp_comm_overlap is True, compiled=plan.uses_fused_kernels,
     )  # fmt: skip
 
 

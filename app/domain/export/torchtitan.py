@@ -265,8 +265,8 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
     compile_loss = compile_model if p.fused_loss is None else p.fused_loss
     components = [c for c, on in (("model", compile_model), ("loss", compile_loss)) if on] or ["loss"]
     # async TP (the estimate's TP communication overlap): torchtitan requires the compiled model
-    async_tp = p.tp > 1 and p.uses_tp_comm_overlap
-    if p.tp > 1 and p.asks_tp_comm_overlap and not p.uses_tp_comm_overlap:
+    async_tp = p.tp > 1 and p.uses_tp_comm_overlap and compile_model
+    if p.tp > 1 and p.asks_tp_comm_overlap and not async_tp:
         notes.append(
             "async TP needs torch.compile of the model (--fused-kernels): not enabled, nor assumed by the estimate"
         )
