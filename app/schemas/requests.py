@@ -27,6 +27,55 @@ from app.schemas.bounds import HfConfig, StrictNumbers
 FigureOverrides = dict[Annotated[str, Field(max_length=80)], Annotated[float, Field(ge=0, le=1e15)]]
 """Catalog figures replaced for one plan or search (keys in app/domain/estimator/overrides.py)."""
 
+# Kernel and precision settings the estimate and the search both take, declared once (each with its description)
+FusedLoss = Annotated[
+    bool | None,
+    Field(
+        description="cross-entropy as a fused or compiled kernel rather than eager fp32 log-softmax (default: as "
+        "fused_kernels)",
+    ),
+]
+TpCommOverlap = Annotated[
+    bool | None,
+    Field(
+        description="TP communication overlapped with GEMMs (Megatron's --tp-comm-overlap, torchtitan's async TP; "
+        "needs sequence parallelism); default: on for Megatron, off otherwise",
+    ),
+]
+RepeatKv = Annotated[
+    bool,
+    Field(
+        description="PyTorch stacks: K/V heads repeated to every query head before attention (torchtitan before "
+        "2026-01); context parallelism's ring moves the repeated K/V",
+    ),
+]
+FusedCrossEntropy = Annotated[
+    bool,
+    Field(
+        description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
+    ),
+]
+FusedSwiglu = Annotated[
+    bool,
+    Field(
+        description="PyTorch stacks: fused SwiGLU kernel (Liger-Kernel) saving only the gate and up outputs",
+    ),
+]
+GradAccumFp32 = Annotated[
+    bool,
+    Field(
+        description="DeepSpeed bf16: accumulate gradients in fp32 (data_types.grad_accum_dtype); with ZeRO-1 that is "
+        "BF16_Optimizer and its whole fp32 gradient buffer",
+    ),
+]
+GradReduceBf16 = Annotated[
+    bool,
+    Field(
+        description="Megatron: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NVIDIA's NeMo / "
+        "Megatron-Bridge performance recipes set grad_reduce_in_fp32=False) instead of fp32 main gradients",
+    ),
+]
+
 
 class EstimateRequest(StrictNumbers):
     """Inputs of one estimate. ``model`` (a preset slug) or ``hf_config`` (a Hugging Face config.json object)."""
@@ -94,39 +143,13 @@ class EstimateRequest(StrictNumbers):
     optimizer: Optimizer = Optimizer.adamw
     framework: Framework = Framework.fsdp2
     fused_kernels: bool | None = None
-    fused_loss: bool | None = Field(
-        default=None,
-        description="cross-entropy as a fused or compiled kernel rather than eager fp32 log-softmax (default: as "
-        "fused_kernels)",
-    )
-    tp_comm_overlap: bool | None = Field(
-        default=None,
-        description="TP communication overlapped with GEMMs (Megatron's --tp-comm-overlap, torchtitan's async TP; "
-        "needs sequence parallelism); default: on for Megatron, off otherwise",
-    )
-    repeat_kv: bool = Field(
-        default=False,
-        description="PyTorch stacks: K/V heads repeated to every query head before attention (torchtitan before "
-        "2026-01); context parallelism's ring moves the repeated K/V",
-    )
-    fused_cross_entropy: bool = Field(
-        default=False,
-        description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
-    )
-    fused_swiglu: bool = Field(
-        default=False,
-        description="PyTorch stacks: fused SwiGLU kernel (Liger-Kernel) saving only the gate and up outputs",
-    )
-    grad_accum_fp32: bool = Field(
-        default=False,
-        description="DeepSpeed bf16: accumulate gradients in fp32 (data_types.grad_accum_dtype); with ZeRO-1 that "
-        "is BF16_Optimizer and its whole fp32 gradient buffer",
-    )
-    grad_reduce_bf16: bool = Field(
-        default=False,
-        description="Megatron: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NVIDIA's NeMo / "
-        "Megatron-Bridge performance recipes set grad_reduce_in_fp32=False) instead of fp32 main gradients",
-    )
+    fused_loss: FusedLoss = None
+    tp_comm_overlap: TpCommOverlap = None
+    repeat_kv: RepeatKv = False
+    fused_cross_entropy: FusedCrossEntropy = False
+    fused_swiglu: FusedSwiglu = False
+    grad_accum_fp32: GradAccumFp32 = False
+    grad_reduce_bf16: GradReduceBf16 = False
     tokens: float | None = Field(
         default=None, gt=0, le=1e16, description="tokens to train (for time to train)"
     )
@@ -306,39 +329,13 @@ class PlanSearchRequest(StrictNumbers):
     optimizer: Optimizer = Optimizer.adamw
     flash_attention: bool = True
     fused_kernels: bool | None = None
-    fused_loss: bool | None = Field(
-        default=None,
-        description="cross-entropy as a fused or compiled kernel rather than eager fp32 log-softmax (default: as "
-        "fused_kernels)",
-    )
-    tp_comm_overlap: bool | None = Field(
-        default=None,
-        description="TP communication overlapped with GEMMs (Megatron's --tp-comm-overlap, torchtitan's async TP; "
-        "needs sequence parallelism); default: on for Megatron, off otherwise",
-    )
-    repeat_kv: bool = Field(
-        default=False,
-        description="PyTorch stacks: K/V heads repeated to every query head before attention (torchtitan before "
-        "2026-01); context parallelism's ring moves the repeated K/V",
-    )
-    fused_cross_entropy: bool = Field(
-        default=False,
-        description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
-    )
-    fused_swiglu: bool = Field(
-        default=False,
-        description="PyTorch stacks: fused SwiGLU kernel (Liger-Kernel) saving only the gate and up outputs",
-    )
-    grad_accum_fp32: bool = Field(
-        default=False,
-        description="DeepSpeed bf16: accumulate gradients in fp32 (data_types.grad_accum_dtype); with ZeRO-1 that "
-        "is BF16_Optimizer and its whole fp32 gradient buffer",
-    )
-    grad_reduce_bf16: bool = Field(
-        default=False,
-        description="Megatron: gradients accumulated and reduced in bf16 (--grad-reduce-in-bf16; NVIDIA's NeMo / "
-        "Megatron-Bridge performance recipes set grad_reduce_in_fp32=False) instead of fp32 main gradients",
-    )
+    fused_loss: FusedLoss = None
+    tp_comm_overlap: TpCommOverlap = None
+    repeat_kv: RepeatKv = False
+    fused_cross_entropy: FusedCrossEntropy = False
+    fused_swiglu: FusedSwiglu = False
+    grad_accum_fp32: GradAccumFp32 = False
+    grad_reduce_bf16: GradReduceBf16 = False
     attention_kernel: AttentionKernel = Field(
         default="auto", description="fused attention kernel: auto = the framework's own"
     )

@@ -186,13 +186,12 @@ def _bf16_optimizer_note(plan: Plan) -> str:
 def _tp_overlap_value(cluster: Cluster, plan: Plan) -> str:
     if plan.tp == 1:
         return "none (tp = 1)"
-    if not plan.uses_tp_comm_overlap:
-        why = "needs torch.compile (async TP)" if plan.asks_tp_comm_overlap else "off"
-        return (
-            f"0% hidden (TP communication overlap {why})"
-            if plan.framework.value != "deepspeed"
-            else "0% hidden (DeepSpeed has no TP communication overlap)"
-        )
+    if plan.framework is Framework.deepspeed:
+        return "0% hidden (DeepSpeed has no TP communication overlap)"
+    if (
+        not plan.uses_tp_comm_overlap
+    ):  # asked where the stack cannot run it, the plan is refused (capabilities)
+        return "0% hidden (TP communication overlap off)"
     if not plan.sequence_parallel:
         return "0% hidden (TP communication overlap needs sequence parallelism)"
     return f"{cluster.stack(plan.framework.value).tp_overlap:.0%} hidden (TP communication overlap)"

@@ -124,6 +124,12 @@ class Framework(StrEnum):
     deepspeed = "deepspeed"
 
 
+def fused_kernels_on(framework: Framework, fused_kernels: bool | None) -> bool:
+    """Fused kernels (torch.compile, Transformer Engine) run: as asked, else the framework's default (Megatron and
+    DeepSpeed fused, FSDP2 eager). One rule for a plan (:attr:`Plan.uses_fused_kernels`) and the search's spec."""
+    return framework is not Framework.fsdp2 if fused_kernels is None else fused_kernels
+
+
 class Plan(Frozen):
     """How to train: parallel degrees, sharding, batch shape, recompute, precision, optimizer, framework."""
 
@@ -242,9 +248,7 @@ class Plan(Frozen):
 
     @property
     def uses_fused_kernels(self) -> bool:
-        if self.fused_kernels is not None:
-            return self.fused_kernels
-        return self.framework is not Framework.fsdp2
+        return fused_kernels_on(self.framework, self.fused_kernels)
 
     @property
     def asks_tp_comm_overlap(self) -> bool:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.domain.estimator.cluster import Cluster
-from app.domain.estimator.plan import Framework, Optimizer, Precision, Recompute, Sharding
+from app.domain.estimator.plan import Optimizer, Precision, Recompute, Sharding, fused_kernels_on
 from app.domain.estimator.rules import Context, facts, rule_masks, structural_reasons
 from app.domain.model.architecture import Architecture
 from app.domain.search.spec import (
@@ -156,5 +156,5 @@ def _reject_masks(
         fp32=spec.precision is Precision.fp32, dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
         a2a_overlap=spec.a2a_overlap(g["ep"], pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full)),
         tp_overlap_asked=spec.tp_comm_overlap is True,
-        compiled=spec.framework is not Framework.fsdp2 if spec.fused_kernels is None else spec.fused_kernels,
+        compiled=fused_kernels_on(spec.framework, spec.fused_kernels),
     ))  # fmt: skip
