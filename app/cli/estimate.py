@@ -121,6 +121,7 @@ def print_estimate(est) -> None:
         + (" fused-loss" if p.fused_loss else " eager-loss" if p.fused_loss is False else "")
         + (" fused-swiglu" if p.fused_swiglu else "")
         + (" fused-cross-entropy" if p.fused_cross_entropy else "")
+        + (" no-zero-init" if not p.zero_init and p.framework.value == "deepspeed" else "")
     )
     echo(f"parameters: {est.parameters_total:,} total, {est.parameters_active:,} active per token")
     verdict = "FITS" if est.fits else "DOES NOT FIT"
@@ -163,6 +164,12 @@ def print_estimate(est) -> None:
             st.margin_bytes,
         )
         echo("  " + label.rjust(9) + str(st.layers).rjust(9) + "".join(_gib(v).rjust(9) for v in vals))
+    startup = max(est.memory_by_stage, key=lambda st: st.startup_bytes)
+    if startup.startup_bytes > startup.allocated_peak_bytes + startup.fragmentation_bytes:
+        echo(
+            f"  start-up: {_gib(startup.startup_bytes)} GiB before training — deepspeed.initialize moves the whole "
+            "model to each GPU before ZeRO-3 partitions it (zero_init off); that, not training, sets the total"
+        )
     t = est.step
     echo(
         f"\nstep time: {est.step_time_s:.3f} s  ({t.micro_batches} micro-batches × {t.micro_batch_s * 1e3:.1f} ms)"

@@ -42,6 +42,13 @@ TpCommOverlap = Annotated[
         "needs sequence parallelism); default: on for Megatron, off otherwise",
     ),
 ]
+ZeroInit = Annotated[
+    bool,
+    Field(
+        description="DeepSpeed ZeRO-3: model created under deepspeed.zero.Init (partitioned as it is made); off: "
+        "deepspeed.initialize moves the whole 16-bit model to every GPU before partitioning it (a start-up peak)",
+    ),
+]
 RepeatKv = Annotated[
     bool,
     Field(
@@ -146,6 +153,7 @@ class EstimateRequest(StrictNumbers):
     fused_loss: FusedLoss = None
     tp_comm_overlap: TpCommOverlap = None
     repeat_kv: RepeatKv = False
+    zero_init: ZeroInit = True
     fused_cross_entropy: FusedCrossEntropy = False
     fused_swiglu: FusedSwiglu = False
     grad_accum_fp32: GradAccumFp32 = False
@@ -332,6 +340,7 @@ class PlanSearchRequest(StrictNumbers):
     fused_loss: FusedLoss = None
     tp_comm_overlap: TpCommOverlap = None
     repeat_kv: RepeatKv = False
+    zero_init: ZeroInit = True
     fused_cross_entropy: FusedCrossEntropy = False
     fused_swiglu: FusedSwiglu = False
     grad_accum_fp32: GradAccumFp32 = False

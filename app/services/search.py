@@ -236,6 +236,7 @@ def search_spec(
         fused_cross_entropy=request.fused_cross_entropy, attention_kernel=request.attention_kernel,
         grad_reduce_bf16=request.grad_reduce_bf16, fused_swiglu=request.fused_swiglu,
         grad_accum_fp32=request.grad_accum_fp32, tp_comm_overlap=request.tp_comm_overlap, repeat_kv=request.repeat_kv,
+        zero_init=request.zero_init,
         moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap,
         shardings=tuple(request.shardings) if request.shardings else None,
         offloads=tuple(request.offloads) if request.offloads else None,

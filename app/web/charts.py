@@ -90,6 +90,13 @@ def memory_bars_option(stages: Sequence[StageMemory], usable_bytes: int) -> dict
             "name": label, "type": "bar", "stack": "memory", "data": data, "itemStyle": {"color": color}, "barMaxWidth": 90,
             "emphasis": {"focus": "series"},
         })  # fmt: skip
+    if any(
+        s.startup_bytes for s in stages
+    ):  # beside the training bar: DeepSpeed's start-up copy of the model
+        series.append({
+            "name": "start-up copy (whole model before ZeRO-3 partitions it)", "type": "bar", "stack": "startup",
+            "data": [_r(s.startup_bytes / GIB, 2) for s in stages], "itemStyle": {"color": "#bab0ac"}, "barMaxWidth": 90,
+        })  # fmt: skip
     if series:
         series[0]["markLine"] = {
             "symbol": "none",

@@ -65,6 +65,21 @@ def test_tp_overlap_the_framework_cannot_run_is_422_naming_the_field(client: Tes
     assert post(client, tp=2, framework="deepspeed", sharding="zero1").status_code == 200
 
 
+def test_zero_init_off_reports_deepspeeds_start_up_copy(client: TestClient) -> None:
+    """zero_init false (DeepSpeed ZeRO-3 on a model built whole): each stage's startup_bytes is the rank's whole
+    16-bit model — Llama 3.1 70B at tp 1: over 140 GB, more than an H100 holds, so the plan that fits under
+    zero.Init no longer does; true (the default): 0. Not a boolean: 422 naming the field."""
+    ds = dict(tp=1, dp=64, framework="deepspeed", sharding="zero3")
+    whole = post(client, **ds, zero_init=False).json()
+    assert whole["plan"]["zero_init"] is False
+    startup = whole["memory_by_stage"][0]["startup_bytes"]
+    assert startup > 70e9 * 2 and whole["peak_memory_bytes"] >= startup and whole["fits"] is False
+    sharded = post(client, **ds).json()
+    assert sharded["memory_by_stage"][0]["startup_bytes"] == 0 and sharded["fits"] is True
+    response = post(client, **ds, zero_init="sometimes")
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "zero_init"]
+
+
 def test_out_of_range_number_is_422(client: TestClient) -> None:
     response = post(client, gpus=0)
     assert response.status_code == 422

@@ -32,6 +32,20 @@ def test_estimate_names_the_stack_options_it_was_given(monkeypatch, capsys) -> N
     assert code == 0 and "grad-reduce" not in out
 
 
+def test_estimate_says_when_deepspeeds_start_up_copy_sets_the_peak(monkeypatch, capsys) -> None:
+    """--no-zero-init (DeepSpeed ZeRO-3 on a model built whole): the plan line names it, and where the start-up
+    copy (14.96 GiB for Llama 3.1 8B on every GPU) outgrows training, a line under the memory table says so."""
+    args = ["estimate", "--model", "llama3.1-8b", "--gpu", "h200-sxm", "--gpus", "8", "--framework", "deepspeed",
+            "--sharding", "zero3", "--offload", "optimizer-cpu", "--micro-batch", "1", "--global-batch", "8",
+            "--seq-len", "8192", "--recompute", "full", "--fused-cross-entropy"]  # fmt: skip
+    code, out, err = run_cli(monkeypatch, capsys, *args, "--no-zero-init")
+    assert code == 0, err
+    assert "deepspeed fused-cross-entropy no-zero-init" in out
+    assert "start-up: 15.0 GiB before training" in out and "largest term: start-up copy" in out
+    code, out, _ = run_cli(monkeypatch, capsys, *args)
+    assert code == 0 and "zero-init" not in out and "start-up" not in out
+
+
 def test_estimate_json(monkeypatch, capsys) -> None:
     code, out, _ = run_cli(monkeypatch, capsys, *ARGS, "--json")
     assert code == 0

@@ -286,6 +286,50 @@ def test_deepspeed_bf16_zero1_with_fp32_accumulation_keeps_a_full_fp32_gradient_
     assert not run_plan(runs["mtnlg-530b-2240gpu"])[0].grad_accum_fp32
 
 
+def test_deepspeed_zero3_outside_zero_init_holds_the_whole_model_at_start_up() -> None:
+    """DeepSpeed ZeRO-3 on a model built whole (``zero_init`` off: from_pretrained without the DeepSpeed
+    integration) is moved to the GPU whole by deepspeed.initialize before it is partitioned (source
+    DEEPSPEED-ZERO3-INIT), so the allocator reserves the rank's whole 16-bit model once: Llama 3.1 8B,
+    8,030,261,248 parameters × 2 B = 16,060,522,496 B = 14.96 GiB on each of 8 H200, more than the training
+    peak of one 8K sequence with full recompute, Liger's fused loss and the optimizer on the CPU (≈ 9.8 GiB). The
+    peak is then the start-up copy + the runtime outside the allocator, and it is what the mleng benchmark's
+    max_memory_reserved printed (16.3 GiB at 8K, 25.9 GiB at 32K where training needs more). Under zero.Init
+    (the default), ZeRO-2 and FSDP2 nothing is copied whole."""
+    arch = CATALOG.architecture("llama3.1-8b")
+    cl = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h200-sxm", gpus=8)
+    base = dict(dp=8, micro_batch=1, global_batch=8, seq_len=8192, recompute=Recompute.full,
+                framework=Framework.deepspeed, sharding=Sharding.zero3, offload=Offload.optimizer_cpu,
+        fused_cross_entropy=True, fused_swiglu=True)  # fmt: skip
+    whole = estimate(arch, cl, Plan(**base, zero_init=False)).memory_by_stage[0]
+    assert whole.startup_bytes == 8_030_261_248 * 2
+    assert whole.startup_bytes > whole.allocated_peak_bytes + whole.fragmentation_bytes
+    assert whole.total_bytes == pytest.approx(whole.startup_bytes + whole.runtime_bytes, abs=2)
+    assert whole.dominant_term == "start-up copy of the whole model"
+    sharded = estimate(arch, cl, Plan(**base)).memory_by_stage[0]
+    assert sharded.startup_bytes == 0
+    assert sharded.total_bytes < whole.total_bytes
+    assert sharded.allocated_peak_bytes == whole.allocated_peak_bytes  # training itself is unchanged
+    # longer sequences: training outgrows the start-up copy, which no longer sets the peak
+    long = estimate(arch, cl, Plan(**(base | {"seq_len": 65536}), zero_init=False)).memory_by_stage[0]
+    assert long.total_bytes == pytest.approx(
+        long.allocated_peak_bytes + long.fragmentation_bytes + long.runtime_bytes, abs=2
+    )
+    for other in (
+        {"sharding": Sharding.zero2, "offload": Offload.none},
+        {"framework": Framework.fsdp2, "sharding": Sharding.fsdp_full, "offload": Offload.none},
+    ):
+        assert (
+            estimate(arch, cl, Plan(**(base | other), zero_init=False)).memory_by_stage[0].startup_bytes == 0
+        )
+    from app.domain.estimator.validation import run_plan
+
+    runs = {r.slug: r for r in CATALOG.published_runs}
+    assert not run_plan(runs["mleng-llama3.1-8b-8gpu-h200-zero3-seq8k"])[0].zero_init
+    assert run_plan(runs["deepspeed-azure-530b-1024gpu-zero3-seq1024"])[0].zero_init
+    row = next(r for r in validate(CATALOG).rows if r.run == "mleng-llama3.1-8b-8gpu-h200-zero3-seq8k")
+    assert abs(row.memory_error) < 0.10
+
+
 def test_bf16_optimizer_all_reduces_its_fp32_gradients_under_the_pipeline_engine() -> None:
     """DeepSpeed's pipeline engine reduces a BF16-optimizer run's gradients with buffered_allreduce_fallback over
     the optimizer's fp32 gradient buffers (source DEEPSPEED-BF16-OPTIMIZER): an all-reduce of 4 B a parameter, not

@@ -670,6 +670,24 @@ def test_deepspeed_accumulates_gradients_in_the_dtype_the_estimate_assumed(grad_
     assert cfg.get("data_types") == ({"grad_accum_dtype": "fp32"} if grad_accum_fp32 else None)
 
 
+@pytest.mark.parametrize("zero_init", [True, False])
+def test_deepspeed_zero3_says_how_the_model_must_be_built(zero_init: bool) -> None:
+    """ZeRO-3's start-up memory depends on code the config cannot carry: under deepspeed.zero.Init (the estimate's
+    default) the export says to build the model there; with zero_init off it says the estimate counts the whole
+    model on every GPU at start-up. ZeRO-2 says neither."""
+    doc = make_doc(model="llama3.1-8b", gpus=16, tp=1, dp=16, framework="deepspeed", sharding="zero3",
+                   zero_init=zero_init)  # fmt: skip
+    _, notes = deepspeed_config(doc)
+    said = [n for n in notes if "zero.Init" in n]
+    assert (
+        len(said) == 1
+        and ("HfDeepSpeedConfig" in said[0]) == zero_init
+        and ("start-up" in said[0]) != zero_init
+    )
+    zero2 = make_doc(model="llama3.1-8b", gpus=16, tp=1, dp=16, framework="deepspeed", sharding="zero2")
+    assert not [n for n in deepspeed_config(zero2)[1] if "zero.Init" in n]
+
+
 def test_deepspeed_notes_what_it_cannot_hold() -> None:
     _, notes = deepspeed_config(DOCS["llama70b-fsdp-tp8"])
     assert any("ZeRO stage 3" in n for n in notes) and any("tp=8" in n for n in notes)

@@ -46,6 +46,7 @@ KERNEL_SETTINGS = [
     {"tp_comm_overlap": False},  # Megatron without --tp-comm-overlap
     {"tp_comm_overlap": True, "fused_kernels": True},  # torchtitan's async TP
     {"repeat_kv": True},  # torchtitan before 2026-01: the CP ring moves repeated K/V
+    {"zero_init": False},  # DeepSpeed ZeRO-3 on a model built whole: the start-up copy
     {"precision": "fp8"},  # FP8 GEMMs and their casts (torchao for FSDP2, Transformer Engine otherwise)
 ]
 

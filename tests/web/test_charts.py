@@ -40,6 +40,24 @@ def test_memory_bars_stack_every_term_per_stage_against_usable(est) -> None:
     assert option["series"][0]["markLine"]["data"] == [{"yAxis": round(est.usable_memory_bytes / GIB, 2)}]
 
 
+def test_deepspeed_start_up_copy_is_a_bar_beside_the_training_stack(catalog) -> None:
+    """DeepSpeed ZeRO-3 outside zero.Init holds the whole 16-bit model at start-up: the chart draws it as its own
+    bar (stack "startup"), not on top of the training terms, and the training stack still adds up to the allocated
+    peak + fragmentation + runtime."""
+    req = EstimateRequest(model="llama3.1-8b", gpu="h200-sxm", gpus=8, framework="deepspeed", sharding="zero3",
+                          offload="optimizer-cpu", micro_batch=1, global_batch=8, seq_len=8192, recompute="full",
+                          fused_cross_entropy=True, zero_init=False)  # fmt: skip
+    stage = run_estimate(catalog, req).memory_by_stage[0]
+    option = charts.memory_bars_option((stage,), stage.usable_bytes)
+    startup = [s for s in option["series"] if s["stack"] == "startup"]
+    assert len(startup) == 1 and startup[0]["data"] == [round(stage.startup_bytes / GIB, 2)] == [14.96]
+    training = sum(s["data"][0] for s in option["series"] if s["stack"] == "memory")
+    expected = stage.allocated_peak_bytes + stage.fragmentation_bytes + stage.runtime_bytes
+    assert training == pytest.approx(expected / GIB, abs=0.05)
+    zero_init = run_estimate(catalog, req.model_copy(update={"zero_init": True})).memory_by_stage[0]
+    assert not [s for s in charts.memory_bars_option((zero_init,), 1)["series"] if s["stack"] == "startup"]
+
+
 def test_step_breakdown_adds_up_to_the_step(est) -> None:
     option = charts.step_breakdown_option(est.step)
     total = sum(s["data"][0] for s in option["series"])

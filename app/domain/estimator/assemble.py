@@ -31,7 +31,13 @@ from app.domain.estimator.head_activations import (
     logits_bytes,
     loss_peak_bytes,
 )
-from app.domain.estimator.memory import StageMemory, exact_fsdp2, layer_activations, state_bytes_per_param
+from app.domain.estimator.memory import (
+    STARTUP_TERM,
+    StageMemory,
+    exact_fsdp2,
+    layer_activations,
+    state_bytes_per_param,
+)
 from app.domain.estimator.network import link_speeds, plan_groups
 from app.domain.estimator.pipeline import RankLayers, rank_layers
 from app.domain.estimator.plan import (
@@ -236,6 +242,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         pp_grad_reduce_after_schedule=stack.pp_grad_reduce_after_schedule, param_gather_in_step=stack.param_gather_in_step,
         bf16_optimizer=plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32,
         prefetch_bucket_params=stack.prefetch_bucket_params or 0.0, repeat_kv=plan.repeat_kv,
+        unsharded_init=plan.framework is Framework.deepspeed and not plan.zero_init,
     )  # fmt: skip
 
 
@@ -250,6 +257,8 @@ def _stage(rank: RankLayers, m: dict, usable: float, workspace: float) -> StageM
         "params": m["params"], "grads": m["grads"], "optimizer": m["optimizer"], "activations": m["activations"],
         "logits": m["logits"], "gathered params": m["gathered"], "buffers": m["buffers"], "runtime": m["runtime"],
     }  # fmt: skip
+    if m["startup"] > m["allocated"] + m["fragmentation"]:  # the start-up copy, not training, sets the peak
+        terms = {STARTUP_TERM: m["startup"]}
     return StageMemory(
         rank=rank.rank, layers=rank.n_layers, first=rank.first, last=rank.last,
         params_bytes=math.ceil(m["params"]), grads_bytes=math.ceil(m["grads"]),
@@ -257,7 +266,7 @@ def _stage(rank: RankLayers, m: dict, usable: float, workspace: float) -> StageM
         logits_bytes=math.ceil(m["logits"]), gathered_params_bytes=math.ceil(m["gathered"]),
         buffers_bytes=math.ceil(m["buffers"]), workspace_bytes=int(workspace),
         allocated_peak_bytes=math.ceil(m["allocated"]), fragmentation_bytes=math.ceil(m["fragmentation"]),
-        runtime_bytes=math.ceil(m["runtime"]), total_bytes=math.ceil(m["total"]), usable_bytes=int(usable),
+        startup_bytes=math.ceil(m["startup"]), runtime_bytes=math.ceil(m["runtime"]), total_bytes=math.ceil(m["total"]), usable_bytes=int(usable),
         margin_bytes=math.floor(usable - m["total"]), fits=m["total"] <= usable,
         dominant_term=max(terms, key=lambda k: terms[k]), host_bytes=math.ceil(m["host"]),
         nvme_bytes=math.ceil(m["nvme"]), communicators=int(m["communicators"]),

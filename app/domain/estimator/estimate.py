@@ -232,6 +232,14 @@ def _memory_formulas(arch: Architecture, cluster: Cluster, plan: Plan) -> dict[s
         f"GiB per intra-node / {rt.nccl_bytes_per_communicator_scale_out / 2**30:.2f} GiB per multi-node communicator "
         "(world + each parallel group), outside the caching allocator",
         "fragmentation": f"{rt.fragmentation_fraction:.0%} of the allocated peak",
+        **(
+            {
+                "start-up": "DeepSpeed ZeRO-3 outside zero.Init (zero_init off): the rank's whole model in 16-bit "
+                "before it is partitioned; the peak is the larger of it and the allocated peak + fragmentation"
+            }
+            if plan.framework is Framework.deepspeed and sh.shards_params and not plan.zero_init
+            else {}
+        ),
         "fit": f"total ≤ usable memory {cluster.accelerator.memory_usable_bytes / 2**30:.2f} GiB "
         "(what torch.cuda.mem_get_info reports as total)",
     }

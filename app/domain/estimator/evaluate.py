@@ -24,6 +24,7 @@ from app.domain.estimator.context_parallel import (
     te_ring_exposed_s,
     torch_ring_exposed_s,
 )
+from app.domain.estimator.memory import startup_bytes
 from app.domain.estimator.network import (
     Collective,
     all_to_all_seconds,
@@ -163,6 +164,7 @@ class Consts:
     cp_all_gather: bool = False  # the stack's ring all-gathers K/V (PyTorch), not p2p sends (TE)
     cp_dkv_ratio: float = 1.0  # dK/dV bytes on the ring's wire per K/V byte
     repeat_kv: bool = False  # K/V repeated to every query head before attention (the ring moves them so)
+    unsharded_init: bool = False  # DeepSpeed ZeRO-3 outside zero.Init: the whole model on the GPU at start-up
     pp_overlap_interleaved: bool = False  # interleaved schedule: sends/receives posted asynchronously
     pp_serial_p2p: bool = False  # the stack's pipeline stages send and receive one transfer after another
     pp_grad_reduce_after_schedule: bool = (
@@ -294,11 +296,13 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
     fragmentation = allocated * c.fragmentation
     n_intra, n_spanning = communicators(xp, pq, rq, c.domain)
     runtime = c.cuda_context + n_intra * c.nccl_intra + n_spanning * c.nccl_spanning
-    total = allocated + fragmentation + runtime
+    startup = startup_bytes(xp, pq.shards_params, c.unsharded_init, total_local, c.weights_b)
+    total = xp.maximum(allocated + fragmentation, startup) + runtime
     return {
         "params": params, "grads": grads, "optimizer": optimizer, "activations": activations, "logits": logits,
         "gathered": gathered, "buffers": buffers, "allocated": allocated, "fragmentation": fragmentation,
-        "runtime": runtime, "total": total, "host": host, "nvme": nvme, "communicators": n_intra + n_spanning,
+        "startup": startup, "runtime": runtime, "total": total, "host": host, "nvme": nvme,
+        "communicators": n_intra + n_spanning,
     }  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from pydantic import Field
 
@@ -98,13 +99,19 @@ def _state_bytes(
     )
 
 
+STARTUP_TERM = "start-up copy of the whole model"
+"""The dominant term's name when DeepSpeed's start-up copy (``startup_bytes``), not training, sets the peak."""
+
+
 @dataclass(frozen=True, slots=True)
 class StageMemory:
     """Memory of one pipeline rank (every tp/dp/cp rank of that stage holds the same), in bytes.
 
     ``gathered_params_bytes``: unsharded working copies (FSDP/ZeRO-3 gathers); ``buffers_bytes``:
     communication buckets inside the allocator; ``allocated_peak_bytes``: comparable to
-    ``torch.cuda.max_memory_allocated()``; ``runtime_bytes``: CUDA context + NCCL buffers, outside PyTorch's
+    ``torch.cuda.max_memory_allocated()``; ``startup_bytes``: what the allocator reserves at start-up, before
+    training (DeepSpeed ZeRO-3 outside zero.Init: the whole model; the total is the larger of it and the allocated
+    peak + fragmentation); ``runtime_bytes``: CUDA context + NCCL buffers, outside PyTorch's
     allocator; ``host_bytes``/``nvme_bytes``: offloaded state this rank needs on the host.
     """
 
@@ -122,6 +129,7 @@ class StageMemory:
     workspace_bytes: int
     allocated_peak_bytes: int
     fragmentation_bytes: int
+    startup_bytes: int
     runtime_bytes: int
     total_bytes: int
     usable_bytes: int
@@ -184,3 +192,16 @@ def host_capacity_bytes(host_memory_gib: float | None, local_nvme_tb: float | No
     host = host_memory_gib * GIB if host_memory_gib else float("inf")
     nvme = local_nvme_tb * 1e12 if local_nvme_tb else float("inf")
     return host, nvme
+
+
+def startup_bytes(xp, shards_params: Any, unsharded_init: bool, local_params: Any, weight_b: float) -> Any:
+    """Bytes the caching allocator reserves at start-up, before training: DeepSpeed ZeRO-3 on a model built whole
+    (outside ``deepspeed.zero.Init``, e.g. ``from_pretrained`` without the DeepSpeed integration) is moved to the
+    GPU whole by ``deepspeed.initialize`` (engine ``_configure_distributed_model``: ``module.to(device)`` unless the
+    parameters already carry a ``ds_id``) and only then partitioned, so every rank holds its whole slice of the
+    model in the 16-bit weight dtype: local parameters × weight bytes. The partitions are cut from the freed blocks
+    and ``defragment`` empties the cache before the flat buffer, so nothing adds to it (DeepSpeed 0.19, source
+    DEEPSPEED-ZERO3-INIT). Llama 3.1 8B (8.03·10⁹ parameters, bf16): 14.96 GiB on each GPU whatever the ZeRO-3
+    group — what ``torch.cuda.max_memory_reserved`` keeps when training itself needs less. 0 otherwise. Scalars
+    or arrays (``xp``: the estimate's and the search's numerics)."""
+    return xp.where(xp.logical_and(shards_params, unsharded_init), local_params * weight_b, 0.0)

@@ -184,6 +184,14 @@ class Plan(Frozen):
         "(torchtitan until 2026-01: repeat_kv, then SDPA; since then enable_gqa): context parallelism's ring "
         "then moves the repeated K/V",
     )
+    zero_init: bool = Field(
+        default=True,
+        description="DeepSpeed ZeRO-3: the model is created under deepspeed.zero.Init, each parameter partitioned "
+        "as it is made (Hugging Face Trainer / Accelerate with a ZeRO-3 config, Megatron-DeepSpeed). Off: a model "
+        "built whole (from_pretrained without the DeepSpeed integration) is moved to the GPU whole by "
+        "deepspeed.initialize before ZeRO-3 partitions it, so every GPU holds the full 16-bit model at start-up. "
+        "No effect elsewhere",
+    )
     flash_attention: bool = True
     attention_kernel: AttentionKernel = Field(
         default="auto",

@@ -145,6 +145,7 @@ _INFERABLE = {
     "moe_dispatcher",
     "moe_a2a_overlap",
     "tp_comm_overlap",
+    "zero_init",
     "recompute_modules",
     "sharding",
     "tflops_per_gpu_reported",
@@ -257,6 +258,11 @@ class PublishedRun(CatalogEntry):
         default=None,
         description="TP communication overlap on (Megatron's --tp-comm-overlap, torchtitan's async TP); None = "
         "from the run's optimizations and stack (app.domain.estimator.validation.run_plan)",
+    )
+    zero_init: bool = Field(
+        default=True,
+        description="DeepSpeed ZeRO-3: the model was created under deepspeed.zero.Init; false when it was built "
+        "whole and handed to deepspeed.initialize (the whole model on each GPU at start-up)",
     )
     sharding: Sharding
     shard_group_size: int | None = Field(default=None, gt=0, description="HSDP shard group (GPUs)")

@@ -197,7 +197,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         fused_kernels=fused, fused_loss=fused_loss, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
         grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations, grad_accum_fp32=grad_accum_fp32,
-        tp_comm_overlap=tp_overlap, repeat_kv=repeat_kv,
+        tp_comm_overlap=tp_overlap, repeat_kv=repeat_kv, zero_init=run.zero_init,
     )  # fmt: skip
     return plan, notes
 
@@ -270,13 +270,18 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
 
 def _memory(run: PublishedRun, est: Estimate) -> dict[str, float | None]:
     """Published peak memory per GPU against the estimate's caching-allocator peak (allocated + fragmentation
-    of the fullest stage): what torch.cuda.max_memory_reserved reports, which is what the sources print
+    of the fullest stage, or the start-up copy where that is larger): what torch.cuda.max_memory_reserved reports, which is what the sources print
     (CUDA context and NCCL buffers sit outside it)."""
     published = run.memory.peak_gib_max_over_ranks if run.memory else None
     if not published:
         return {}
-    stage = max(est.memory_by_stage, key=lambda st: st.allocated_peak_bytes + st.fragmentation_bytes)
-    predicted = (stage.allocated_peak_bytes + stage.fragmentation_bytes) / 2**30
+    predicted = (
+        max(
+            max(st.allocated_peak_bytes + st.fragmentation_bytes, st.startup_bytes)
+            for st in est.memory_by_stage
+        )
+        / 2**30
+    )
     return {
         "memory_published_gib": published,
         "memory_predicted_gib": predicted,

@@ -44,6 +44,13 @@ def deepspeed_config(doc: PlanDocument) -> tuple[dict[str, Any], list[str]]:
         zero |= {"overlap_comm": True, "contiguous_gradients": True, "reduce_scatter": True}
     if stage == 3:
         zero |= {"stage3_gather_16bit_weights_on_model_save": True}
+        notes.append(
+            "build the model under deepspeed.zero.Init(config_dict_or_path=this file) (Hugging Face: create "
+            "HfDeepSpeedConfig before from_pretrained), as the estimate assumes"
+            if p.zero_init
+            else "the model is built outside deepspeed.zero.Init (zero_init off): deepspeed.initialize moves it whole "
+            "to every GPU before ZeRO-3 partitions it, and the estimate counts that start-up peak"
+        )
     if p.sharding is Sharding.fsdp_hybrid and p.shard_group_size:
         zero["zero_hpz_partition_size"] = p.shard_group_size
         notes.append(

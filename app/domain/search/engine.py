@@ -129,6 +129,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
         grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, moe_dispatcher=spec.moe_dispatcher,
         grad_accum_fp32=spec.grad_accum_fp32, tp_comm_overlap=spec.tp_comm_overlap, repeat_kv=spec.repeat_kv,
+        zero_init=spec.zero_init,
         moe_a2a_overlap=bool(spec.a2a_overlap(ep, pp, vpp, recompute is Recompute.full)),
     )  # fmt: skip
 

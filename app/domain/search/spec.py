@@ -76,6 +76,9 @@ class SearchSpec(Frozen):
     repeat_kv: bool = (
         False  # PyTorch: K/V repeated to every query head before attention (torchtitan < 2026-01)
     )
+    zero_init: bool = (
+        True  # DeepSpeed ZeRO-3: model built under zero.Init (off: whole on each GPU at start-up)
+    )
     fused_cross_entropy: bool = False
     fused_swiglu: bool = False  # Liger-Kernel's SwiGLU in a PyTorch model (activations only)
     grad_reduce_bf16: bool = False  # Megatron: bf16 gradient buffers and reduce (NeMo's performance recipes)
