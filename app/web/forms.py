@@ -63,6 +63,7 @@ DEFAULTS: dict[str, str] = {
     "moe_a2a_overlap": "off",
     "grad_reduce_bf16": "off",
     "fused_swiglu": "off",
+    "zero_init": "on",
     "oversubscription": "1",
     "calibrated": "on",
 }
@@ -95,7 +96,8 @@ app/domain/estimator/overrides.py); any other ``o.…`` is a CostOverrides path.
 FIGURE_PREFIX = "o.figure."
 
 BOOLEAN_FIELDS = (
-    "sequence_parallel", "flash_attention", "moe_a2a_overlap", "grad_reduce_bf16", "fused_swiglu", "calibrated",
+    "sequence_parallel", "flash_attention", "moe_a2a_overlap", "grad_reduce_bf16", "fused_swiglu", "zero_init",
+    "calibrated",
 )  # fmt: skip
 INT_FIELDS = (
     "gpus",

@@ -56,6 +56,10 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("fused SwiGLU", "fused-swiglu", "A PyTorch model's SwiGLU as one kernel (Liger-Kernel): it keeps only the gate "
      "and up projections' outputs for the backward and writes their gradients into them, so each layer holds one "
      "f-wide activation and two f-wide gradients fewer. Megatron's own SwiGLU is fused already."),
+    ("zero.Init", "zero-init", "DeepSpeed ZeRO-3 only. On: the model is created under deepspeed.zero.Init (Hugging Face "
+     "Trainer / Accelerate with a ZeRO-3 config, Megatron-DeepSpeed), each parameter partitioned as it is made. Off: a "
+     "model built whole (from_pretrained without the DeepSpeed integration) is moved to every GPU whole by "
+     "deepspeed.initialize before ZeRO-3 partitions it, so each GPU holds the full 16-bit model at start-up."),
     ("MFU", "mfu", "Model FLOPs utilisation: the model's useful FLOPs per second (6 · active parameters per token plus "
      "attention) over the GPUs' dense BF16 peak. Recomputation does not count."),
     ("HFU", "hfu", "Hardware FLOPs utilisation: like MFU but counting the FLOPs actually executed, recomputation "
@@ -84,7 +88,7 @@ FIELD_TERMS = {
     "fsdp-full": "fsdp-full", "fsdp-grad-op": "fsdp-grad-op", "fsdp-hybrid": "fsdp-hybrid",
     "shard_group_size": "fsdp-hybrid", "megatron-distopt": "megatron-distopt",
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
-    "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU",
+    "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "zero_init": "zero.Init",
     "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip
 """Planner form fields and option values → the glossary term their hover title explains."""

@@ -292,3 +292,19 @@ def test_bf16_gradient_reduce_and_fused_swiglu_reach_the_estimate_and_the_search
     assert '<input type="hidden" name="grad_reduce_bf16" value="on">' in search.text
     assert '<input type="hidden" name="fused_swiglu" value="on">' in search.text
     assert "grad_reduce_bf16=on" in search.text  # the rows' planner links keep it
+
+
+def test_zero_init_off_shows_deepspeeds_start_up_copy(client: TestClient) -> None:
+    """The planner's zero.Init option (DeepSpeed ZeRO-3): off, Llama 3.1 8B on 8 H200 holds the whole 16-bit model
+    on each GPU at start-up (14.96 GiB), which the memory chart draws beside the training stack; the search page
+    keeps the option as it ranks plans."""
+    base = {**DEFAULTS, "model": "llama3.1-8b", "gpu": "h200-sxm", "gpus": "8", "tp": "1", "pp": "1",
+            "framework": "deepspeed", "sharding": "zero3", "global_batch": "8", "seq_len": "8192"}  # fmt: skip
+    assert 'name="zero_init"' in client.get("/").text
+    whole = parse_planner({**base, "zero_init": "off"})
+    assert whole.ok and whole.request.zero_init is False and parse_planner(base).request.zero_init is True
+    page = client.get("/?" + to_query({**base, "zero_init": "off"}))
+    assert page.status_code == 200 and "start-up copy" in page.text
+    assert "start-up copy" not in client.get("/?" + to_query(base)).text
+    search = client.get("/search?" + to_query({**base, "zero_init": "off"}))
+    assert search.status_code == 200 and '<input type="hidden" name="zero_init" value="off">' in search.text
