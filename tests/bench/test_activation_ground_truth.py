@@ -435,8 +435,8 @@ def test_eager_cross_entropy_peaks_at_12_bytes_a_logit_in_its_backward(keep_logi
     assert peak == b * s * v * 12
     held = peak + (b * s * v * 2 if keep_logits else 0)
     assert 0 <= live.peak - gemm - held <= small, (live.peak, gemm, held, start)
-    # fused / compiled losses and fused linear cross-entropy hold no more than they save
+    # fused / compiled losses hold no more than they save; fused linear cross-entropy one chunk of logits more
     assert loss_peak_bytes(arch, micro_batch=b, seq_len=s) == saved
-    assert loss_peak_bytes(arch, micro_batch=b, seq_len=s, fused_linear=True, eager=True) == logits_bytes(
+    assert loss_peak_bytes(arch, micro_batch=b, seq_len=s, fused_linear=True, eager=True) > logits_bytes(
         arch, micro_batch=b, seq_len=s, fused_linear=True
     )

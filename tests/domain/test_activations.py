@@ -11,8 +11,10 @@ import pytest
 from app.domain.estimator.activations import framework_style_for, layer_activation_bytes
 from app.domain.estimator.head_activations import (
     embedding_activation_bytes,
+    fused_linear_chunk_tokens,
     head_activation_bytes,
     logits_bytes,
+    loss_peak_bytes,
 )
 from app.domain.estimator.plan import Recompute
 from app.domain.model.architecture import Architecture
@@ -297,16 +299,25 @@ def test_per_op_selective_recompute_keeps_every_other_matmul_output(catalog) -> 
                                + 2 * (t // 2) * 4096 * 2 + t * (7168 + 4096) * 2)  # fmt: skip
 
 
-def test_fused_linear_cross_entropy_holds_one_chunk_of_logits_and_the_input_gradient():
-    """Liger-Kernel's FusedLinearCrossEntropy at b=1, s=262,144 on Llama 3.1 8B (V=128,256, h=4,096): chunks of
-    next_pow2(ceil(262144 / ceil(128256/4096))) = next_pow2(262144/32) = 8,192 tokens, each chunk's logits in bf16
-    + fp32 (8192·128256·6 = 6,304,038,912 B), plus the input gradient kept for the backward (262144·4096·2 =
-    2,147,483,648 B) — instead of the whole 262144·128256·6 = 201.7 GB."""
+def test_fused_linear_cross_entropy_keeps_its_gradients_and_holds_one_chunk_of_logits_while_it_runs():
+    """Liger-Kernel's FusedLinearCrossEntropy at b=1, s=262,144 on Llama 3.1 8B (V=128,256, h=4,096). It computes
+    the gradients in the forward and keeps them for the backward: grad_input 262144·4096·2 = 2,147,483,648 B and
+    grad_weight 128256·4096·2 = 1,050,673,152 B (no logits are saved). While the loss runs it holds one chunk of
+    next_pow2(ceil(262144 / ceil(128256/4096))) = next_pow2(262144/32) = 8,192 tokens' bf16 logits, overwritten in
+    place by their gradient: 8192·128256·2 = 2,101,346,304 B — instead of the whole 262144·128256·6 = 201.7 GB."""
     fused = logits_bytes(LLAMA31_8B, micro_batch=1, seq_len=262_144, fused_linear=True)
-    assert fused == 8192 * 128256 * 6 + 262_144 * 4096 * 2
+    assert fused == 262_144 * 4096 * 2 + 128_256 * 4096 * 2
+    peak = loss_peak_bytes(LLAMA31_8B, micro_batch=1, seq_len=262_144, fused_linear=True, eager=True)
+    assert peak == fused + 8192 * 128_256 * 2
+    assert fused_linear_chunk_tokens(LLAMA31_8B, 262_144) == 8192
     assert logits_bytes(LLAMA31_8B, micro_batch=1, seq_len=262_144) == 262_144 * 128256 * 6
-    # 16 tokens: ceil(16/32) = 1-token chunks (Liger's formula), 1·128256·6 + 16·4096·2 = 900,608 B
-    assert logits_bytes(LLAMA31_8B, micro_batch=1, seq_len=16, fused_linear=True) == 900_608
+    # 16 tokens: ceil(16/32) = 1-token chunks (Liger's formula): 16·4096·2 + 128256·4096·2 saved, + 1·128256·2
+    assert fused_linear_chunk_tokens(LLAMA31_8B, 16) == 1
+    assert logits_bytes(LLAMA31_8B, micro_batch=1, seq_len=16, fused_linear=True) == 1_050_804_224
+    assert loss_peak_bytes(LLAMA31_8B, micro_batch=1, seq_len=16, fused_linear=True) == 1_051_060_736
+    # vocab-parallel over TP 2: the weight gradient and the chunk's logits halve
+    tp2 = logits_bytes(LLAMA31_8B, micro_batch=1, seq_len=16, tp=2, fused_linear=True)
+    assert tp2 == 16 * 4096 * 2 + 64_128 * 4096 * 2
 
 
 def test_a_run_with_liger_kernel_is_estimated_with_fused_cross_entropy(catalog):

@@ -200,7 +200,8 @@ def _tp_overlap_value(cluster: Cluster, plan: Plan) -> str:
 def _logits_formula(plan: Plan) -> str:
     if plan.fused_cross_entropy:
         return (
-            "last stage: one token chunk's logits (16-bit + fp32) + the output GEMM's input gradient (b·s·h)"
+            "last stage: the output GEMM's input and weight gradients, computed in the forward (b·(s/cp)·h + "
+            "(V/tp)·h, 16-bit), or, where larger, those plus one token chunk's 16-bit logits while the loss runs"
         )
     saved = "b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy)"
     if plan.uses_fused_loss:

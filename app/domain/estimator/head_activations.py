@@ -1,5 +1,6 @@
 """Activation memory outside the transformer layers, per rank: what the embedding and the output head keep
-for the backward, and the ``b·s·V`` logits (or one chunk of them under a fused linear cross-entropy). The
+for the backward, and the ``b·s·V`` logits (under a fused linear cross-entropy: the gradients it computes in the
+forward, and one chunk of logits while it runs). The
 conventions (``framework_style``, notation) are those of :mod:`app.domain.estimator.activations`."""
 
 from __future__ import annotations
@@ -89,26 +90,29 @@ def logits_bytes(
     cross-entropy kernels hold much less. Example: Llama 3 (V=128,256), b=1, s=8192, t=1 →
     8192·128256·6 = 6,304,038,912 B ≈ 5.87 GiB.
 
-    ``fused_linear`` (Liger-Kernel's FusedLinearCrossEntropy): the output GEMM and the loss run over chunks of
-    ``ceil(b·s / ceil(V/h))`` tokens (rounded up to a power of two), each chunk's logits (activation dtype + the
-    fp32 loss copy) freed before the next, and the gradient of the GEMM's input (b·s·h in the activation dtype)
-    computed in the forward and kept for the backward. Llama 3 8B, b=1, s=262,144: chunk 8,192 tokens →
-    8192·128256·6 + 262144·4096·2 = 6.30 GB + 2.15 GB.
+    ``fused_linear`` (Liger-Kernel's FusedLinearCrossEntropy, ``fused_linear_cross_entropy_forward``, source
+    LIGER-FLCE): the output
+    GEMM and the loss run in the forward, over chunks of tokens, and compute the gradients there: what stays
+    until the backward is the gradient of the GEMM's input (``grad_input``, b·s·h in the activation dtype) and of
+    its weight (``grad_weight``, zeros_like(weight): (V/t)·h in the 16-bit weight dtype) — no logits. The chunk's
+    logits are transient (:func:`loss_peak_bytes`). Llama 3 8B, b=1, s=262,144: 262144·4096·2 + 128256·4096·2 =
+    2.15 GB + 1.05 GB.
     """
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
     if logits_dtype_bytes not in (2, 4):
         raise ValueError(f"logits_dtype_bytes must be 2 or 4, got {logits_dtype_bytes}")
     if fused_linear:
         tokens = micro_batch * ceil_div(seq_len, cp)
-        chunk = min(
-            tokens,
-            1 << max(0, (ceil_div(tokens, ceil_div(arch.vocab_size, arch.hidden_size)) - 1).bit_length()),
-        )
-        return (
-            chunk * ceil_div(arch.vocab_size, tp) * (act_bytes + logits_dtype_bytes)
-            + tokens * arch.hidden_size * act_bytes
-        )
+        return (tokens + ceil_div(arch.vocab_size, tp)) * arch.hidden_size * act_bytes
     return logit_count(arch, micro_batch, seq_len, tp, cp) * (act_bytes + logits_dtype_bytes)
+
+
+def fused_linear_chunk_tokens(arch: Architecture, tokens: int) -> int:
+    """Tokens per chunk of Liger-Kernel's FusedLinearCrossEntropy: ``next_power_of_2(ceil(b·s / ceil(V/h)))``,
+    at most b·s (``fused_linear_cross_entropy_forward``: the transient logits bounded to about b·s·h elements).
+    Llama 3 8B (V=128,256, h=4,096), 262,144 tokens: ceil(128256/4096) = 32, 262144/32 = 8,192."""
+    inc_factor = ceil_div(arch.vocab_size, arch.hidden_size)
+    return min(tokens, 1 << max(0, (ceil_div(tokens, inc_factor) - 1).bit_length()))
 
 
 def logit_count(arch: Architecture, micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1) -> int:
@@ -139,18 +143,25 @@ def loss_peak_bytes(
     10 B per logit during the forward, 6 B saved after it, 12 B at the backward's start. Example: Llama 3
     (V=128,256), b=1, s=8192 → 8192·128256·12 = 12,608,077,824 B ≈ 11.7 GiB, 5.9 GiB above the saved logits.
 
-    Fused or compiled cross-entropy (Megatron's vocab-parallel kernel, Transformer Engine, torch.compile) and
-    fused linear cross-entropy (``fused_linear``) never hold more than they save: :func:`logits_bytes`.
+    Fused or compiled cross-entropy (Megatron's vocab-parallel kernel, Transformer Engine, torch.compile) never
+    holds more than it saves: :func:`logits_bytes`. Fused linear cross-entropy (``fused_linear``) holds, beside
+    the gradients it keeps, one chunk of logits (:func:`fused_linear_chunk_tokens` × V/t in the activation dtype;
+    the loss kernel overwrites them with their gradient in place, no fp32 copy). Llama 3 8B, b=1, s=262,144:
+    2.15 GB + 1.05 GB + 8192·128256·2 = 2.10 GB.
     """
-    if fused_linear or not eager:
-        return logits_bytes(
-            arch,
-            micro_batch=micro_batch,
-            seq_len=seq_len,
-            tp=tp,
-            cp=cp,
-            act_bytes=act_bytes,
-            fused_linear=fused_linear,
-        )
+    saved = logits_bytes(
+        arch,
+        micro_batch=micro_batch,
+        seq_len=seq_len,
+        tp=tp,
+        cp=cp,
+        act_bytes=act_bytes,
+        fused_linear=fused_linear,
+    )
+    if fused_linear:
+        chunk = fused_linear_chunk_tokens(arch, micro_batch * ceil_div(seq_len, cp))
+        return saved + chunk * ceil_div(arch.vocab_size, tp) * act_bytes
+    if not eager:
+        return saved
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
     return logit_count(arch, micro_batch, seq_len, tp, cp) * 3 * FP32_BYTES  # ≥ the saved (act_bytes + 4) B

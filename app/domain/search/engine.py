@@ -14,6 +14,7 @@ Rejected plans are counted by their first failing reason, so a user sees why not
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -325,7 +326,7 @@ def _candidate(
     usd_h = spec.usd_per_gpu_hour * s.gpus if spec.usd_per_gpu_hour else None
     days = spec.tokens_to_train / tps / 86_400 if spec.tokens_to_train else None
     return Candidate(
-        plan=plan, gpus=s.gpus, tokens_per_s=tps, step_time_s=float(s.step_s[i]), peak_memory_bytes=float(s.peak[i]),
+        plan=plan, gpus=s.gpus, tokens_per_s=tps, step_time_s=float(s.step_s[i]), peak_memory_bytes=float(math.ceil(s.peak[i])),
         margin_bytes=s.usable - float(s.peak[i]), mfu=flops_per_token * tps / (s.gpus * cluster.peak_flops),
         usd_per_hour=usd_h, usd_per_million_tokens=usd_h / (tps * 3600) * 1e6 if usd_h else None,
         time_to_train_days=days, cost_to_train_usd=usd_h * days * 24 if usd_h and days else None,
