@@ -291,7 +291,7 @@ def test_deepspeed_zero3_outside_zero_init_holds_the_whole_model_at_start_up() -
     integration) is moved to the GPU whole by deepspeed.initialize before it is partitioned (source
     DEEPSPEED-ZERO3-INIT), so the allocator reserves the rank's whole 16-bit model once: Llama 3.1 8B,
     8,030,261,248 parameters × 2 B = 16,060,522,496 B = 14.96 GiB on each of 8 H200, more than the training
-    peak of one 8K sequence with full recompute, Liger's fused loss and the optimizer on the CPU (≈ 9.8 GiB). The
+    peak of one 8K sequence with full recompute, Liger's fused loss and the optimizer on the CPU (≈ 12 GiB). The
     peak is then the start-up copy + the runtime outside the allocator, and it is what the mleng benchmark's
     max_memory_reserved printed (16.3 GiB at 8K, 25.9 GiB at 32K where training needs more). Under zero.Init
     (the default), ZeRO-2 and FSDP2 nothing is copied whole."""
@@ -328,6 +328,45 @@ def test_deepspeed_zero3_outside_zero_init_holds_the_whole_model_at_start_up() -
     assert run_plan(runs["deepspeed-azure-530b-1024gpu-zero3-seq1024"])[0].zero_init
     row = next(r for r in validate(CATALOG).rows if r.run == "mleng-llama3.1-8b-8gpu-h200-zero3-seq8k")
     assert abs(row.memory_error) < 0.10
+
+
+def test_deepspeed_zero3_gathers_one_module_at_a_time_and_offload_moves_the_gradients_to_the_host() -> None:
+    """DeepSpeed ZeRO-3 gathers each module's own parameters when it runs (source DEEPSPEED-ZERO-CONFIG:
+    partitioned_param_coordinator.py) and keeps up to stage3_max_live_parameters = 10⁹ gathered beside it, not
+    FSDP's whole blocks. Llama 3.1 8B on 8 H200, first and last stage in one: the largest module is the
+    embedding (128,256 × 4,096 = 525,336,576), so (10⁹ + 525,336,576 + 525,336,576) × 2 B = 4,101,346,304 B; its
+    one ipg bucket holds reduce_bucket_size = 5·10⁸ 16-bit elements, 10⁹ B. Under optimizer offload ZeRO-2/3 keep
+    the gradient partition on the host (self.device = cpu): 0 on the GPU, and the host holds it beside the
+    optimizer (8,030,261,248 / 8 × 2 B = 2,007,565,312 B of gradients). A 1T GPT (h = 25,600, 128 layers, 1,024
+    GPUs, the DeepSpeed-on-Azure model): the largest module is one MLP matrix h × 4h = 2,621,440,000, so
+    (10⁹ + 2 × 2,621,440,000) × 2 B = 12,485,760,000 B gathered, where FSDP's units (a 7.9·10⁹ block gathered,
+    prefetched and with its gradient) would be 63 GB and put a run that trained far over the HBM."""
+    arch = CATALOG.architecture("llama3.1-8b")
+    cl = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h200-sxm", gpus=8)
+    base = dict(dp=8, micro_batch=1, global_batch=8, seq_len=8192, recompute=Recompute.full,
+                framework=Framework.deepspeed, sharding=Sharding.zero3, offload=Offload.optimizer_cpu,
+                fused_cross_entropy=True, fused_swiglu=True)  # fmt: skip
+    offloaded = estimate(arch, cl, Plan(**base)).memory_by_stage[0]
+    assert offloaded.gathered_params_bytes == (10**9 + 2 * 128_256 * 4096) * 2
+    assert offloaded.buffers_bytes == 5 * 10**8 * 2
+    assert offloaded.grads_bytes == 0
+    on_gpu = estimate(arch, cl, Plan(**(base | {"offload": Offload.none}))).memory_by_stage[0]
+    assert on_gpu.grads_bytes == 8_030_261_248 // 8 * 2
+    assert on_gpu.host_bytes == 0
+    assert offloaded.host_bytes == on_gpu.optimizer_bytes + on_gpu.grads_bytes
+    zero2 = estimate(arch, cl, Plan(**(base | {"sharding": Sharding.zero2}))).memory_by_stage[0]
+    assert zero2.grads_bytes == 0 and zero2.gathered_params_bytes == 0
+    # FSDP keeps its block units (unchanged by the DeepSpeed profile)
+    fsdp = estimate(arch, cl, Plan(**(base | {"framework": Framework.fsdp2, "sharding": Sharding.fsdp_full,
+                                              "offload": Offload.none}))).memory_by_stage[0]  # fmt: skip
+    assert fsdp.gathered_params_bytes != offloaded.gathered_params_bytes and fsdp.grads_bytes > 0
+    from app.domain.estimator.published import architecture_for_run
+    from app.domain.estimator.validation import run_cluster, run_plan
+
+    run = next(r for r in CATALOG.published_runs if r.slug == "deepspeed-azure-1t-1024gpu-zero3-seq1024")
+    gpt_1t = estimate(architecture_for_run(run, CATALOG.architectures), run_cluster(run, CATALOG),
+                      run_plan(run)[0], allow_tp_across_nodes=True).memory_by_stage[0]  # fmt: skip
+    assert gpt_1t.gathered_params_bytes == (10**9 + 2 * 25_600 * 4 * 25_600) * 2
 
 
 def test_bf16_optimizer_all_reduces_its_fp32_gradients_under_the_pipeline_engine() -> None:

@@ -22,7 +22,6 @@ from app.domain.estimator.evaluate import (
     combine_step,
     exposed_pp_p2p,
     plan_comm,
-    rank_memory,
     rank_time,
 )
 from app.domain.estimator.head_activations import (
@@ -49,6 +48,7 @@ from app.domain.estimator.plan import (
     RecomputeModule,
     Sharding,
 )
+from app.domain.estimator.rank_memory import rank_memory
 from app.domain.estimator.sharding import sharded_state_bytes_counted
 from app.domain.estimator.step import RankTime, StepTime
 from app.domain.estimator.xp import SCALAR
@@ -75,6 +75,24 @@ def model_q(arch: Architecture, counts: ParameterCounts) -> ModelQ:
         kv_dim=kv_dim(arch),
         q_dim=q_dim(arch),
         top_k=arch.experts_top_k,
+        largest_matrix=largest_matrix(arch),
+    )
+
+
+def largest_matrix(arch: Architecture) -> float:
+    """The largest weight matrix of a layer, one nn.Linear: the query (or output) projection h × (heads · head
+    dim), a dense MLP matrix h × f, an expert's h × f_e, the shared experts' h × (n_shared · f_s); K/V are smaller.
+    What DeepSpeed ZeRO-3 gathers at a time (:func:`rank_memory.zero3_gathered_bytes`)."""
+    h = arch.hidden_size
+    shared = arch.n_shared_experts * (arch.shared_expert_ffn_hidden_size or 0)
+    return float(
+        h
+        * max(
+            q_dim(arch),
+            arch.ffn_hidden_size if arch.n_dense_layers else 0,
+            arch.expert_ffn_hidden_size or 0,
+            shared,
+        )
     )
 
 
@@ -241,7 +259,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         pp_overlap_interleaved=stack.pp_overlap_interleaved, pp_serial_p2p=stack.pp_serial_p2p,
         pp_grad_reduce_after_schedule=stack.pp_grad_reduce_after_schedule, param_gather_in_step=stack.param_gather_in_step,
         bf16_optimizer=plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32,
-        prefetch_bucket_params=stack.prefetch_bucket_params or 0.0, repeat_kv=plan.repeat_kv,
+        prefetch_bucket_params=stack.prefetch_bucket_params or 0.0, live_params=stack.live_params or 0.0, repeat_kv=plan.repeat_kv,
         unsharded_init=plan.framework is Framework.deepspeed and not plan.zero_init,
     )  # fmt: skip
 

@@ -90,6 +90,13 @@ class StackProfile(CatalogEntry):
         description="sharded parameters: elements fetched ahead of their use (DeepSpeed ZeRO-3's "
         "stage3_prefetch_bucket_size); None = the whole next unit (FSDP)",
     )
+    live_params: float | None = Field(
+        default=None,
+        gt=0,
+        description="sharded parameters: elements a rank keeps gathered between uses (DeepSpeed ZeRO-3's "
+        "stage3_max_live_parameters and stage3_max_reuse_distance) beside the module in use, which it fetches and "
+        "releases one module at a time; None = FSDP's units (one transformer block, and the next prefetched)",
+    )
     pp_serial_p2p: bool = Field(
         default=False,
         description="each pipeline stage sends and receives one transfer after another (DeepSpeed's pipeline "

@@ -11,7 +11,8 @@ same functions, so the two can never disagree. Inputs come in four bundles:
 * :class:`KeyQ` — per-layer activation bytes and compute times for the plan's (tp, cp, sp, recompute,
   micro-batch, ep), computed by the scalar functions in activations.py and compute.py.
 
-Formulas and their sources are documented in memory.py (memory), step.py (time) and network.py (collectives).
+Formulas and their sources are documented in memory.py (memory), step.py (time) and network.py (collectives);
+the memory arithmetic itself is :mod:`app.domain.estimator.rank_memory`.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from app.domain.estimator.context_parallel import (
     te_ring_exposed_s,
     torch_ring_exposed_s,
 )
-from app.domain.estimator.memory import startup_bytes
 from app.domain.estimator.network import (
     Collective,
     all_to_all_seconds,
@@ -32,6 +32,7 @@ from app.domain.estimator.network import (
     group_link,
     group_shape,
 )
+from app.domain.estimator.rank_memory import bf16_optimizer_runs, local_params
 
 Num = Any  # a Python number or a numpy array
 
@@ -51,6 +52,7 @@ class ModelQ:
     kv_dim: int
     q_dim: int  # query width, all heads: K's (and V's) width once repeated to every query head
     top_k: int
+    largest_matrix: float = 0.0  # the largest weight matrix of a layer (one nn.Linear), before tp
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,135 +177,7 @@ class Consts:
     )
     bf16_optimizer: bool = False  # DeepSpeed bf16 + fp32 grad accumulation: ZeRO-1 runs BF16_Optimizer
     prefetch_bucket_params: float = 0.0  # ZeRO-3: parameters fetched ahead of use (0: a whole unit, as FSDP)
-
-
-def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, Num]:
-    """(dense incl. root, expert, largest unit, root) parameters on one rank before dp sharding."""
-    dense_layer = mq.dense_sharded / pq.tp + mq.dense_replicated
-    moe_layer = mq.moe_sharded / pq.tp + mq.moe_replicated
-    expert_layer = mq.moe_experts / (pq.ep * pq.tp)
-    head = xp.where(mq.output_head > 0, mq.output_head, xp.where(pq.pp > 1, mq.embedding, 0))
-    root = xp.where(rq.first, mq.embedding / pq.tp + mq.pre_rest, 0) + xp.where(
-        rq.last, head / pq.tp + mq.post_rest, 0
-    )
-    dense = rq.n_dense * dense_layer + rq.n_moe * moe_layer + root
-    expert = rq.n_moe * expert_layer
-    largest = xp.maximum(
-        xp.where(rq.n_dense > 0, dense_layer, 0), xp.where(rq.n_moe > 0, moe_layer + expert_layer, 0)
-    )
-    return dense, expert, largest, root
-
-
-def inflight(xp, rank: Num, pq: PlanQ) -> Num:
-    from app.domain.estimator.pipeline import inflight_microbatches
-
-    return inflight_microbatches(rank, pq.pp, pq.vpp, pq.micro_batches, xp)
-
-
-def communicators(xp, pq: PlanQ, rq: RankQ, domain: int) -> tuple[Num, Num]:
-    """(intra-node, spanning-nodes) NCCL communicators: world + tp, cp, dp, ep groups + pp neighbours."""
-    intra = 0
-    spanning = 0
-    for size, stride in (
-        (pq.gpus, 1),
-        (pq.tp, 1),
-        (pq.cp, pq.tp),
-        (pq.dp, pq.tp * pq.cp),
-        (pq.ep, pq.tp),
-    ):
-        present = size > 1
-        inside = size * stride <= domain
-        intra = intra + xp.where(xp.logical_and(present, inside), 1, 0)
-        spanning = spanning + xp.where(xp.logical_and(present, xp.logical_not(inside)), 1, 0)
-    peers = xp.where(pq.pp > 1, xp.where(xp.logical_or(rq.first, rq.last), 1, 2), 0)
-    pp_inside = 2 * pq.tp * pq.cp * pq.dp <= domain
-    intra = intra + xp.where(pp_inside, peers, 0)
-    spanning = spanning + xp.where(pp_inside, 0, peers)
-    return intra, spanning
-
-
-def fp32_grad_buffer(xp, pq: PlanQ, c: Consts, local_params: Num) -> Num:
-    """Bytes of DeepSpeed's BF16 optimizer's fp32 gradient-accumulation buffer on one rank: in bf16 with ZeRO stage
-    1, gradients accumulated in fp32 (``data_types.grad_accum_dtype``; the plan's ``grad_accum_fp32`` — DeepSpeed's
-    default from 0.8, 2022-11, until "Enable non-ZeRO mode", 2025-08, made it the model dtype) and no offload,
-    DeepSpeed wraps the optimizer in ``BF16_Optimizer`` (engine ``_do_optimizer_sanity_check``),
-    which allocates ``fp32_groups_gradients_flat`` as ``zeros_like`` the rank's whole flat bf16 parameter group in
-    ``grad_acc_dtype`` (fp32) and accumulates every micro-batch's bf16 gradients into it — 4 bytes per local
-    parameter, not partitioned, on top of the bf16 gradients (source DEEPSPEED-BF16-OPTIMIZER)."""
-    return xp.where(bf16_optimizer_runs(xp, pq, c), local_params * 4.0, 0.0)
-
-
-def bf16_optimizer_runs(xp, pq: PlanQ, c: Consts) -> Num:
-    """Whether DeepSpeed runs its BF16 optimizer: bf16 with fp32 gradient accumulation (``c.bf16_optimizer``),
-    ZeRO stage 1 and nothing offloaded (engine ``_do_optimizer_sanity_check``)."""
-    zero1 = xp.logical_and(pq.shards_optimizer, xp.logical_not(pq.shards_grads))
-    offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
-    return xp.logical_and(xp.logical_and(c.bf16_optimizer, zero1), xp.logical_not(offloaded))
-
-
-def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> dict[str, Num]:
-    """Every memory term of one rank, in bytes (see memory.py for the conventions)."""
-    dense, expert, largest, root = local_params(xp, mq, pq, rq)
-    total_local = dense + expert
-
-    def sharded(bytes_per: float, on: Num) -> Num:
-        return xp.where(
-            on, (dense / pq.shard + expert / pq.expert_shard) * bytes_per, total_local * bytes_per
-        )
-
-    params = xp.where(pq.exact, pq.exact_params, sharded(c.weights_b, pq.shards_params))
-    grads = xp.where(pq.exact, pq.exact_grads, sharded(c.grads_b, pq.shards_grads))
-    grads = grads + fp32_grad_buffer(xp, pq, c, total_local)
-    optimizer = xp.where(
-        pq.exact, pq.exact_optimizer, sharded(c.master_b + c.optimizer_b, pq.shards_optimizer)
-    )
-
-    host = xp.where(pq.offload_optimizer, optimizer, 0) + xp.where(
-        pq.offload_params, params + grads + optimizer, 0
-    )
-    host = host + xp.where(pq.offload_nvme, grads, 0)
-    nvme = xp.where(pq.offload_nvme, params + optimizer, 0)
-    moved_states = xp.logical_or(pq.offload_params, pq.offload_nvme)
-    optimizer = xp.where(xp.logical_or(pq.offload_optimizer, moved_states), 0, optimizer)
-    params = xp.where(moved_states, 0, params)
-    grads = xp.where(moved_states, 0, grads)
-
-    gathered_units = (
-        2 * largest * c.work_b
-        + largest * (c.work_b + c.grad_reduce_b)
-        + xp.where(pq.fsdp2, root * c.work_b, 0)
-    )
-    # SHARD_GRAD_OP, and FSDP under pipeline parallelism (gathered once per step), keep the stage unsharded
-    whole_stage = xp.logical_or(pq.grad_op, pq.pp > 1)
-    gathered = xp.where(pq.shards_params, xp.where(whole_stage, total_local * c.work_b, gathered_units), 0)
-    buffers = xp.where(xp.logical_and(pq.fsdp2, pq.ddp), total_local * c.grads_b, 0) + xp.where(
-        xp.logical_and(pq.deepspeed, xp.logical_not(pq.shards_params)),
-        2 * xp.minimum(5e8, total_local) * c.grad_reduce_b,
-        0,
-    )
-    # FSDP2 under pipeline parallelism reduce-scatters once per step (gradient sync is off for all but the last
-    # micro-batch), so the stage's unsharded gradients accumulate in the reduce dtype until then
-    deferred_sync = xp.logical_and(xp.logical_and(pq.fsdp2, pq.shards_grads), pq.pp > 1)
-    buffers = buffers + xp.where(deferred_sync, total_local * c.grad_reduce_b, 0)
-
-    flight = inflight(xp, rq.rank, pq)
-    activations = flight * (rq.n_dense * kq.saved_dense + rq.n_moe * kq.saved_moe) + kq.peak_extra
-    activations = activations + xp.where(rq.first, flight * kq.embedding_act, 0)
-    activations = activations + xp.where(rq.last, flight * kq.head_act, 0)
-    logits = xp.where(rq.last, kq.logits, 0)
-
-    allocated = params + grads + optimizer + activations + logits + gathered + buffers + c.workspace
-    fragmentation = allocated * c.fragmentation
-    n_intra, n_spanning = communicators(xp, pq, rq, c.domain)
-    runtime = c.cuda_context + n_intra * c.nccl_intra + n_spanning * c.nccl_spanning
-    startup = startup_bytes(xp, pq.shards_params, c.unsharded_init, total_local, c.weights_b)
-    total = xp.maximum(allocated + fragmentation, startup) + runtime
-    return {
-        "params": params, "grads": grads, "optimizer": optimizer, "activations": activations, "logits": logits,
-        "gathered": gathered, "buffers": buffers, "allocated": allocated, "fragmentation": fragmentation,
-        "startup": startup, "runtime": runtime, "total": total, "host": host, "nvme": nvme,
-        "communicators": n_intra + n_spanning,
-    }  # fmt: skip
+    live_params: float = 0.0  # ZeRO-3: parameters kept gathered beside the module in use (0: FSDP's units)
 
 
 def _group(xp, size: Num, stride: Num, c: Consts, ring: bool = True) -> tuple[Num, Num, Num, Num, Num]:

@@ -33,7 +33,6 @@ from app.domain.estimator.evaluate import (
     combine_step,
     exposed_pp_p2p,
     plan_comm,
-    rank_memory,
     rank_time,
 )
 from app.domain.estimator.memory import host_capacity_bytes
@@ -45,6 +44,7 @@ from app.domain.estimator.plan import (
     Recompute,
     Sharding,
 )
+from app.domain.estimator.rank_memory import rank_memory
 from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts

@@ -43,9 +43,10 @@ import numpy as np
 
 from app.domain.estimator.assemble import consts, model_q
 from app.domain.estimator.cluster import Cluster
-from app.domain.estimator.evaluate import KeyQ, RankQ, plan_comm, rank_memory, rank_time, straggler_factor
+from app.domain.estimator.evaluate import KeyQ, RankQ, plan_comm, rank_time, straggler_factor
 from app.domain.estimator.memory import host_capacity_bytes
 from app.domain.estimator.plan import Offload, Recompute, Sharding
+from app.domain.estimator.rank_memory import rank_memory
 from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
