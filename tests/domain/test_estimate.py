@@ -382,6 +382,21 @@ def test_bf16_optimizer_all_reduces_its_fp32_gradients_under_the_pipeline_engine
     assert bf16 - plain == pytest.approx(1.5 * plain, rel=0.05)
 
 
+def test_megatron_lm_runs_compute_their_loss_in_fp32_and_nemo_runs_fused() -> None:
+    """Megatron-LM and Megatron-DeepSpeed runs ran the vocab-parallel cross-entropy in fp32 (the logits cast
+    .float(); source MEGATRON-CROSS-ENTROPY), so their plans carry an eager loss; NeMo / Megatron-Bridge runs keep
+    the stack's fused loss (their model configs set cross_entropy_fusion_impl = "te"), and a run that names a
+    fused cross-entropy kernel keeps it."""
+    from app.domain.estimator.validation import run_plan
+
+    runs = {r.slug: r for r in CATALOG.published_runs}
+    assert run_plan(runs["megatron-readme-gpt-1.7b-48gpu"])[0].uses_fused_loss is False
+    assert run_plan(runs["narayanan2021-t1-1.7b"])[0].uses_fused_loss is False
+    assert run_plan(runs["bloom-176b-384gpu"])[0].uses_fused_loss is False
+    assert run_plan(runs["nemo2407-llama3-8b-h100-8gpu-fp8"])[0].uses_fused_loss is True
+    assert run_plan(runs["mpt-h100-7b-8gpu-seq8192"])[0].uses_fused_loss is True
+
+
 def test_bf16_optimizer_accumulates_every_micro_batch_at_the_hbm_rate() -> None:
     """DeepSpeed's BF16 optimizer (source DEEPSPEED-BF16-OPTIMIZER) zeroes the 16-bit gradients before each
     micro-batch's backward (clear_lp_grads: 2 B written a parameter), autograd accumulates into them (new gradient

@@ -490,7 +490,7 @@ MEGATRON_SWITCHES = (
     "group-query-attention", "multi-latent-attention", "qk-layernorm", "swiglu",
     "disable-bias-linear", "add-qkv-bias", "untie-embeddings-and-output-weights", "moe-grouped-gemm",
     "use-rope-scaling", "use-precision-aware-optimizer", "no-gradient-accumulation-fusion",
-    "moe-router-enable-expert-bias", "grad-reduce-in-bf16", "tp-comm-overlap",
+    "moe-router-enable-expert-bias", "grad-reduce-in-bf16", "tp-comm-overlap", "cross-entropy-loss-fusion",
 )  # fmt: skip
 MEGATRON_CHOICES = {
     "recompute-granularity": ("full", "selective"),
@@ -505,6 +505,7 @@ MEGATRON_CHOICES = {
     "ckpt-format": ("torch", "torch_dist", "torch_dcp", "fsdp_dtensor"),
     "moe-router-score-function": ("softmax", "sigmoid"),
     "moe-router-dtype": ("fp32", "fp64"),
+    "cross-entropy-fusion-impl": ("native", "te"),
 }
 
 
@@ -991,6 +992,22 @@ def test_torchtitan_writes_per_op_selective_ac_for_selective_op(monkeypatch: pyt
     op = doc.model_copy(update={"plan": doc.plan.model_copy(update={"recompute": Recompute.selective_op})})
     assert run_torchtitan_module(op, monkeypatch).activation_checkpoint == "selective"
     assert "capplan's 'selective-op' models it" not in export_plan(op, "torchtitan").content
+
+
+def test_megatron_runs_the_fused_cross_entropy_the_estimate_assumed() -> None:
+    """The estimate counts a Megatron plan's loss as fused (6 B a logit, Transformer Engine's Triton kernel on the
+    16-bit logits) unless the plan says eager; Megatron-LM's default is its unfused vocab-parallel loss in fp32
+    (source MEGATRON-CROSS-ENTROPY), so the export asks for the fused TE kernel: --cross-entropy-loss-fusion with
+    --cross-entropy-fusion-impl te, which Megatron's parser (core_v0.16.1, megatron_flags.json) reads into
+    cross_entropy_loss_fusion / cross_entropy_fusion_impl. A plan with an eager loss keeps Megatron's default."""
+    fields = dict(model="llama3.1-8b", gpus=16, tp=2, dp=8, global_batch=64, framework="megatron",
+                  sharding="megatron-distopt")  # fmt: skip
+    args = megatron_parser().parse_args(megatron_args(make_doc(**fields)))
+    assert args.cross_entropy_loss_fusion and args.cross_entropy_fusion_impl == "te"
+    eager = megatron_parser().parse_args(megatron_args(make_doc(**fields, fused_loss=False)))
+    assert (
+        not eager.cross_entropy_loss_fusion and eager.cross_entropy_fusion_impl is None
+    )  # Megatron's default
 
 
 def test_megatron_bf16_gradient_reduce_flag() -> None:

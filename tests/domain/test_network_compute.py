@@ -8,7 +8,12 @@ from pathlib import Path
 import pytest
 
 from app.domain.catalog import load_catalog
-from app.domain.estimator.compute import GemmRates, hardware_flops_per_token, model_flops_per_token
+from app.domain.estimator.compute import (
+    GemmRates,
+    hardware_flops_per_token,
+    head_times,
+    model_flops_per_token,
+)
 from app.domain.estimator.estimate import build_cluster
 from app.domain.estimator.network import Collective, collective_time, place_group
 from app.domain.estimator.plan import Plan, Precision, Recompute
@@ -218,3 +223,23 @@ def test_fp8_layer_pays_its_casts_at_the_hbm_rate(framework: str) -> None:
     # the backward: FP8 GEMMs (faster) plus the output gradients' casts; attention and the 16-bit traffic unchanged
     expected = gemm_bwd_s(Precision.fp8) - gemm_bwd_s(Precision.bf16) + bwd_b / hbm
     assert fp8.bwd_s - bf16.bwd_s == pytest.approx(expected, rel=1e-9)
+
+
+def test_eager_cross_entropy_moves_48_bytes_a_logit_and_a_fused_one_6() -> None:
+    """The loss over the vocabulary is memory-bound. Eager PyTorch (and Megatron's default vocab-parallel loss)
+    works in fp32: cast 2 + 4, log-softmax's three row reads and its write 16, the NLL backward's zero-filled
+    gradient 4, the log-softmax backward's three reads and a write 16, the cast back 4 + 2 = 48 B a logit; a fused
+    kernel reads the 16-bit logits and writes their gradient in place, 6 B. Llama 3.1 8B, one 8,192-token
+    sequence, TP 1, H100 SXM (3.35 TB/s × HBM efficiency η): the eager loss costs
+    42 × 8,192 × 128,256 B = 44.1 GB more, 15.5 ms at η = 0.85, split evenly between forward and backward."""
+    arch = CATALOG.architecture("llama3.1-8b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8)
+    plan = Plan(dp=8, micro_batch=1, global_batch=8, seq_len=8192, framework="fsdp2")
+    rate = cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency
+    eager = head_times(arch, plan.model_copy(update={"fused_loss": False}), cluster)
+    fused = head_times(arch, plan.model_copy(update={"fused_loss": True}), cluster)
+    extra = 42 * 8192 * 128_256 / rate
+    assert sum(eager) - sum(fused) == pytest.approx(extra, rel=1e-9)
+    assert eager[0] - fused[0] == pytest.approx(extra / 2, rel=1e-9)
+    assert 42 * 8192 * 128_256 == 44_128_272_384
+    assert extra == pytest.approx(0.0155, rel=0.01)

@@ -47,11 +47,18 @@ from app.domain.provenance import Frozen
 # Eager RMSNorm upcasts to fp32 and runs ~7 kernels (x.float, pow, mean, rsqrt, mul, type_as, mul ≈ 38 B per
 # element); a fused norm reads and writes once (4 B). Eager rotary goes through fp32 complex numbers
 # (~20 B per q/k element) vs 4 B fused. SwiGLU: silu + mul eager ≈ 10 B per FFN element vs 6 B fused.
-# Residual adds read two and write one 16-bit tensor (6 B) either way. Cross-entropy over the vocabulary:
-# eager casts the logits to fp32 and runs log-softmax and its gradient (~14 B per logit) vs ~6 B fused.
+# Residual adds read two and write one 16-bit tensor (6 B) either way. Cross-entropy over the vocabulary, forward
+# and backward together: eager PyTorch casts the 16-bit logits to fp32 (read 2, write 4), its log-softmax reads
+# each row three times (max, sum of exponentials, output — a row of 32K+ fp32 logits does not fit in shared
+# memory) and writes the fp32 result (16), the NLL backward writes a zero-filled fp32 gradient (4), the
+# log-softmax backward reads it twice and the saved output once and writes the input gradient (16) and the cast
+# back to 16 bits reads 4 and writes 2: 48 B per logit. Megatron's vocab-parallel cross-entropy does the same in
+# fp32 (calculate_logits_max casts .float(); in-place subtract, exp, sum and divide; the backward's multiply and
+# cast: 52 B; its jit-fused variant ~40 B). A fused kernel (Liger, flash-attn's, Transformer Engine's Triton
+# cross-entropy) reads the 16-bit logits and writes their gradient in place: ~6 B.
 TRAFFIC_BYTES = {
     True: {"norm": 4.0, "residual": 6.0, "rotary": 4.0, "glu": 6.0, "gelu": 4.0, "logit": 6.0},
-    False: {"norm": 38.0, "residual": 6.0, "rotary": 20.0, "glu": 10.0, "gelu": 8.0, "logit": 14.0},
+    False: {"norm": 38.0, "residual": 6.0, "rotary": 20.0, "glu": 10.0, "gelu": 8.0, "logit": 48.0},
 }
 
 

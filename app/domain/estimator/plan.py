@@ -209,9 +209,10 @@ class Plan(Frozen):
     )
     fused_loss: bool | None = Field(
         default=None,
-        description="the cross-entropy as one fused or compiled kernel (Megatron's vocab-parallel loss, "
-        "torch.compile of the loss) instead of eager PyTorch's fp32 log-softmax and its gradients; None = as "
-        "fused_kernels (torchtitan compiled only the model until 2025-04, the loss since)",
+        description="the cross-entropy as one fused or compiled kernel on the 16-bit logits (Transformer Engine's "
+        "Triton cross-entropy under Megatron, torch.compile of the loss) instead of an fp32 log-softmax and its "
+        "gradients (eager PyTorch; Megatron's default vocab-parallel loss); None = as fused_kernels (torchtitan "
+        "compiled only the model until 2025-04, the loss since)",
     )
     fused_cross_entropy: bool = Field(
         default=False,

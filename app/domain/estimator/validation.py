@@ -151,6 +151,12 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     # torch.compile stayed commented out; pytorch/torchtitan bbb1b616e, PR #1033, compiles it since): a compiled
     # torchtitan run published before then ran eager cross-entropy.
     fused_loss = None
+    # Megatron-LM and Megatron-DeepSpeed compute the vocab-parallel cross-entropy in fp32 (the logits cast
+    # .float(); Megatron-LM's --cross-entropy-loss-fusion is off by default and its 'native' fusion stays fp32);
+    # NeMo / Megatron-Bridge's model configs run Transformer Engine's Triton kernel (cross_entropy_fusion_impl="te")
+    if str(run.framework) in ("megatron-lm", "megatron-deepspeed") and not named_fused:
+        fused_loss = False
+        notes.append("fp32 cross-entropy: Megatron's vocab-parallel loss casts the logits to fp32")
     if fused and str(run.framework) == "torchtitan" and run.as_of < "2025-04":
         fused_loss = False
         notes.append("eager cross-entropy: torchtitan compiled only the model before 2025-04 (PR #1033)")

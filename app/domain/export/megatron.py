@@ -250,6 +250,10 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         args.append(("--fp16", None))
     elif p.precision is Precision.fp8:
         args += [("--bf16", None), ("--fp8-format", "hybrid"), ("--transformer-impl", "transformer_engine")]
+    if p.uses_fused_loss:
+        # the fused loss the estimate assumed: Transformer Engine's Triton cross-entropy (16-bit logits, gradient
+        # in place); Megatron's default is the unfused vocab-parallel loss in fp32 (source MEGATRON-CROSS-ENTROPY)
+        args += [("--cross-entropy-loss-fusion", None), ("--cross-entropy-fusion-impl", "te")]
     if p.grad_reduce_bf16 and p.precision is not Precision.fp32:
         args.append(("--grad-reduce-in-bf16", None))
     interval, _ = checkpoint_interval_steps(doc)
