@@ -435,8 +435,48 @@ def test_eager_cross_entropy_peaks_at_12_bytes_a_logit_in_its_backward(keep_logi
     assert peak == b * s * v * 12
     held = peak + (b * s * v * 2 if keep_logits else 0)
     assert 0 <= live.peak - gemm - held <= small, (live.peak, gemm, held, start)
-    # fused / compiled losses hold no more than they save; fused linear cross-entropy one chunk of logits more
-    assert loss_peak_bytes(arch, micro_batch=b, seq_len=s) == saved
+    # fused / compiled losses save the 16-bit logits and hold at most their gradient beside them; fused linear
+    # cross-entropy one chunk of logits more
+    assert logits_bytes(arch, micro_batch=b, seq_len=s, fused_loss=True) == b * s * v * 2
+    assert loss_peak_bytes(arch, micro_batch=b, seq_len=s) == b * s * v * 4
     assert loss_peak_bytes(arch, micro_batch=b, seq_len=s, fused_linear=True, eager=True) > logits_bytes(
         arch, micro_batch=b, seq_len=s, fused_linear=True
     )
+
+
+def test_compiled_cross_entropy_saves_the_16_bit_logits_not_fp32_log_probabilities() -> None:
+    """torch.compile's partitioner (min-cut rematerialisation, the one Inductor uses; run here with the
+    ``aot_eager_decomp_partition`` backend, which partitions the same way without generating kernels) keeps for
+    the backward of ``lm_loss`` the bf16 logits and two fp32 numbers a row (maximum, log-sum-exp) and recomputes
+    the softmax, where eager autograd keeps the fp32 log-probabilities: 2 B a logit against 4 B. b=2, s=256,
+    V=1,000: 1,024,000 B of logits saved (``logits_bytes(fused_loss=True)``) + 512·(4 + 4) B of row statistics +
+    the int64 targets (4,096 B), against eager's 2,048,000 B of log-probabilities."""
+    arch = tiny()
+    b, s = 2, 256
+    h, v = arch.hidden_size, arch.vocab_size
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(v, h, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(0))
+
+    def saved_bytes(loss_fn) -> dict[str, int]:
+        storages: dict[int, tuple[torch.dtype, int]] = {}
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            storages[t.untyped_storage().data_ptr()] = (t.dtype, t.untyped_storage().nbytes())
+            return t
+
+        logits = x @ w.t()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = loss_fn(logits, targets)
+        loss.backward()
+        by_dtype: dict[str, int] = {}
+        for dtype, nbytes in storages.values():
+            by_dtype[str(dtype)] = by_dtype.get(str(dtype), 0) + nbytes
+        return by_dtype
+
+    eager = saved_bytes(lm_loss)
+    compiled = saved_bytes(torch.compile(lm_loss, backend="aot_eager_decomp_partition", fullgraph=True))
+    assert eager.get("torch.bfloat16", 0) == 0 and eager["torch.float32"] >= b * s * v * 4
+    assert compiled["torch.bfloat16"] == logits_bytes(arch, micro_batch=b, seq_len=s, fused_loss=True)
+    assert compiled["torch.float32"] <= b * s * 2 * 4 + 4  # per-row maximum and log-sum-exp, the 0-d loss
+    assert compiled["torch.int64"] == b * s * 8

@@ -165,7 +165,9 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
         head_act=head_activation_bytes(
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
-        logits=logits_bytes(arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy),
+        logits=logits_bytes(
+            arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, fused_loss=plan.uses_fused_loss
+        ),
         loss_peak=loss_peak_bytes(
             arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, eager=not plan.uses_fused_loss
         ),

@@ -203,9 +203,12 @@ def _logits_formula(plan: Plan) -> str:
             "last stage: the output GEMM's input and weight gradients, computed in the forward (b·(s/cp)·h + "
             "(V/tp)·h, 16-bit), or, where larger, those plus one token chunk's 16-bit logits while the loss runs"
         )
-    saved = "b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy)"
     if plan.uses_fused_loss:
-        return f"last stage: {saved}"
+        return (
+            "last stage: the larger of the 16-bit logits a fused or compiled loss saves, b·(s/cp)·(V/tp)·2 B, + one "
+            "layer's backward working set, and those logits with their 16-bit gradient, b·(s/cp)·(V/tp)·4 B"
+        )
+    saved = "b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy)"
     return (
         f"last stage: the larger of {saved} + one layer's backward working set, and eager cross-entropy's "
         "backward peak b·(s/cp)·(V/tp)·12 B (fp32 log-probs, their gradient and the logits' gradient)"

@@ -79,16 +79,22 @@ def logits_bytes(
     logits_dtype_bytes: int = 4,
     act_bytes: int = 2,
     fused_linear: bool = False,
+    fused_loss: bool = False,
 ) -> int:
     """The ``b·s·V`` logits and the loss's copy of them on the last stage, per rank (vocab-parallel ÷t, ÷c).
 
     ``b·(s/c)·(V/t)·(act_bytes + logits_dtype_bytes)``: the output GEMM writes logits in the activation dtype
-    (bf16, 2 B); the loss upcasts them to fp32 (``logits_dtype_bytes=4``, the default — every mainstream recipe
-    computes cross-entropy in fp32) and autograd keeps the fp32 log-softmax output until backward. With a
+    (bf16, 2 B); the eager loss upcasts them to fp32 (``logits_dtype_bytes=4``, the default — every mainstream
+    recipe computes cross-entropy in fp32) and autograd keeps the fp32 log-softmax output until backward. With a
     bf16 cross-entropy pass ``logits_dtype_bytes=2``. Eager PyTorch briefly holds one more fp32 copy while
-    ``log_softmax`` runs or its gradient is formed (about ``b·s·V·4`` more at that instant); fused / chunked
-    cross-entropy kernels hold much less. Example: Llama 3 (V=128,256), b=1, s=8192, t=1 →
-    8192·128256·6 = 6,304,038,912 B ≈ 5.87 GiB.
+    ``log_softmax`` runs or its gradient is formed (about ``b·s·V·4`` more at that instant). Example: Llama 3
+    (V=128,256), b=1, s=8192, t=1 → 8192·128256·6 = 6,304,038,912 B ≈ 5.87 GiB.
+
+    ``fused_loss`` (a compiled or fused loss): ``b·(s/c)·(V/t)·act_bytes``, the 16-bit logits alone. torch.compile's
+    partitioner saves the bf16 logits and two fp32 numbers a row (the maximum and the log-sum-exp) and recomputes
+    the softmax in the backward rather than keep 4 B a logit (measured with torch 2.13 on CPU:
+    tests/bench/test_activation_ground_truth.py); a fused kernel (Transformer Engine's Triton cross-entropy,
+    Liger's) writes the gradient into the logits in place. Llama 3, b=1, s=8192: 2,101,346,304 B ≈ 1.96 GiB.
 
     ``fused_linear`` (Liger-Kernel's FusedLinearCrossEntropy, ``fused_linear_cross_entropy_forward``, source
     LIGER-FLCE): the output
@@ -104,6 +110,8 @@ def logits_bytes(
     if fused_linear:
         tokens = micro_batch * ceil_div(seq_len, cp)
         return (tokens + ceil_div(arch.vocab_size, tp)) * arch.hidden_size * act_bytes
+    if fused_loss:
+        return logit_count(arch, micro_batch, seq_len, tp, cp) * act_bytes
     return logit_count(arch, micro_batch, seq_len, tp, cp) * (act_bytes + logits_dtype_bytes)
 
 
@@ -143,8 +151,9 @@ def loss_peak_bytes(
     10 B per logit during the forward, 6 B saved after it, 12 B at the backward's start. Example: Llama 3
     (V=128,256), b=1, s=8192 → 8192·128256·12 = 12,608,077,824 B ≈ 11.7 GiB, 5.9 GiB above the saved logits.
 
-    Fused or compiled cross-entropy (Megatron's vocab-parallel kernel, Transformer Engine, torch.compile) never
-    holds more than it saves: :func:`logits_bytes`. Fused linear cross-entropy (``fused_linear``) holds, beside
+    Fused or compiled cross-entropy (Transformer Engine's Triton kernel, torch.compile) holds the 16-bit logits it
+    saved (:func:`logits_bytes` with ``fused_loss``) and at most their 16-bit gradient beside them (a compiled
+    backward writes it as a new tensor; an in-place kernel overwrites the logits): 2·act_bytes a logit. Fused linear cross-entropy (``fused_linear``) holds, beside
     the gradients it keeps, one chunk of logits (:func:`fused_linear_chunk_tokens` × V/t in the activation dtype;
     the loss kernel overwrites them with their gradient in place, no fp32 copy). Llama 3 8B, b=1, s=262,144:
     2.15 GB + 1.05 GB + 8192·128256·2 = 2.10 GB.
@@ -157,11 +166,12 @@ def loss_peak_bytes(
         cp=cp,
         act_bytes=act_bytes,
         fused_linear=fused_linear,
+        fused_loss=not eager,
     )
     if fused_linear:
         chunk = fused_linear_chunk_tokens(arch, micro_batch * ceil_div(seq_len, cp))
         return saved + chunk * ceil_div(arch.vocab_size, tp) * act_bytes
     if not eager:
-        return saved
+        return saved + logit_count(arch, micro_batch, seq_len, tp, cp) * act_bytes
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
     return logit_count(arch, micro_batch, seq_len, tp, cp) * 3 * FP32_BYTES  # ≥ the saved (act_bytes + 4) B
