@@ -480,3 +480,50 @@ def test_compiled_cross_entropy_saves_the_16_bit_logits_not_fp32_log_probabiliti
     assert compiled["torch.bfloat16"] == logits_bytes(arch, micro_batch=b, seq_len=s, fused_loss=True)
     assert compiled["torch.float32"] <= b * s * 2 * 4 + 4  # per-row maximum and log-sum-exp, the 0-d loss
     assert compiled["torch.int64"] == b * s * 8
+
+
+def test_torchtitan_loss_parallel_peaks_at_16_bytes_a_logit(tmp_path) -> None:
+    """torchtitan with TP > 1 computes the loss on vocab-sharded DTensor logits (``loss_parallel``), whose kernels
+    are torch.distributed.tensor.parallel.loss's ``_log_softmax`` and ``_nll_loss_and_log_softmax_backward``. Run
+    on a 1-rank gloo mesh on the fp32 logits of 512 tokens × V = 1,000: the forward holds ``shifted`` and
+    ``exp(shifted)`` beside its input, 8 B a logit (14 B with the input x and the 16-bit logits), and keeps the
+    4 B log-probabilities; the backward builds ``zeros_like(x)``, ``exp(x)``, their sum and the product while x
+    lives, 12 B a logit beyond x — 16 B, ``loss_peak_bytes(eager=True, loss_parallel=True)``, against 12 B for
+    F.cross_entropy without TP."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import loss as tp_loss
+
+    class Live(LiveBytes):
+        def _track(self, t: torch.Tensor) -> None:  # funcol's AsyncCollectiveTensor has no storage to count
+            try:
+                t.untyped_storage().data_ptr()
+            except RuntimeError:
+                return
+            super()._track(t)
+
+    arch = tiny()
+    n, v = 512, arch.vocab_size
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        mesh = init_device_mesh("cpu", (1,))
+        x = torch.randn(n, v, dtype=torch.bfloat16, generator=torch.Generator().manual_seed(0)).float()
+        forward = Live()
+        with forward:
+            log_probs = tp_loss._log_softmax(x, 1, False, mesh, 0)
+        targets = torch.randint(0, v, (n,), generator=torch.Generator().manual_seed(1))
+        backward = Live()
+        with backward:
+            grad = tp_loss._nll_loss_and_log_softmax_backward(
+                torch.ones(()), log_probs, targets, None, 1, -100, torch.tensor(float(n)), torch.Size([n, v]), 1,
+                mesh, 0,
+            )  # fmt: skip
+    finally:
+        dist.destroy_process_group()
+    assert grad.shape == (n, v)
+    small = 16 * n  # per-row statistics (maximum, its all-reduce, sum, log) and 0-d tensors
+    assert 0 <= forward.peak - n * v * 8 <= small and 0 <= forward.current - n * v * 4 <= small
+    assert 0 <= backward.peak - n * v * 12 <= n * v * 0.05 + small  # + the int64 targets' masks
+    peak = loss_peak_bytes(arch, micro_batch=1, seq_len=n, eager=True, loss_parallel=True)
+    assert peak == n * v * 16 == n * v * 4 + n * v * 12
+    assert loss_peak_bytes(arch, micro_batch=1, seq_len=n, eager=True) == n * v * 12

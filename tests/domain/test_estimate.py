@@ -173,7 +173,8 @@ def test_eager_cross_entropy_peak_on_the_last_stage() -> None:
     A fused or compiled loss (``fused_loss``) saves only the 16-bit logits, 2 B a logit (8192·128256·2 =
     2,101,346,304 B), and holds at most their gradient beside them (4 B a logit), so its term is
     max(2 B·b·s·V, 4 B·b·s·V − W); so does an explicitly fused stack (``fused_kernels``), unless
-    ``fused_loss=False`` says its loss stayed eager (torchtitan before 2025-04).
+    ``fused_loss=False`` says its loss stayed eager (torchtitan before 2025-04). With TP, torchtitan's eager
+    loss_parallel peaks at 16 B a logit of the rank's V/tp.
     """
     arch = CATALOG.architecture("llama3.1-8b")
     cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8)
@@ -193,6 +194,13 @@ def test_eager_cross_entropy_peak_on_the_last_stage() -> None:
     assert estimate(arch, cluster, compiled).memory_by_stage[-1].logits_bytes == fused.logits_bytes
     kept_eager = compiled.model_copy(update={"fused_loss": False})
     assert estimate(arch, cluster, kept_eager).memory_by_stage[-1].logits_bytes == eager.logits_bytes
+    # with TP, torchtitan's loss_parallel (the DTensor loss on vocab-sharded logits) peaks at 16 B a logit
+    tp2 = plan.model_copy(update={"tp": 2, "dp": 4})
+    _, tp2_working_set = layer_activations(arch, tp2)["dense"].totals(Recompute.full)
+    tp2_logits = 8192 * (128256 // 2)
+    assert estimate(arch, cluster, tp2).memory_by_stage[-1].logits_bytes == max(
+        tp2_logits * 6, tp2_logits * 16 - math.ceil(tp2_working_set)
+    )
 
 
 def test_torchtitan_compiled_runs_before_2025_04_keep_an_eager_loss() -> None:

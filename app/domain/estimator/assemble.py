@@ -169,7 +169,8 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
             arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, fused_loss=plan.uses_fused_loss
         ),
         loss_peak=loss_peak_bytes(
-            arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, eager=not plan.uses_fused_loss
+            arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, eager=not plan.uses_fused_loss,
+            loss_parallel=plan.tp > 1 and plan.framework is Framework.fsdp2,  # torchtitan's default with TP
         ),
     )  # fmt: skip
 

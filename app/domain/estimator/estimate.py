@@ -211,7 +211,8 @@ def _logits_formula(plan: Plan) -> str:
     saved = "b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy)"
     return (
         f"last stage: the larger of {saved} + one layer's backward working set, and eager cross-entropy's "
-        "backward peak b·(s/cp)·(V/tp)·12 B (fp32 log-probs, their gradient and the logits' gradient)"
+        "backward peak b·(s/cp)·(V/tp)·12 B (fp32 log-probs, their gradient and the logits' gradient; 16 B under "
+        "torchtitan's loss_parallel with TP)"
     )
 
 

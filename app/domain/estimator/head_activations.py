@@ -138,6 +138,7 @@ def loss_peak_bytes(
     act_bytes: int = 2,
     fused_linear: bool = False,
     eager: bool = False,
+    loss_parallel: bool = False,
 ) -> int:
     """The loss's largest moment on the last stage, per rank: what the ``b·s·V`` tensors occupy at once.
 
@@ -150,6 +151,13 @@ def loss_peak_bytes(
     ``act_bytes`` more per logit. Measured with torch 2.13 on CPU (tests/bench/test_activation_ground_truth.py):
     10 B per logit during the forward, 6 B saved after it, 12 B at the backward's start. Example: Llama 3
     (V=128,256), b=1, s=8192 → 8192·128256·12 = 12,608,077,824 B ≈ 11.7 GiB, 5.9 GiB above the saved logits.
+
+    ``loss_parallel`` (torchtitan with TP > 1: the DTensor loss, ``torch.distributed.tensor.parallel.loss``, on the
+    vocab-sharded logits): its backward (``_nll_loss_and_log_softmax_backward``) builds ``zeros_like(x)``, then
+    ``exp(x)``, their sum and the product with the output gradient while the saved log-probabilities x live —
+    16 B a logit (measured with torch 2.13 on CPU, 12 B beyond the saved 4 B); its forward peaks at 14 B (the
+    16-bit logits, x, ``shifted`` and ``exp(shifted)``), below that. Llama 3.1 70B at TP 8, b=16, s=8192:
+    131072·16032·16 = 33.6 GB against 25.2 GB without it.
 
     Fused or compiled cross-entropy (Transformer Engine's Triton kernel, torch.compile) holds the 16-bit logits it
     saved (:func:`logits_bytes` with ``fused_loss``) and at most their 16-bit gradient beside them (a compiled
@@ -174,4 +182,5 @@ def loss_peak_bytes(
     if not eager:
         return saved + logit_count(arch, micro_batch, seq_len, tp, cp) * act_bytes
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
-    return logit_count(arch, micro_batch, seq_len, tp, cp) * 3 * FP32_BYTES  # ≥ the saved (act_bytes + 4) B
+    # three fp32 tensors a logit at the backward's start; four under torchtitan's loss_parallel
+    return logit_count(arch, micro_batch, seq_len, tp, cp) * (4 if loss_parallel else 3) * FP32_BYTES
