@@ -529,3 +529,31 @@ def test_a_run_that_names_its_fused_kernels_runs_them_fused() -> None:
     assert tiny.uses_fused_kernels and tiny.uses_fused_loss
     eager, _ = run_plan(runs["torchtitan-llama3.1-8b-8gpu-fsdp"])
     assert not eager.uses_fused_kernels
+
+
+def test_the_kernels_assumed_are_stated_and_deepspeeds_default_is_low_confidence() -> None:
+    """Every estimate states which kernels it assumed for the memory-bound ops and the loss. DeepSpeed cannot choose
+    them (the model brings them: Megatron-DeepSpeed's, or Liger-Kernel on a Hugging Face model), so its fused
+    default is a low-confidence assumption that names the eager alternative; a plan that says which kernels ran, and
+    Megatron's Transformer Engine default, are not."""
+    arch = CATALOG.architecture("llama3.1-8b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8)
+    plan = Plan(dp=8, micro_batch=1, global_batch=8, seq_len=8192, framework=Framework.deepspeed,
+                sharding=Sharding.zero2)  # fmt: skip
+
+    def kernels(p: Plan):
+        (found,) = [a for a in estimate(arch, cluster, p).assumptions if a.name == "kernels"]
+        return found
+
+    default = kernels(plan)
+    assert default.confidence == "low" and default.source == "default"
+    assert default.value == "fused norms, rotary and activation; fused 16-bit cross-entropy"
+    assert "Liger-Kernel" in default.note and "--eager" in default.note
+    eager = kernels(plan.model_copy(update={"fused_kernels": False}))
+    assert (
+        eager.confidence is None and eager.value == "eager norms, rotary and activation; fp32 cross-entropy"
+    )
+    megatron = kernels(
+        plan.model_copy(update={"framework": Framework.megatron, "sharding": Sharding.megatron_distopt})
+    )
+    assert megatron.confidence is None and "--cross-entropy-fusion-impl te" in megatron.note

@@ -197,6 +197,29 @@ def _tp_overlap_value(cluster: Cluster, plan: Plan) -> str:
     return f"{cluster.stack(plan.framework.value).tp_overlap:.0%} hidden (TP communication overlap)"
 
 
+def _kernels(plan: Plan) -> Assumption:
+    """Which kernels the estimate assumed for the memory-bound ops and the loss, and how sure that is: a DeepSpeed
+    plan runs fused kernels only where the model brings them (Megatron-DeepSpeed, or Liger-Kernel on a Hugging Face
+    model); DeepSpeed itself cannot choose them, so its default is marked low confidence."""
+    value = (
+        f"{'fused' if plan.uses_fused_kernels else 'eager'} norms, rotary and activation; "
+        f"{'fused 16-bit' if plan.uses_fused_loss else 'fp32'} cross-entropy"
+    )
+    notes = {
+        Framework.megatron: "Transformer Engine's fused kernels; the Megatron export asks for its fused "
+        "cross-entropy (--cross-entropy-loss-fusion --cross-entropy-fusion-impl te) when the loss is fused",
+        Framework.fsdp2: "eager PyTorch unless the model is compiled (torch.compile: fused_kernels)",
+        Framework.deepspeed: "as Megatron-DeepSpeed and Hugging Face models with Liger-Kernel run them; a Hugging "
+        "Face model without Liger-Kernel runs them eager (fused_kernels false, CLI --eager): slower, and its fp32 "
+        "loss holds more memory on the last stage",
+    }
+    default_for_deepspeed = plan.framework is Framework.deepspeed and plan.fused_kernels is None
+    return Assumption(
+        name="kernels", value=value, source="default" if plan.fused_kernels is None else "formula",
+        confidence="low" if default_for_deepspeed else None, note=notes.get(plan.framework),
+    )  # fmt: skip
+
+
 def _logits_formula(plan: Plan) -> str:
     if plan.fused_cross_entropy:
         return (
@@ -362,6 +385,7 @@ def _assumptions(
         Assumption(name="gradient reduction", value="once per step (no_sync), overlapped with the last backward",
                    source="default", note="FSDP/ZeRO-3 re-gather and reduce-scatter every micro-batch"),
         Assumption(name="fat-tree oversubscription", value=cluster.oversubscription, source="default"),
+        _kernels(plan),
     ]  # fmt: skip
     if plan.recompute is Recompute.selective:
         modules = sorted(m.value for m in plan.recompute_module_set)
