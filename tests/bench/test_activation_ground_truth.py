@@ -400,6 +400,18 @@ def test_per_op_selective_recompute_matches_torch_selective_checkpointing(
     assert x.grad is not None
 
 
+def _loss_inputs() -> tuple[Architecture, int, int, int, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The loss tests' inputs: the tiny model, b=2, s=256, its vocabulary V, a bf16 hidden state x (b, s, h) and
+    output weight w (V, h) that take gradients, and seeded targets."""
+    arch = tiny()
+    b, s = 2, 256
+    h, v = arch.hidden_size, arch.vocab_size
+    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
+    w = torch.randn(v, h, dtype=torch.bfloat16, requires_grad=True)
+    targets = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(0))
+    return arch, b, s, v, x, w, targets
+
+
 @pytest.mark.parametrize("keep_logits", [False, True])
 def test_eager_cross_entropy_peaks_at_12_bytes_a_logit_in_its_backward(keep_logits: bool) -> None:
     """Eager ``lm_loss`` (fp32 upcast + cross-entropy) on bf16 logits from the output GEMM, b=2, s=256, V=1,000:
@@ -408,12 +420,7 @@ def test_eager_cross_entropy_peaks_at_12_bytes_a_logit_in_its_backward(keep_logi
     ``loss_peak_bytes(eager=True)`` = 12 B a logit (log-probs + their gradient + the logits' fp32 gradient);
     a caller that keeps the logits holds 2 B more (14 B). Counted above what the GEMM itself keeps; the only
     other bytes are the int64 targets the loss keeps (counted by head_activation_bytes) and 0-d tensors."""
-    arch = tiny()
-    b, s = 2, 256
-    h, v = arch.hidden_size, arch.vocab_size
-    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
-    w = torch.randn(v, h, dtype=torch.bfloat16, requires_grad=True)
-    targets = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(0))
+    arch, b, s, v, x, w, targets = _loss_inputs()
     live = LiveBytes()
     with live:
         logits = x @ w.t()
@@ -451,12 +458,7 @@ def test_compiled_cross_entropy_saves_the_16_bit_logits_not_fp32_log_probabiliti
     the softmax, where eager autograd keeps the fp32 log-probabilities: 2 B a logit against 4 B. b=2, s=256,
     V=1,000: 1,024,000 B of logits saved (``logits_bytes(fused_loss=True)``) + 512·(4 + 4) B of row statistics +
     the int64 targets (4,096 B), against eager's 2,048,000 B of log-probabilities."""
-    arch = tiny()
-    b, s = 2, 256
-    h, v = arch.hidden_size, arch.vocab_size
-    x = torch.randn(b, s, h, dtype=torch.bfloat16, requires_grad=True)
-    w = torch.randn(v, h, dtype=torch.bfloat16, requires_grad=True)
-    targets = torch.randint(0, v, (b, s), generator=torch.Generator().manual_seed(0))
+    arch, b, s, v, x, w, targets = _loss_inputs()
 
     def saved_bytes(loss_fn) -> dict[str, int]:
         storages: dict[int, tuple[torch.dtype, int]] = {}

@@ -334,9 +334,8 @@ def rank_time(
     total_local = dense + expert
     compute = rq.n_dense * (kq.fwd_dense + kq.bwd_dense) + rq.n_moe * (kq.fwd_moe + kq.bwd_moe)
     compute = compute + xp.where(rq.last, kq.head_fwd + kq.head_bwd, 0)
-    compute = compute + bf16_accumulate_seconds(
-        xp, pq, c, total_local
-    )  # part of each backward, on its stream
+    # DeepSpeed's BF16 optimizer accumulates gradients in every micro-batch's backward, on its stream
+    compute = compute + bf16_accumulate_seconds(xp, pq, c, total_local)
     recompute = rq.n_dense * kq.rec_dense + rq.n_moe * kq.rec_moe
     n_layers = rq.n_dense + rq.n_moe
     tp_total = n_layers * comm["tp_layer"]
