@@ -262,6 +262,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         pp_overlap_interleaved=stack.pp_overlap_interleaved, pp_serial_p2p=stack.pp_serial_p2p,
         pp_grad_reduce_after_schedule=stack.pp_grad_reduce_after_schedule, param_gather_in_step=stack.param_gather_in_step,
         bf16_optimizer=plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32,
+        autograd_grad_accumulation=plan.framework is Framework.deepspeed,
         prefetch_bucket_params=stack.prefetch_bucket_params or 0.0, live_params=stack.live_params or 0.0, repeat_kv=plan.repeat_kv,
         unsharded_init=plan.framework is Framework.deepspeed and not plan.zero_init,
     )  # fmt: skip

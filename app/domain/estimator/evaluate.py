@@ -176,6 +176,9 @@ class Consts:
         False  # sharded optimizer: updated parameters gathered inside the step (DeepSpeed)
     )
     bf16_optimizer: bool = False  # DeepSpeed bf16 + fp32 grad accumulation: ZeRO-1 runs BF16_Optimizer
+    autograd_grad_accumulation: bool = (
+        False  # micro-batch gradients added into param.grad by autograd (DeepSpeed)
+    )
     prefetch_bucket_params: float = 0.0  # ZeRO-3: parameters fetched ahead of use (0: a whole unit, as FSDP)
     live_params: float = 0.0  # ZeRO-3: parameters kept gathered beside the module in use (0: FSDP's units)
 
@@ -307,23 +310,39 @@ def exposed_a2a(xp, a2a_s: Num, compute_s: Num, overlap: Num, c: Consts) -> Num:
     return a2a_s - hidden + c.comm_slowdown * hidden
 
 
-# HBM bytes a local parameter costs every micro-batch under DeepSpeed's BF16 optimizer (bf16_accumulate_seconds)
+# HBM bytes a local parameter costs every micro-batch under DeepSpeed's BF16 optimizer (grad_accumulate_seconds)
 BF16_ACCUMULATE_B = 26.0
+# HBM bytes autograd's AccumulateGrad moves per parameter when a micro-batch's 16-bit gradient is added into the
+# one already held (``grad += new``: read 2 + 2, write 2)
+AUTOGRAD_ACCUMULATE_B = 6.0
 
 
-def bf16_accumulate_seconds(xp, pq: PlanQ, c: Consts, local_params: Num) -> Num:
-    """Seconds a micro-batch spends accumulating gradients under DeepSpeed's BF16 optimizer (ZeRO-1 with fp32
-    gradient accumulation: :func:`bf16_optimizer_runs`), a memory-bound pass over the rank's parameters.
+def grad_accumulate_seconds(xp, pq: PlanQ, c: Consts, local_params: Num) -> Num:
+    """Seconds a micro-batch spends accumulating gradients on DeepSpeed's engine, a memory-bound pass over the
+    rank's parameters (Megatron accumulates inside the weight-gradient GEMM, FSDP reduces every micro-batch).
 
-    Every micro-batch (the pipeline engine's ``_exec_backward_pass``, since PR #1801, 2022-04; the engine's
-    ``backward`` otherwise — source DEEPSPEED-BF16-OPTIMIZER) zeroes the 16-bit gradients before its backward
-    (``clear_lp_grads``: write 2 B), so autograd accumulates each weight gradient into them (``grad += new``: the
-    new gradient written and both read, the sum written: 2 + 4 + 2 − the 2 B a first gradient costs anyway = 6 B),
-    and afterwards adds them into the fp32 buffer (``update_hp_grads``: ``hp.add_(lp.to(fp32))`` reads 2, writes
-    and reads a 4 B temporary, reads and writes 4 + 4: 18 B) — 26 B a parameter at the HBM rate. BLOOM's 176B
-    topology at TP 8, PP 12 (1.9·10⁹ parameters a GPU on A100-80GB): 49 GB, 28 ms every micro-batch — 14 s a
-    step at 512 micro-batches of one sequence, 3.6 s at 128 of four."""
-    return xp.where(bf16_optimizer_runs(xp, pq, c), local_params * BF16_ACCUMULATE_B / c.hbm_bytes_per_s, 0.0)
+    Under DeepSpeed's BF16 optimizer (ZeRO-1 with fp32 gradient accumulation: :func:`bf16_optimizer_runs`) every
+    micro-batch (the pipeline engine's ``_exec_backward_pass``, since PR #1801, 2022-04; the engine's ``backward``
+    otherwise — source DEEPSPEED-BF16-OPTIMIZER) zeroes the 16-bit gradients before its backward (``clear_lp_grads``:
+    write 2 B), so autograd accumulates each weight gradient into them (``grad += new``: the new gradient written
+    and both read, the sum written: 2 + 4 + 2 − the 2 B a first gradient costs anyway = 6 B), and afterwards adds
+    them into the fp32 buffer (``update_hp_grads``: ``hp.add_(lp.to(fp32))`` reads 2, writes and reads a 4 B
+    temporary, reads and writes 4 + 4: 18 B) — 26 B a parameter at the HBM rate. BLOOM's 176B topology at TP 8,
+    PP 12 (1.9·10⁹ parameters a GPU on A100-80GB): 49 GB, 28 ms every micro-batch — 14 s a step at 512
+    micro-batches of one sequence, 3.6 s at 128 of four.
+
+    Otherwise, with unsharded 16-bit gradients (ZeRO 0/1, DeepSpeed's fp16 and bf16 optimizers), the gradients stay
+    in ``param.grad`` across the micro-batches of a step and torch's ``AccumulateGrad`` adds every micro-batch's
+    after the first into them in place (``variable.grad += new_grad``: 6 B a parameter), (m − 1)/m of the
+    micro-batches on average. MT-NLG's 530B at TP 8, PP 35 (1.9·10⁹ parameters a GPU on A100-80GB, 240
+    micro-batches): 11 GB, 9 ms a micro-batch, 2.1 s of a 60 s step."""
+    bf16 = bf16_optimizer_runs(xp, pq, c)
+    unsharded = xp.logical_not(xp.logical_or(pq.shards_grads, pq.shards_params))
+    later = (pq.micro_batches - 1) / xp.maximum(pq.micro_batches, 1)
+    autograd = xp.where(
+        xp.logical_and(c.autograd_grad_accumulation, unsharded), AUTOGRAD_ACCUMULATE_B * later, 0.0
+    )
+    return local_params * xp.where(bf16, BF16_ACCUMULATE_B, autograd) / c.hbm_bytes_per_s
 
 
 def rank_time(
@@ -334,8 +353,8 @@ def rank_time(
     total_local = dense + expert
     compute = rq.n_dense * (kq.fwd_dense + kq.bwd_dense) + rq.n_moe * (kq.fwd_moe + kq.bwd_moe)
     compute = compute + xp.where(rq.last, kq.head_fwd + kq.head_bwd, 0)
-    # DeepSpeed's BF16 optimizer accumulates gradients in every micro-batch's backward, on its stream
-    compute = compute + bf16_accumulate_seconds(xp, pq, c, total_local)
+    # DeepSpeed accumulates gradients in every micro-batch's backward, on its stream
+    compute = compute + grad_accumulate_seconds(xp, pq, c, total_local)
     recompute = rq.n_dense * kq.rec_dense + rq.n_moe * kq.rec_moe
     n_layers = rq.n_dense + rq.n_moe
     tp_total = n_layers * comm["tp_layer"]

@@ -82,6 +82,11 @@ class PublishedMemory(Frozen):
 
     what: str | None = None
     peak_gib_max_over_ranks: float | None = Field(default=None, ge=0)
+    includes_runtime: bool = Field(
+        default=False,
+        description="the peak was read outside PyTorch's allocator (nvidia-smi, DCGM), so it includes the CUDA "
+        "context and NCCL's buffers; otherwise it is torch.cuda.max_memory_reserved",
+    )
     params_grads_optimizer_gib: float | None = Field(default=None, ge=0)
     activations_gib_selective_sp: float | None = Field(default=None, ge=0)
     activations_gib_no_recompute_no_sp: float | None = Field(default=None, ge=0)
