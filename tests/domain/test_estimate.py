@@ -468,6 +468,15 @@ def test_bf16_optimizer_accumulates_every_micro_batch_at_the_hbm_rate() -> None:
         gpt3_on_768_a100(**megatron, global_batch=12).step.ranks[0].compute_s, rel=1e-12
     )
 
+    # the estimate says which pass it assumed
+    def accumulation(est) -> str | None:
+        return next((a.value for a in est.assumptions if a.name == "gradient accumulation (DeepSpeed)"), None)
+
+    assert "autograd" in accumulation(gpt3_on_768_a100(**zero1))
+    assert "BF16_Optimizer" in accumulation(gpt3_on_768_a100(**zero1, grad_accum_fp32=True))
+    assert accumulation(gpt3_on_768_a100(**zero2)) is None
+    assert accumulation(gpt3_on_768_a100(**megatron)) is None
+
 
 @pytest.mark.parametrize(
     ("framework", "update", "overlapped"),

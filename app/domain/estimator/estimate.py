@@ -183,6 +183,24 @@ def _bf16_optimizer_note(plan: Plan) -> str:
     return ""
 
 
+def _grad_accumulation(plan: Plan) -> Assumption | None:
+    """How a DeepSpeed plan's micro-batch gradients are accumulated (evaluate.grad_accumulate_seconds), or None for
+    stacks that accumulate inside the weight-gradient GEMM (Megatron) or reduce every micro-batch (FSDP)."""
+    if plan.framework is not Framework.deepspeed:
+        return None
+    if _bf16_optimizer_note(plan):
+        value = "BF16_Optimizer: 26 B a local parameter at the HBM rate every micro-batch"
+    elif plan.sharding in (Sharding.ddp, Sharding.zero1):
+        value = "autograd adds into param.grad: 6 B a local parameter at the HBM rate on (m − 1)/m of the micro-batches"
+    else:
+        return None
+    return Assumption(
+        name="gradient accumulation (DeepSpeed)", value=value, source="formula",
+        note="zeroing, accumulating and (BF16 optimizer) adding into the fp32 buffer are memory-bound passes over the "
+        "rank's parameters on the backward's stream",
+    )  # fmt: skip
+
+
 def _tp_overlap_value(cluster: Cluster, plan: Plan) -> str:
     if plan.tp == 1:
         return "none (tp = 1)"
@@ -387,6 +405,9 @@ def _assumptions(
         Assumption(name="fat-tree oversubscription", value=cluster.oversubscription, source="default"),
         _kernels(plan),
     ]  # fmt: skip
+    accumulation = _grad_accumulation(plan)
+    if accumulation is not None:
+        out.append(accumulation)
     if plan.recompute is Recompute.selective:
         modules = sorted(m.value for m in plan.recompute_module_set)
         moe_or_mla = arch.is_moe or arch.attention == "mla"
