@@ -190,7 +190,7 @@ def _grad_accumulation(plan: Plan) -> Assumption | None:
         return None
     if _bf16_optimizer_note(plan):
         value = "BF16_Optimizer: 26 B a local parameter at the HBM rate every micro-batch"
-    elif plan.sharding in (Sharding.ddp, Sharding.zero1):
+    elif not (plan.sharding.shards_grads or plan.sharding.shards_params):  # evaluate's ``unsharded``
         value = "autograd adds into param.grad: 6 B a local parameter at the HBM rate on (m − 1)/m of the micro-batches"
     else:
         return None
