@@ -105,6 +105,38 @@ def test_accuracy_page_leads_with_out_of_sample_accuracy(client: TestClient) -> 
     assert "leave-one-source-family-out" in html and 'data-chart="accuracy"' in html
     assert "Fit error (in sample" in html and "stack: megatron" in html and "GPU: h100-sxm" in html
     assert "global batch and micro-batch were not published" in html  # the excluded run says why
+    assert "source: RUN-TORCHTITAN2024" in html and "beyond ±20 %" in html
+    # the published peak-memory figures, scored as `capplan validate` scores them
+    assert 'id="memory"' in html and "torchtitan-llama3.1-405b-512gpu-4d-cp8-seq256k" in html
+    assert "nvidia-smi (allocator + CUDA context + NCCL)" in html  # BLOOM's topology rows read the device
+
+
+def test_accuracy_table_groups_families_and_scores_memory_as_validate_does() -> None:
+    """The family medians are the medians of their runs' errors; the memory rows are validate's, one per run that
+    publishes a peak, with its counts (within ±10 %) and median computed from them."""
+    import statistics
+    from pathlib import Path
+
+    from app.domain.catalog import load_catalog
+    from app.domain.estimator.validation import accuracy_table, validate
+
+    catalog = load_catalog(Path(__file__).resolve().parents[2] / "data")
+    table = accuracy_table(catalog)
+    scored = [r for r in table.rows if r.cv_error is not None]
+    family = {g.group: g for g in table.by_family}
+    assert sum(g.runs for g in table.by_family) == len(scored)
+    titan = [abs(r.cv_error) for r in scored if r.family == "RUN-TORCHTITAN2024"]
+    assert family["RUN-TORCHTITAN2024"].cv_median_abs_error == statistics.median(titan)
+    assert table.cv_within_10 == sum(1 for r in scored if abs(r.cv_error) <= 0.10)
+    assert table.cv_beyond_20 == sum(1 for r in scored if abs(r.cv_error) > 0.20)
+    report = validate(catalog)
+    published = {r.run: r for r in report.rows if r.memory_error is not None}
+    assert {m.run for m in table.memory_rows} == set(published) and len(published) == report.memory_compared
+    assert all(m.error == published[m.run].memory_error for m in table.memory_rows)
+    assert table.memory_median_abs_error == report.memory_median_abs_error
+    assert table.memory_within_10 == sum(1 for m in table.memory_rows if abs(m.error) <= 0.10)
+    bloom = [m for m in table.memory_rows if m.run.startswith("bloom-prequel")]
+    assert bloom and all(m.includes_runtime for m in bloom)
 
 
 def test_accuracy_table_carries_the_recorded_cv_error_of_each_run() -> None:

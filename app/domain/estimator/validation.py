@@ -337,8 +337,18 @@ class AccuracyGroup(Frozen):
     fit_median_abs_error: float | None
 
 
+class MemoryRow(Frozen):
+    run: str
+    published_gib: float
+    predicted_gib: float
+    error: float
+    includes_runtime: bool
+
+
 class AccuracyTable(Frozen):
-    """What /accuracy shows: per run the fit error (now) and the out-of-sample error (recorded by the last fit)."""
+    """What /accuracy shows: per run the fit error (now) and the out-of-sample error (recorded by the last fit),
+    their medians by stack, GPU and source family, how many runs fall within ±10 % and beyond ±20 % out of sample,
+    and the published peak-memory figures against the estimate's (not fitted: one error each)."""
 
     rows: tuple[AccuracyRow, ...]
     fit_date: str | None
@@ -348,6 +358,13 @@ class AccuracyTable(Frozen):
     fit_median_abs_error: float | None
     by_stack: tuple[AccuracyGroup, ...]
     by_accelerator: tuple[AccuracyGroup, ...]
+    by_family: tuple[AccuracyGroup, ...] = ()
+    cv_within_10: int = 0
+    cv_beyond_20: int = 0
+    memory_rows: tuple[MemoryRow, ...] = ()
+    memory_median_abs_error: float | None = None
+    memory_max_abs_error: float | None = None
+    memory_within_10: int = 0
 
 
 def _median_abs(values: list[float | None]) -> float | None:
@@ -392,9 +409,26 @@ def accuracy_table(catalog: Catalog) -> AccuracyTable:
             for name in names
         )
 
+    cv_errors = [abs(r.cv_error) for r in rows if r.cv_error is not None]
+    memory = tuple(
+        MemoryRow(
+            run=row.run,
+            published_gib=row.memory_published_gib,
+            predicted_gib=row.memory_predicted_gib,
+            error=row.memory_error,
+            includes_runtime=bool(runs[row.run].memory and runs[row.run].memory.includes_runtime),
+        )  # fmt: skip
+        for row in report.rows
+        if row.memory_error is not None and row.memory_published_gib and row.memory_predicted_gib is not None
+    )
     return AccuracyTable(
         rows=rows, fit_date=fit.date if fit else None, families=len(fit.families) if fit else 0,
         cv_median_abs_error=fit.cv_median_abs_error if fit else None,
         cv_max_abs_error=fit.cv_max_abs_error if fit else None, fit_median_abs_error=report.median_abs_error,
         by_stack=groups(lambda r: r.stack), by_accelerator=groups(lambda r: r.accelerator),
+        by_family=groups(lambda r: r.family),
+        cv_within_10=sum(1 for e in cv_errors if e <= 0.10), cv_beyond_20=sum(1 for e in cv_errors if e > 0.20),
+        memory_rows=memory, memory_median_abs_error=report.memory_median_abs_error,
+        memory_max_abs_error=report.memory_max_abs_error,
+        memory_within_10=sum(1 for m in memory if abs(m.error) <= 0.10),
     )  # fmt: skip
