@@ -170,6 +170,12 @@ def print_estimate(est) -> None:
             f"  start-up: {_gib(startup.startup_bytes)} GiB before training — deepspeed.initialize moves the whole "
             "model to each GPU before ZeRO-3 partitions it (zero_init off); that, not training, sets the total"
         )
+    step_copy = max(st.optimizer_step_bytes for st in est.memory_by_stage)
+    if step_copy:
+        echo(
+            f"  optimizer step: +{_gib(step_copy)} GiB of new allocator segments for DeepSpeed's fp32 gradient "
+            "partition — max_memory_reserved and nvidia-smi read it above the training peak, max_memory_allocated does not"
+        )
     t = est.step
     echo(
         f"\nstep time: {est.step_time_s:.3f} s  ({t.micro_batches} micro-batches × {t.micro_batch_s * 1e3:.1f} ms)"

@@ -137,8 +137,10 @@ def test_validate_scores_published_memory_against_the_allocator_peak() -> None:
     run = next(r for r in CATALOG.published_runs if r.slug == "torchtitan-llama3.1-8b-8gpu-fsdp")
     row = next(r for r in report.rows if r.run == run.slug)
     assert row.memory_published_gib == run.memory.peak_gib_max_over_ranks == 82.4
-    # the figure README states (2026-12-06: 7.0 % over 41 runs); fails if a memory mechanism regresses
-    assert report.memory_median_abs_error <= 0.070 + 0.002
+    # the figures README states (2026-12-06, fifteenth session: 6.7 % over 41 runs, 36 within ±10 %); fails if a
+    # memory mechanism regresses
+    assert report.memory_median_abs_error <= 0.067 + 0.002
+    assert sum(1 for r in with_memory if abs(r.memory_error) <= 0.10) >= 36
     # BLOOM's topology benchmarks read nvidia-smi: the CUDA context and NCCL buffers outside the allocator count
     from app.domain.estimator.published import architecture_for_run
     from app.domain.estimator.validation import run_cluster, run_plan
@@ -148,7 +150,8 @@ def test_validate_scores_published_memory_against_the_allocator_peak() -> None:
     est = estimate(architecture_for_run(bloom, CATALOG.architectures), run_cluster(bloom, CATALOG),
                    run_plan(bloom)[0], allow_tp_across_nodes=True)  # fmt: skip
     reserved = max(
-        st.allocated_peak_bytes + st.fragmentation_bytes + st.runtime_bytes for st in est.memory_by_stage
+        st.allocated_peak_bytes + st.fragmentation_bytes + st.optimizer_step_bytes + st.runtime_bytes
+        for st in est.memory_by_stage
     )
     assert next(r for r in report.rows if r.run == bloom.slug).memory_predicted_gib == pytest.approx(
         reserved / 2**30
@@ -157,6 +160,36 @@ def test_validate_scores_published_memory_against_the_allocator_peak() -> None:
     # torchtitan's eager-loss rows at 32K tokens a GPU (CP 1-8), −26 % before the eager loss's backward peak
     long_rows = [r for r in with_memory if r.run.startswith("torchtitan-llama3.1-8b-8gpu-cp")]
     assert len(long_rows) == 3 and all(abs(r.memory_error) < 0.08 for r in long_rows)
+
+
+def test_zero_optimizer_step_copy_extends_the_allocator_reserve() -> None:
+    """DeepSpeed ZeRO-1/2's step builds the gradient partition flat in bf16 and converts it to fp32
+    (stage_1_and_2.py: ``flatten(...)`` then ``.to(fp32)``), in segments of its own: Llama 3.1 8B, ZeRO-2 over 8
+    H200, bf16 — 8,030,261,248 / 8 = 1,003,782,656 partition elements × (2 + 4) B = 6,022,695,936 B (5.61 GiB),
+    reported beside the stage and added to the reserved peak that validation compares with
+    ``max_memory_reserved``, but not to the total the fit verdict reads. ZeRO-3, the BF16 optimizer, optimizer
+    offload and FSDP2 have no such copy; in fp32 the conversion returns the flat tensor itself (4 B)."""
+    arch = CATALOG.architecture("llama3.1-8b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h200-sxm", gpus=8)
+    base = dict(dp=8, micro_batch=1, global_batch=8, seq_len=8192, framework=Framework.deepspeed)
+    zero2 = estimate(arch, cluster, Plan(**base, sharding=Sharding.zero2))
+    stage = zero2.memory_by_stage[0]
+    assert stage.optimizer_step_bytes == 8_030_261_248 // 8 * 6
+    assert stage.total_bytes == pytest.approx(
+        stage.allocated_peak_bytes + stage.fragmentation_bytes + stage.runtime_bytes, abs=2
+    )
+    assert "optimizer step" in zero2.memory_formulas
+    fp32 = estimate(arch, cluster, Plan(**base, sharding=Sharding.zero1, precision=Precision.fp32))
+    assert fp32.memory_by_stage[0].optimizer_step_bytes == 8_030_261_248 // 8 * 4
+    for other in (
+        Plan(**base, sharding=Sharding.zero3),
+        Plan(**base, sharding=Sharding.zero1, grad_accum_fp32=True),  # BF16_Optimizer: persistent fp32 grads
+        Plan(**base, sharding=Sharding.zero2, offload=Offload.optimizer_cpu),
+        Plan(**(base | {"framework": Framework.fsdp2}), sharding=Sharding.fsdp_full),
+    ):
+        est = estimate(arch, cluster, other)
+        assert est.memory_by_stage[0].optimizer_step_bytes == 0, other
+        assert "optimizer step" not in est.memory_formulas
 
 
 def test_bf16_gradient_reduce_halves_megatron_gradients() -> None:

@@ -292,6 +292,7 @@ def _stage(rank: RankLayers, m: dict, usable: float, workspace: float) -> StageM
         margin_bytes=math.floor(usable - m["total"]), fits=m["total"] <= usable,
         dominant_term=max(terms, key=lambda k: terms[k]), host_bytes=math.ceil(m["host"]),
         nvme_bytes=math.ceil(m["nvme"]), communicators=int(m["communicators"]),
+        optimizer_step_bytes=math.ceil(m["step"]),
     )  # fmt: skip
 
 

@@ -257,7 +257,9 @@ def _logits_formula(plan: Plan) -> str:
     )
 
 
-def _memory_formulas(arch: Architecture, cluster: Cluster, plan: Plan) -> dict[str, str]:
+def _memory_formulas(
+    arch: Architecture, cluster: Cluster, plan: Plan, stages: tuple[StageMemory, ...] = ()
+) -> dict[str, str]:
     per = state_bytes_per_param(plan)
     sh = plan.sharding
     shard = f"dp·cp = {plan.dp_shard_size * plan.cp}" + (" (HSDP group)" if plan.shard_group_size else "")
@@ -284,6 +286,17 @@ def _memory_formulas(arch: Architecture, cluster: Cluster, plan: Plan) -> dict[s
                 "before it is partitioned; the peak is the larger of it and the allocated peak + fragmentation"
             }
             if plan.framework is Framework.deepspeed and sh.shards_params and not plan.zero_init
+            else {}
+        ),
+        **(
+            {
+                "optimizer step": "DeepSpeed ZeRO-1/2: the step builds the rank's gradient partition flat in the "
+                "gradient dtype and converts it to fp32 (stage_1_and_2.py), partition × (2 + 4) B in new allocator "
+                f"segments, up to {max(st.optimizer_step_bytes for st in stages) / 2**30:.2f} GiB a rank: "
+                "torch.cuda.max_memory_reserved() and nvidia-smi read it above the training peak, "
+                "max_memory_allocated() does not; not counted against the fit (the allocator frees cache for it)"
+            }
+            if any(st.optimizer_step_bytes for st in stages)
             else {}
         ),
         "fit": f"total ≤ usable memory {cluster.accelerator.memory_usable_bytes / 2**30:.2f} GiB "
@@ -356,7 +369,7 @@ def estimate(
         tokens_to_train=tokens_to_train,
         time_to_train_s=ttt,
         time_to_train_days=ttt / SECONDS_PER_DAY if ttt else None,
-        memory_formulas=_memory_formulas(arch, cluster, plan),
+        memory_formulas=_memory_formulas(arch, cluster, plan, stages),
         assumptions=_assumptions(arch, cluster, plan, flops.formula),
     )
 

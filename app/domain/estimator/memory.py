@@ -112,7 +112,8 @@ class StageMemory:
     ``torch.cuda.max_memory_allocated()``; ``startup_bytes``: what the allocator reserves at start-up, before
     training (DeepSpeed ZeRO-3 outside zero.Init: the whole model; the total is the larger of it and the allocated
     peak + fragmentation); ``runtime_bytes``: CUDA context + NCCL buffers, outside PyTorch's
-    allocator; ``host_bytes``/``nvme_bytes``: offloaded state this rank needs on the host.
+    allocator; ``optimizer_step_bytes``: DeepSpeed ZeRO-1/2's step-time gradient copy, in new allocator segments
+    (``max_memory_reserved`` reads it on top of the training peak; :func:`optimizer_step_bytes`); ``host_bytes``/``nvme_bytes``: offloaded state this rank needs on the host.
     """
 
     rank: int
@@ -139,6 +140,7 @@ class StageMemory:
     host_bytes: int
     nvme_bytes: int
     communicators: int
+    optimizer_step_bytes: int = 0
 
 
 def exact_fsdp2(plan: Plan) -> bool:
@@ -192,6 +194,27 @@ def host_capacity_bytes(host_memory_gib: float | None, local_nvme_tb: float | No
     host = host_memory_gib * GIB if host_memory_gib else float("inf")
     nvme = local_nvme_tb * 1e12 if local_nvme_tb else float("inf")
     return host, nvme
+
+
+def optimizer_step_bytes(xp, zero_optimizer_on_gpu: Any, partition_params: Any, work_b: float) -> Any:
+    """Bytes DeepSpeed's ZeRO-1/2 optimizer step allocates beyond the training peak's allocator segments.
+
+    ``DeepSpeedZeroOptimizer.step`` (stage_1_and_2.py, read at master and at 5ca2627 of 2022-02-15, the master
+    BLOOM's topology benchmarks ran) builds the rank's
+    gradient partition as one flat tensor in the gradient dtype (``flatten`` / ``flatten_dense_tensors_aligned``
+    of the averaged gradients: ``work_b`` bytes a partition element) and converts it to the fp32 master dtype
+    (``.to(fp32)``: 4 bytes) for the optimizer; both exist until the flat copy is deleted. The activations are free
+    by then, but their cached blocks are tensor-sized segments, and the caching allocator neither merges separate
+    segments nor splits one across requests, so a request of a whole partition (gigabytes) gets new segments:
+    ``torch.cuda.max_memory_reserved()`` (and nvidia-smi) read this much above the training peak, while
+    ``max_memory_allocated()`` does not (allocated at the step is the model states plus this, far below the
+    training peak). Llama 3.1 8B under ZeRO-2 on 8 GPUs in bf16: 8.03·10⁹ / 8 · (2 + 4) B = 6.0 GB (5.6 GiB).
+    0 where the step runs elsewhere: ZeRO-3 (stage3.py's sub-groups), DeepSpeed's BF16 optimizer (persistent fp32
+    gradients), offloaded optimizers (the copy is on the host), other frameworks (FSDP/Megatron keep their fp32
+    gradients or master copies persistently). In fp32 training ``.to`` returns the flat tensor itself: 4 B.
+    Not part of the fits verdict: under memory pressure the allocator frees cached blocks and retries."""
+    per_element = work_b + (4.0 if work_b != 4.0 else 0.0)
+    return xp.where(zero_optimizer_on_gpu, partition_params * per_element, 0.0)
 
 
 def startup_bytes(xp, shards_params: Any, unsharded_init: bool, local_params: Any, weight_b: float) -> Any:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from app.domain.estimator.memory import startup_bytes
+from app.domain.estimator.memory import optimizer_step_bytes, startup_bytes
 
 if TYPE_CHECKING:
     from app.domain.estimator.evaluate import Consts, KeyQ, ModelQ, Num, PlanQ, RankQ
@@ -169,9 +169,17 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
     runtime = c.cuda_context + n_intra * c.nccl_intra + n_spanning * c.nccl_spanning
     startup = startup_bytes(xp, pq.shards_params, c.unsharded_init, total_local, c.weights_b)
     total = xp.maximum(allocated + fragmentation, startup) + runtime
+    offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
+    zero12_on_gpu = xp.logical_and(
+        xp.logical_and(pq.deepspeed, pq.shards_optimizer),
+        xp.logical_not(
+            xp.logical_or(xp.logical_or(pq.shards_params, offloaded), bf16_optimizer_runs(xp, pq, c))
+        ),
+    )
+    step = optimizer_step_bytes(xp, zero12_on_gpu, sharded(1.0, pq.shards_optimizer), c.work_b)
     return {
         "params": params, "grads": grads, "optimizer": optimizer, "activations": activations, "logits": logits,
         "gathered": gathered, "buffers": buffers, "allocated": allocated, "fragmentation": fragmentation,
-        "startup": startup, "runtime": runtime, "total": total, "host": host, "nvme": nvme,
+        "startup": startup, "runtime": runtime, "total": total, "host": host, "nvme": nvme, "step": step,
         "communicators": n_intra + n_spanning,
     }  # fmt: skip

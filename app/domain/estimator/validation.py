@@ -276,16 +276,16 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
 
 def _memory(run: PublishedRun, est: Estimate) -> dict[str, float | None]:
     """Published peak memory per GPU against the estimate's: the caching-allocator peak (allocated + fragmentation
-    of the fullest stage, or the start-up copy where that is larger), which is what torch.cuda.max_memory_reserved
-    reports; where the source read the device (nvidia-smi: ``includes_runtime``), the CUDA context and NCCL buffers
-    outside the allocator are added."""
+    of the fullest stage, plus the segments DeepSpeed ZeRO-1/2's optimizer step adds, or the start-up copy where
+    that is larger), which is what torch.cuda.max_memory_reserved reports; where the source read the device
+    (nvidia-smi: ``includes_runtime``), the CUDA context and NCCL buffers outside the allocator are added."""
     published = run.memory.peak_gib_max_over_ranks if run.memory else None
     if not published:
         return {}
     runtime = run.memory.includes_runtime  # type: ignore[union-attr]
     predicted = (
         max(
-            max(st.allocated_peak_bytes + st.fragmentation_bytes, st.startup_bytes)
+            max(st.allocated_peak_bytes + st.fragmentation_bytes + st.optimizer_step_bytes, st.startup_bytes)
             + (st.runtime_bytes if runtime else 0)
             for st in est.memory_by_stage
         )
