@@ -169,14 +169,16 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
     runtime = c.cuda_context + n_intra * c.nccl_intra + n_spanning * c.nccl_spanning
     startup = startup_bytes(xp, pq.shards_params, c.unsharded_init, total_local, c.weights_b)
     total = xp.maximum(allocated + fragmentation, startup) + runtime
-    offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
-    zero12_on_gpu = xp.logical_and(
-        xp.logical_and(pq.deepspeed, pq.shards_optimizer),
-        xp.logical_not(
-            xp.logical_or(xp.logical_or(pq.shards_params, offloaded), bf16_optimizer_runs(xp, pq, c))
-        ),
-    )
-    step = optimizer_step_bytes(xp, zero12_on_gpu, sharded(1.0, pq.shards_optimizer), c.work_b)
+    step = 0.0
+    if not isinstance(pq.deepspeed, bool) or pq.deepspeed:  # the search's arrays, or a DeepSpeed plan
+        offloaded = xp.logical_or(xp.logical_or(pq.offload_optimizer, pq.offload_params), pq.offload_nvme)
+        zero12_on_gpu = xp.logical_and(
+            xp.logical_and(pq.deepspeed, pq.shards_optimizer),
+            xp.logical_not(
+                xp.logical_or(xp.logical_or(pq.shards_params, offloaded), bf16_optimizer_runs(xp, pq, c))
+            ),
+        )
+        step = optimizer_step_bytes(xp, zero12_on_gpu, sharded(1.0, pq.shards_optimizer), c.work_b)
     return {
         "params": params, "grads": grads, "optimizer": optimizer, "activations": activations, "logits": logits,
         "gathered": gathered, "buffers": buffers, "allocated": allocated, "fragmentation": fragmentation,
