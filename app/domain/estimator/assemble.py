@@ -76,6 +76,7 @@ def model_q(arch: Architecture, counts: ParameterCounts) -> ModelQ:
         q_dim=q_dim(arch),
         top_k=arch.experts_top_k,
         largest_matrix=largest_matrix(arch),
+        n_experts=arch.n_experts or 0,
     )
 
 

@@ -38,7 +38,9 @@ from pydantic import Field
 
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
+from app.domain.estimator.moe_load import expert_load_factor
 from app.domain.estimator.plan import Plan, Precision, Recompute, RecomputeModule
+from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture, LayerKind
 from app.domain.model.counts import attention_projection_weights, kv_dim, q_dim
 from app.domain.provenance import Frozen
@@ -347,13 +349,15 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         k, e, ep = arch.experts_top_k, arch.n_experts, plan.ep
         fe = arch.expert_ffn_hidden_size or 0
         local_experts = max(1, e // ep)
-        # balanced routing: the EP group's tokens·ep·k expert slots spread over e experts; this rank holds e/ep
-        mlp(fe / tp, tokens * ep * k / e, local_experts)
+        # the EP group's tokens·ep·k expert slots spread over e experts; this rank holds e/ep of them and, as the
+        # busiest rank sets the layer's pace, gets the expected maximum load (moe_load.expert_load_factor)
+        load = expert_load_factor(SCALAR, tokens * k, ep, e, k)
+        mlp(fe / tp, tokens * ep * k / e * load, local_experts)
         per_expert = 2 if arch.activation == "gelu" else 3
         gemms += per_expert * (1 if fused else local_experts) + 1  # grouped GEMM when fused; + router
         shapes.append((tokens, e, h, 1))  # router
         g = traffic_b["glu" if glu else "gelu"]
-        act_width += g * fe * k / tp + 8 * h * k  # + permute/unpermute of the routed tokens
+        act_width += (g * fe * k / tp + 8 * h * k) * load  # + permute/unpermute of the routed tokens
         if arch.n_shared_experts:
             fs = arch.shared_expert_ffn_hidden_size or fe
             mlp(arch.n_shared_experts * fs / tp, tokens, 1)

@@ -25,6 +25,7 @@ from app.domain.estimator.context_parallel import (
     te_ring_exposed_s,
     torch_ring_exposed_s,
 )
+from app.domain.estimator.moe_load import expert_load_factor
 from app.domain.estimator.network import (
     Collective,
     all_to_all_seconds,
@@ -53,6 +54,7 @@ class ModelQ:
     q_dim: int  # query width, all heads: K's (and V's) width once repeated to every query head
     top_k: int
     largest_matrix: float = 0.0  # the largest weight matrix of a layer (one nn.Linear), before tp
+    n_experts: int = 0  # routed experts per MoE layer (0: dense)
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +220,11 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     # Each rank dispatches the tokens it holds: under sequence parallelism (which Megatron-Core requires for MoE
     # with TP > 1) that is its 1/tp shard of the micro-batch; the expert outputs are gathered back over TP (NVLink).
     routed_tokens = tokens / xp.where(pq.sequence_parallel, pq.tp, 1)
+    # the busiest EP rank receives more than the mean (moe_load: random top-k routing over the group's tokens)
+    load = expert_load_factor(xp, tokens * mq.top_k, pq.ep, mq.n_experts, mq.top_k)
     ep_a2a = all_to_all_seconds(
         xp,
-        routed_tokens * mq.top_k * mq.hidden * c.act_b,
+        routed_tokens * mq.top_k * mq.hidden * c.act_b * load,
         ep_n,
         ep_per_domain,
         ep_nodes,
