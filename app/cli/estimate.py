@@ -122,6 +122,8 @@ def print_estimate(est) -> None:
         + (" fused-swiglu" if p.fused_swiglu else "")
         + (" fused-cross-entropy" if p.fused_cross_entropy else "")
         + (" no-zero-init" if not p.zero_init and p.framework.value == "deepspeed" else "")
+        + (f" moe-capacity={p.moe_capacity_factor:g}" if p.moe_capacity_factor else "")
+        + (" padded" if p.moe_capacity_factor and p.moe_pad_to_capacity else "")
     )
     echo(f"parameters: {est.parameters_total:,} total, {est.parameters_active:,} active per token")
     verdict = "FITS" if est.fits else "DOES NOT FIT"

@@ -75,6 +75,23 @@ GradAccumFp32 = Annotated[
         "BF16_Optimizer and its whole fp32 gradient buffer",
     ),
 ]
+MoeCapacityFactor = Annotated[
+    float | None,
+    Field(
+        default=None,
+        gt=0,
+        le=64,
+        description="MoE token dropping: each expert takes at most this factor × its mean share of the routed tokens "
+        "(Megatron's --moe-expert-capacity-factor); empty = dropless",
+    ),
+]
+MoePadToCapacity = Annotated[
+    bool,
+    Field(
+        description="with a capacity factor: expert inputs padded to the capacity (Megatron's "
+        "--moe-pad-expert-input-to-capacity)",
+    ),
+]
 GradReduceBf16 = Annotated[
     bool,
     Field(
@@ -142,6 +159,8 @@ class EstimateRequest(StrictNumbers):
     moe_a2a_overlap: bool = Field(
         default=False, description="Megatron-Core's MoE all-to-all overlap (overlap_moe_expert_parallel_comm)"
     )
+    moe_capacity_factor: MoeCapacityFactor = None
+    moe_pad_to_capacity: MoePadToCapacity = False
     flash_attention: bool = True
     attention_kernel: AttentionKernel = Field(
         default="auto", description="fused attention kernel: auto = the framework's own"
@@ -355,6 +374,8 @@ class PlanSearchRequest(StrictNumbers):
     moe_a2a_overlap: bool = Field(
         default=False, description="Megatron-Core's MoE all-to-all overlap, where a plan allows it"
     )
+    moe_capacity_factor: MoeCapacityFactor = None
+    moe_pad_to_capacity: MoePadToCapacity = False
     shardings: list[Sharding] | None = Field(default=None, max_length=len(Sharding))
     offloads: list[Offload] | None = Field(default=None, max_length=len(Offload))
     micro_batches: list[Annotated[int, Field(ge=1, le=4096)]] | None = Field(default=None, max_length=12)

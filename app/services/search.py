@@ -238,6 +238,7 @@ def search_spec(
         grad_accum_fp32=request.grad_accum_fp32, tp_comm_overlap=request.tp_comm_overlap, repeat_kv=request.repeat_kv,
         zero_init=request.zero_init,
         moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap,
+        moe_capacity_factor=request.moe_capacity_factor, moe_pad_to_capacity=request.moe_pad_to_capacity,
         shardings=tuple(request.shardings) if request.shardings else None,
         offloads=tuple(request.offloads) if request.offloads else None,
         micro_batches=tuple(request.micro_batches or defaults["micro_batches"].default),

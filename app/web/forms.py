@@ -61,6 +61,8 @@ DEFAULTS: dict[str, str] = {
     "flash_attention": "on",
     "moe_dispatcher": "alltoall",
     "moe_a2a_overlap": "off",
+    "moe_capacity_factor": "",
+    "moe_pad_to_capacity": "off",
     "grad_reduce_bf16": "off",
     "fused_swiglu": "off",
     "zero_init": "on",
@@ -96,8 +98,8 @@ app/domain/estimator/overrides.py); any other ``o.…`` is a CostOverrides path.
 FIGURE_PREFIX = "o.figure."
 
 BOOLEAN_FIELDS = (
-    "sequence_parallel", "flash_attention", "moe_a2a_overlap", "grad_reduce_bf16", "fused_swiglu", "zero_init",
-    "calibrated",
+    "sequence_parallel", "flash_attention", "moe_a2a_overlap", "moe_pad_to_capacity", "grad_reduce_bf16", "fused_swiglu",
+    "zero_init", "calibrated",
 )  # fmt: skip
 INT_FIELDS = (
     "gpus",
@@ -113,7 +115,7 @@ INT_FIELDS = (
     "shard_group_size",
     "recompute_layers",
 )
-FLOAT_FIELDS = ("tokens", "oversubscription")
+FLOAT_FIELDS = ("tokens", "oversubscription", "moe_capacity_factor")
 OPTIONAL_FIELDS = (
     "dp",
     "node",
@@ -122,6 +124,7 @@ OPTIONAL_FIELDS = (
     "shard_group_size",
     "recompute_layers",
     "recompute_modules",
+    "moe_capacity_factor",
 )
 LIST_FIELDS = ("recompute_modules",)
 """Comma-separated lists (Megatron's --recompute-modules core_attn,mlp)."""

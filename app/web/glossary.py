@@ -50,6 +50,13 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("MoE all-to-all overlap", "moe-a2a-overlap", "Megatron-Core runs one micro-batch's token all-to-alls behind "
      "another micro-batch's compute (--overlap-moe-expert-parallel-comm); needs ep > 1, interleaving when pp > 1 "
      "and no full recompute."),
+    ("MoE capacity factor", "moe-capacity-factor", "Token dropping: each expert takes at most this factor × its mean "
+     "share of the routed tokens and drops the rest (Megatron's --moe-expert-capacity-factor, DeepSpeed-MoE's "
+     "capacity_factor). Empty is dropless: the busiest expert-parallel rank then sets the pace, about 1–3 % above the "
+     "mean under random routing, more with a trained router."),
+    ("MoE pad to capacity", "moe-pad-to-capacity", "With a capacity factor, every expert's input is padded to the "
+     "capacity (Megatron's --moe-pad-expert-input-to-capacity): dispatch and expert GEMMs always carry the factor × "
+     "the mean, in exchange for fixed shapes (CUDA graphs)."),
     ("bf16 gradient reduce", "grad-reduce-bf16", "Megatron keeps fp32 gradients and reduces them in fp32 by default; "
      "with --grad-reduce-in-bf16 (NVIDIA's NeMo performance recipes) the gradient buffer and its reduce-scatter are "
      "bf16: half the bytes in memory and on the network."),
@@ -88,6 +95,7 @@ FIELD_TERMS = {
     "fsdp-full": "fsdp-full", "fsdp-grad-op": "fsdp-grad-op", "fsdp-hybrid": "fsdp-hybrid",
     "shard_group_size": "fsdp-hybrid", "megatron-distopt": "megatron-distopt",
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
+    "moe_capacity_factor": "MoE capacity factor", "moe_pad_to_capacity": "MoE pad to capacity",
     "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "zero_init": "zero.Init",
     "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip

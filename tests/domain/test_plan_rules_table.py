@@ -151,7 +151,8 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     choices; Megatron-LM and DeepSpeed are not offered per-op selective recompute; the search never names
     Megatron's recompute modules; it turns Megatron's
     all-to-all overlap on only where Megatron runs it (the cases reach one dispatcher and one overlap refusal);
-    it always runs TP with sequence parallelism, which Megatron's TP overlap needs."""
+    it always runs TP with sequence parallelism, which Megatron's TP overlap needs; the MoE capacity settings are
+    the user's, kept fixed (the cases set none)."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
@@ -159,6 +160,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
         "deepspeed-moe-dispatcher", "fsdp2-a2a-overlap", "recompute-modules-without-selective",
         "mla-up-proj-without-mla", "moe-modules-dense-model",
         "fsdp2-recompute-modules", "deepspeed-recompute-modules", "megatron-tp-overlap-sp",
+        "moe-pad-without-capacity", "moe-capacity-dense-model", "torchtitan-moe-capacity", "megatron-pad-deepep",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -194,6 +196,7 @@ def _random_plan(rng: np.random.Generator, framework: Framework) -> Plan:
         moe_dispatcher=pick(list(MoeDispatcher)), moe_a2a_overlap=pick([False, True]),
         tp_comm_overlap=pick([None, False, True]), fused_kernels=pick([None, False, True]),
         recompute_modules=pick([None, ("mlp",), ("core_attn", "moe_act"), ("mla_up_proj",)]),
+        moe_capacity_factor=pick([None, 1.25]), moe_pad_to_capacity=pick([False, True]),
     )  # fmt: skip
 
 
@@ -290,6 +293,11 @@ CASES: dict[str, tuple[dict, dict]] = {
     "moe-modules-dense-model": (dict(DISTOPT, recompute=Recompute.selective, recompute_modules=("moe_act",)), {}),
     "fsdp2-recompute-modules": (dict(recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
     "deepspeed-recompute-modules": (dict(ZERO1, recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
+    "moe-pad-without-capacity": (dict(ep=2, moe_pad_to_capacity=True), dict(n_experts=8)),
+    "moe-capacity-dense-model": (dict(moe_capacity_factor=1.25), {}),
+    "torchtitan-moe-capacity": (dict(ep=2, moe_capacity_factor=1.25), dict(n_experts=8)),
+    "megatron-pad-deepep": (dict(DISTOPT, ep=2, moe_dispatcher=MoeDispatcher.deepep, moe_capacity_factor=1.25,
+                                 moe_pad_to_capacity=True), dict(n_experts=8)),
 }  # fmt: skip
 
 

@@ -106,6 +106,14 @@ def _no_a2a_overlap(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, moe_a2a_overlap=False)
 
 
+def _dropless(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, moe_capacity_factor=None, moe_pad_to_capacity=False)
+
+
+def _no_pad(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, moe_pad_to_capacity=False)
+
+
 def _no_tp_overlap(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, tp_comm_overlap=False)
 
@@ -237,6 +245,19 @@ CAPABILITIES: tuple[Rule, ...] = (
         "has no DeepEP/HybridEP token dispatcher (Megatron-Core's flex dispatcher): it dispatches MoE tokens with a "
         "plain all-to-all", "use the alltoall dispatcher, or framework megatron", lambda f: f.dedup_dispatcher,
         _alltoall,
+    ),
+    _refusal(
+        Framework.fsdp2, "torchtitan-moe-capacity", "moe_capacity_factor",
+        "torchtitan 0.3.0's MoE routes dropless (token-choice top-k, no per-expert capacity): it drops no tokens",
+        "leave moe_capacity_factor empty, or use framework megatron", TORCHTITAN_SOURCE,
+        lambda f: f.capacity > 0, _dropless,
+    ),
+    _refusal(
+        Framework.megatron, "megatron-pad-deepep", "moe_pad_to_capacity",
+        "Megatron-Core: 'Flex token dispatcher with deepep backend does not support "
+        "moe_pad_expert_input_to_capacity'", "turn padding off, or use the alltoall or hybridep dispatcher",
+        "megatron-core 0.16.1 TransformerConfig.__post_init__",
+        lambda f: f.pad_capacity & f.deepep, _no_pad,
     ),
     *_megatron_only(
         "a2a-overlap", "moe_a2a_overlap",

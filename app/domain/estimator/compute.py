@@ -38,7 +38,7 @@ from pydantic import Field
 
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
-from app.domain.estimator.moe_load import expert_load_factor
+from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.plan import Plan, Precision, Recompute, RecomputeModule
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture, LayerKind
@@ -351,7 +351,12 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         local_experts = max(1, e // ep)
         # the EP group's tokens·ep·k expert slots spread over e experts; this rank holds e/ep of them and, as the
         # busiest rank sets the layer's pace, gets the expected maximum load (moe_load.expert_load_factor)
-        load = expert_load_factor(SCALAR, tokens * k, ep, e, k)
+        load = capped_load_factor(
+            SCALAR,
+            expert_load_factor(SCALAR, tokens * k, ep, e, k),
+            plan.moe_capacity_factor or 0.0,
+            plan.moe_pad_to_capacity,
+        )
         mlp(fe / tp, tokens * ep * k / e * load, local_experts)
         per_expert = 2 if arch.activation == "gelu" else 3
         gemms += per_expert * (1 if fused else local_experts) + 1  # grouped GEMM when fused; + router

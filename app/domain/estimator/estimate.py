@@ -22,6 +22,7 @@ from app.domain.estimator.memory import (
     layer_terms,
     state_bytes_per_param,
 )
+from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.pipeline import inflight_microbatches
 from app.domain.estimator.plan import (
     Framework,
@@ -34,6 +35,7 @@ from app.domain.estimator.plan import (
     plan_violations,
 )
 from app.domain.estimator.step import StepTime
+from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
 from app.domain.provenance import Frozen
@@ -198,6 +200,26 @@ def _grad_accumulation(plan: Plan) -> Assumption | None:
         name="gradient accumulation (DeepSpeed)", value=value, source="formula",
         note="zeroing, accumulating and (BF16 optimizer) adding into the fp32 buffer are memory-bound passes over the "
         "rank's parameters on the backward's stream",
+    )  # fmt: skip
+
+
+def _moe_load(arch: Architecture, plan: Plan) -> Assumption | None:
+    """The busiest expert-parallel rank's load the MoE time used (moe_load), for MoE plans."""
+    if not arch.is_moe:
+        return None
+    tokens = plan.micro_batch * plan.seq_len / plan.cp
+    k, e = arch.experts_top_k, arch.n_experts or 0
+    floor = expert_load_factor(SCALAR, tokens * k, plan.ep, e, k)
+    load = capped_load_factor(SCALAR, floor, plan.moe_capacity_factor or 0.0, plan.moe_pad_to_capacity)
+    if not plan.moe_capacity_factor:
+        how = "dropless; random top-k routing (a trained router is at best this balanced)"
+    elif plan.moe_pad_to_capacity:
+        how = f"inputs padded to capacity factor {plan.moe_capacity_factor:g}"
+    else:
+        how = f"capacity factor {plan.moe_capacity_factor:g} caps the busiest rank ({floor:.3f} without it)"
+    return Assumption(
+        name="MoE load of the busiest expert-parallel rank", value=round(load, 4), unit="× the mean",
+        source="formula", note=f"{how}; scales the expert GEMMs and the all-to-all bytes",
     )  # fmt: skip
 
 
@@ -421,6 +443,9 @@ def _assumptions(
     accumulation = _grad_accumulation(plan)
     if accumulation is not None:
         out.append(accumulation)
+    moe_load = _moe_load(arch, plan)
+    if moe_load is not None:
+        out.append(moe_load)
     if plan.recompute is Recompute.selective:
         modules = sorted(m.value for m in plan.recompute_module_set)
         moe_or_mla = arch.is_moe or arch.attention == "mla"

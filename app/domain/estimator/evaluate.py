@@ -25,7 +25,7 @@ from app.domain.estimator.context_parallel import (
     te_ring_exposed_s,
     torch_ring_exposed_s,
 )
-from app.domain.estimator.moe_load import expert_load_factor
+from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.network import (
     Collective,
     all_to_all_seconds,
@@ -93,6 +93,8 @@ class PlanQ:
         False  # DeepEP / HybridEP dispatcher: each token crosses the scale-out network once per node
     )
     ep_a2a_overlap: Num = False  # Megatron-Core's overlap_moe_expert_parallel_comm (1F1B all-to-all overlap)
+    ep_capacity: Num = 0.0  # MoE capacity factor (0: dropless)
+    ep_pad: Num = False  # MoE expert inputs padded to the capacity
     recompute_moe: Num = (
         False  # Megatron's "moe" recompute module: the layer's dispatch and combine run again
     )
@@ -221,7 +223,12 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     # with TP > 1) that is its 1/tp shard of the micro-batch; the expert outputs are gathered back over TP (NVLink).
     routed_tokens = tokens / xp.where(pq.sequence_parallel, pq.tp, 1)
     # the busiest EP rank receives more than the mean (moe_load: random top-k routing over the group's tokens)
-    load = expert_load_factor(xp, tokens * mq.top_k, pq.ep, mq.n_experts, mq.top_k)
+    load = capped_load_factor(
+        xp,
+        expert_load_factor(xp, tokens * mq.top_k, pq.ep, mq.n_experts, mq.top_k),
+        pq.ep_capacity,
+        pq.ep_pad,
+    )
     ep_a2a = all_to_all_seconds(
         xp,
         routed_tokens * mq.top_k * mq.hidden * c.act_b * load,

@@ -6,7 +6,7 @@ gives that load as a factor of the mean: the floor set by routing statistics alo
 reaches when its choices are uniformly random — Megatron-Core's ``moe_router_force_load_balancing`` (random
 logits, "only for benchmark"), which NVIDIA's MoE performance tables use ("force-balance tokens among experts").
 A trained router with an auxiliary balancing loss is at best this balanced; how much worse it is depends on the
-data and the training step and is not modelled.
+data and the training step and is not modelled. Token dropping caps the load (:func:`capped_load_factor`).
 """
 
 from __future__ import annotations
@@ -47,3 +47,14 @@ def expert_load_factor(xp, slots_per_rank: Any, ep: Any, n_experts: Any, top_k: 
     return 1.0 + expected_max_standard_normal(xp, ep) * xp.sqrt(
         xp.maximum(spread, 0.0) / xp.maximum(slots_per_rank, 1.0)
     )
+
+
+def capped_load_factor(xp, load: Any, capacity_factor: Any, pad: Any) -> Any:
+    """The busiest rank's load under token dropping: each source rank sends an expert at most
+    ``capacity_factor`` × its mean share (Megatron's router ``apply_token_drop``: capacity =
+    ⌈tokens·k / E · factor⌉; DeepSpeed-MoE's ``capacity_factor``), so a rank receives at most that factor × the
+    mean: min(``load``, factor). Padded to capacity (``--moe-pad-expert-input-to-capacity``) every expert's input is
+    exactly the capacity: the factor itself, above or below the statistical ``load`` (factor 1.25 → 1.25; 0.8 →
+    0.8, a fifth of the routed tokens dropped). ``capacity_factor`` 0 (or None on a plan): dropless, ``load``."""
+    dropping = capacity_factor > 0
+    return xp.where(dropping, xp.where(pad, capacity_factor, xp.minimum(load, capacity_factor)), load)

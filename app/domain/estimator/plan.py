@@ -171,6 +171,19 @@ class Plan(Frozen):
         description="Megatron-Core's overlap_moe_expert_parallel_comm: the MoE all-to-alls of one micro-batch run "
         "behind another's compute (needs ep > 1, interleaving when pp > 1, no full recompute)",
     )
+    moe_capacity_factor: float | None = Field(
+        default=None,
+        gt=0,
+        le=64,
+        description="MoE token dropping: each expert takes at most this factor × its mean share of a rank's routed "
+        "tokens and drops the rest (Megatron's --moe-expert-capacity-factor; DeepSpeed-MoE's capacity_factor). "
+        "None = dropless",
+    )
+    moe_pad_to_capacity: bool = Field(
+        default=False,
+        description="with a capacity factor: every expert's input padded to the capacity (Megatron's "
+        "--moe-pad-expert-input-to-capacity), so dispatch and expert GEMMs always carry capacity × the mean",
+    )
     tp_comm_overlap: bool | None = Field(
         default=None,
         description="tensor-parallel collectives split into chunks that run behind the neighbouring GEMMs: "

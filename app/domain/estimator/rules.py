@@ -34,6 +34,7 @@ import numpy as np
 
 from app.domain.estimator.plan import (
     Framework,
+    MoeDispatcher,
     Offload,
     Optimizer,
     Plan,
@@ -144,6 +145,9 @@ class Facts:
     fp32: Any
     dedup_dispatcher: Any  # DeepEP / HybridEP token dispatcher (Plan.moe_dispatcher)
     a2a_overlap: Any  # MoE all-to-all overlap (Plan.moe_a2a_overlap)
+    capacity: Any  # MoE capacity factor (Plan.moe_capacity_factor; 0: dropless)
+    pad_capacity: Any  # expert inputs padded to the capacity (Plan.moe_pad_to_capacity)
+    deepep: Any  # the DeepEP dispatcher (Megatron's flex dispatcher with the deepep backend)
     tp_overlap_asked: Any  # TP communication overlap asked for explicitly (Plan.tp_comm_overlap is True)
     compiled: Any  # torch.compile / fused kernels (Plan.uses_fused_kernels)
     # the model and cluster (Context)
@@ -184,7 +188,8 @@ def facts(
     sharding: Any, offload: Any, recompute: Any, recompute_layers: Any, shard_group: Any, sequence_parallel: Any,
     framework: Framework, fp16: Any, sgd: Any, context: Context, fp32: Any = False, dedup_dispatcher: Any = False,
     a2a_overlap: Any = False, modules_named: Any = False, up_proj_named: Any = False, moe_modules_named: Any = False,
-    tp_overlap_asked: Any = False, compiled: Any = False,
+    tp_overlap_asked: Any = False, compiled: Any = False, capacity: Any = 0.0, pad_capacity: Any = False,
+    deepep: Any = False,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike."""
     per_step = micro_batch * _at_least_1(dp)
@@ -194,8 +199,8 @@ def facts(
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
         fp32=fp32, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
-        tp_overlap_asked=tp_overlap_asked, compiled=compiled,
-        up_proj_named=up_proj_named, moe_modules_named=moe_modules_named, mla=context.mla,
+        tp_overlap_asked=tp_overlap_asked, compiled=compiled, capacity=capacity, pad_capacity=pad_capacity,
+        deepep=deepep, up_proj_named=up_proj_named, moe_modules_named=moe_modules_named, mla=context.mla,
         gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
         n_experts=context.n_experts, gpus_per_node=context.gpus_per_node, nvlink_domain=context.nvlink_domain,
         allow_tp_across_nodes=context.allow_tp_across_nodes, tied_embeddings=context.tied_embeddings,
@@ -224,6 +229,8 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         up_proj_named="mla_up_proj" in (plan.recompute_modules or ()),
         moe_modules_named=bool({"moe", "moe_act", "shared_experts"} & set(plan.recompute_modules or ())),
         tp_overlap_asked=plan.tp_comm_overlap is True, compiled=plan.uses_fused_kernels,
+        capacity=plan.moe_capacity_factor or 0.0, pad_capacity=plan.moe_pad_to_capacity,
+        deepep=plan.moe_dispatcher is MoeDispatcher.deepep,
     )  # fmt: skip
 
 
@@ -370,6 +377,19 @@ PLAN_RULES: tuple[Rule, ...] = (
         lambda f: f.moe_modules_named & (f.n_experts == 0),
         lambda f: "moe, moe_act and shared_experts recompute parts of MoE layers; this model has none",
         lambda f: "drop them from recompute_modules",
+    ),
+    Rule(
+        "moe-pad-without-capacity", "moe_pad_to_capacity", "padding to capacity without a capacity factor",
+        lambda f: f.pad_capacity & (f.capacity <= 0),
+        lambda f: "padding expert inputs to capacity needs a capacity factor (Megatron-Core: "
+        "'moe_expert_capacity_factor must be set to use moe_pad_expert_input_to_capacity')",
+        lambda f: "set moe_capacity_factor (e.g. 1.25), or turn padding off",
+    ),
+    Rule(
+        "moe-capacity-dense-model", "moe_capacity_factor", "a capacity factor on a dense model",
+        lambda f: (f.capacity > 0) & (f.n_experts == 0),
+        lambda f: "the capacity factor caps the tokens each MoE expert takes; this model has no experts",
+        lambda f: "leave moe_capacity_factor empty",
     ),
     Rule(
         "recompute-layers-exceed-chunk", "recompute_layers", "recompute_layers exceeds a pipeline chunk's layers",

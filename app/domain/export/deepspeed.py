@@ -131,6 +131,17 @@ def deepspeed_config(doc: PlanDocument) -> tuple[dict[str, Any], list[str]]:
         notes.append(
             f"tp={p.tp} pp={p.pp} cp={p.cp} are set in the model code (e.g. Megatron-DeepSpeed arguments), not here"
         )
+    if p.moe_capacity_factor:
+        notes.append(
+            f"MoE token dropping is set in the model code: deepspeed.moe.layer.MoE(..., ep_size={p.ep}, "
+            f"capacity_factor={p.moe_capacity_factor:g}, drop_tokens=True), as the estimate assumed"
+            + (
+                ""
+                if p.moe_pad_to_capacity
+                else "; DeepSpeed's top-k gate dispatches capacity-sized (zero-padded) buffers, so set "
+                "moe_pad_to_capacity for the estimate to match it"
+            )
+        )
     return config, notes
 
 

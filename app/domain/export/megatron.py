@@ -174,6 +174,10 @@ def _model_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
             out.append(("--moe-token-dispatcher-type", "alltoall"))
         if doc.plan.moe_a2a_overlap:
             out += [("--overlap-moe-expert-parallel-comm", None), ("--delay-wgrad-compute", None)]
+        if doc.plan.moe_capacity_factor:  # token dropping (TransformerConfig.moe_expert_capacity_factor)
+            out.append(("--moe-expert-capacity-factor", f"{doc.plan.moe_capacity_factor:g}"))
+            if doc.plan.moe_pad_to_capacity:
+                out.append(("--moe-pad-expert-input-to-capacity", None))
     return out
 
 

@@ -117,6 +117,7 @@ def _plan_arrays(
         exact=col(exact), exact_params=col(e_params), exact_grads=col(e_grads), exact_optimizer=col(e_opt),
         ep_dedup=spec.moe_dispatcher.dedups_per_node,
         ep_a2a_overlap=col(spec.a2a_overlap(ep, pp, vpp, g["rc"] == RECOMPUTES.index(Recompute.full))),
+        ep_capacity=spec.moe_capacity_factor or 0.0, ep_pad=spec.moe_pad_to_capacity,
     )  # fmt: skip
 
 
@@ -130,7 +131,8 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
         grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, moe_dispatcher=spec.moe_dispatcher,
         grad_accum_fp32=spec.grad_accum_fp32, tp_comm_overlap=spec.tp_comm_overlap, repeat_kv=spec.repeat_kv,
-        zero_init=spec.zero_init,
+        zero_init=spec.zero_init, moe_capacity_factor=spec.moe_capacity_factor,
+        moe_pad_to_capacity=spec.moe_pad_to_capacity,
         moe_a2a_overlap=bool(spec.a2a_overlap(ep, pp, vpp, recompute is Recompute.full)),
     )  # fmt: skip
 
@@ -151,7 +153,8 @@ def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> di
         cluster.model_dump_json(include={"accelerator", "efficiency", "scale", "stacks", "power_limit_w", "runtime"}),
         spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
                                       "fused_kernels", "fused_loss", "fused_cross_entropy", "attention_kernel",
-                                      "grad_reduce_bf16", "fused_swiglu", "repeat_kv"}),
+                                      "grad_reduce_bf16", "fused_swiglu", "repeat_kv", "moe_capacity_factor",
+                                      "moe_pad_to_capacity"}),
     )  # fmt: skip
     table = _KEY_Q_CACHE.get(ctx)
     if table is None:

@@ -12,7 +12,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from app.domain.estimator.cluster import Cluster
-from app.domain.estimator.plan import Optimizer, Precision, Recompute, Sharding, fused_kernels_on
+from app.domain.estimator.plan import (
+    MoeDispatcher,
+    Optimizer,
+    Precision,
+    Recompute,
+    Sharding,
+    fused_kernels_on,
+)
 from app.domain.estimator.rules import Context, facts, rule_masks, structural_reasons
 from app.domain.model.architecture import Architecture
 from app.domain.search.spec import (
@@ -155,6 +162,8 @@ def _reject_masks(
         fp16=spec.precision is Precision.fp16, sgd=spec.optimizer is Optimizer.sgd, context=context,
         fp32=spec.precision is Precision.fp32, dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
         a2a_overlap=spec.a2a_overlap(g["ep"], pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full)),
+        capacity=spec.moe_capacity_factor or 0.0, pad_capacity=spec.moe_pad_to_capacity,
+        deepep=spec.moe_dispatcher is MoeDispatcher.deepep,
         tp_overlap_asked=spec.tp_comm_overlap is True,
         compiled=fused_kernels_on(spec.framework, spec.fused_kernels),
     ))  # fmt: skip

@@ -88,6 +88,10 @@ class SearchSpec(Frozen):
     moe_a2a_overlap: bool = (
         False  # where a plan allows it (ep > 1, interleaving with pp > 1, no full recompute)
     )
+    moe_capacity_factor: float | None = Field(
+        default=None, gt=0, le=64
+    )  # MoE token dropping (None: dropless)
+    moe_pad_to_capacity: bool = False  # expert inputs padded to the capacity
     shardings: tuple[Sharding, ...] | None = None  # None: every strategy the framework offers
     offloads: tuple[Offload, ...] | None = None  # None: every offload the framework offers
     micro_batches: tuple[int, ...] = (1, 2, 4, 8, 16)
