@@ -120,6 +120,7 @@ def print_estimate(est) -> None:
         + (" grad-accum=fp32" if p.grad_accum_fp32 else "")
         + (" fused-loss" if p.fused_loss else " eager-loss" if p.fused_loss is False else "")
         + (" fused-swiglu" if p.fused_swiglu else "")
+        + (" z-loss" if p.z_loss else "")
         + (" fused-cross-entropy" if p.fused_cross_entropy else "")
         + (" no-zero-init" if not p.zero_init and p.framework.value == "deepspeed" else "")
         + (f" moe-capacity={p.moe_capacity_factor:g}" if p.moe_capacity_factor else "")

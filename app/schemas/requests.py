@@ -62,6 +62,12 @@ FusedCrossEntropy = Annotated[
         description="fused linear cross-entropy (Liger-Kernel): the logits are never held whole",
     ),
 ]
+ZLoss = Annotated[
+    bool,
+    Field(
+        description="the loss adds the z-loss (PaLM, OLMo): extra passes over the fp32 logits when the loss is eager",
+    ),
+]
 FusedSwiglu = Annotated[
     bool,
     Field(
@@ -175,6 +181,7 @@ class EstimateRequest(StrictNumbers):
     zero_init: ZeroInit = True
     fused_cross_entropy: FusedCrossEntropy = False
     fused_swiglu: FusedSwiglu = False
+    z_loss: ZLoss = False
     grad_accum_fp32: GradAccumFp32 = False
     grad_reduce_bf16: GradReduceBf16 = False
     tokens: float | None = Field(
@@ -362,6 +369,7 @@ class PlanSearchRequest(StrictNumbers):
     zero_init: ZeroInit = True
     fused_cross_entropy: FusedCrossEntropy = False
     fused_swiglu: FusedSwiglu = False
+    z_loss: ZLoss = False
     grad_accum_fp32: GradAccumFp32 = False
     grad_reduce_bf16: GradReduceBf16 = False
     attention_kernel: AttentionKernel = Field(

@@ -234,7 +234,7 @@ def search_spec(
         framework=request.framework, precision=request.precision, optimizer=request.optimizer,
         flash_attention=request.flash_attention, fused_kernels=request.fused_kernels, fused_loss=request.fused_loss,
         fused_cross_entropy=request.fused_cross_entropy, attention_kernel=request.attention_kernel,
-        grad_reduce_bf16=request.grad_reduce_bf16, fused_swiglu=request.fused_swiglu,
+        grad_reduce_bf16=request.grad_reduce_bf16, fused_swiglu=request.fused_swiglu, z_loss=request.z_loss,
         grad_accum_fp32=request.grad_accum_fp32, tp_comm_overlap=request.tp_comm_overlap, repeat_kv=request.repeat_kv,
         zero_init=request.zero_init,
         moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap,

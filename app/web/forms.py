@@ -65,6 +65,7 @@ DEFAULTS: dict[str, str] = {
     "moe_pad_to_capacity": "off",
     "grad_reduce_bf16": "off",
     "fused_swiglu": "off",
+    "z_loss": "off",
     "zero_init": "on",
     "oversubscription": "1",
     "calibrated": "on",
@@ -99,7 +100,7 @@ FIGURE_PREFIX = "o.figure."
 
 BOOLEAN_FIELDS = (
     "sequence_parallel", "flash_attention", "moe_a2a_overlap", "moe_pad_to_capacity", "grad_reduce_bf16", "fused_swiglu",
-    "zero_init", "calibrated",
+    "z_loss", "zero_init", "calibrated",
 )  # fmt: skip
 INT_FIELDS = (
     "gpus",

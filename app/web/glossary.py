@@ -63,6 +63,10 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("fused SwiGLU", "fused-swiglu", "A PyTorch model's SwiGLU as one kernel (Liger-Kernel): it keeps only the gate "
      "and up projections' outputs for the backward and writes their gradients into them, so each layer holds one "
      "f-wide activation and two f-wide gradients fewer. Megatron's own SwiGLU is fused already."),
+    ("z-loss", "z-loss", "The loss adds PaLM's z-loss, the squared log-sum-exp of the logits times a small multiplier "
+     "(OLMo trains with it), to keep the softmax normaliser near 1. Free inside a fused or compiled loss; an eager "
+     "PyTorch loss runs logsumexp and its gradient as extra passes over the fp32 logits, about as much again as the "
+     "cross-entropy itself. Model code: the exported frameworks have no option for it."),
     ("zero.Init", "zero-init", "DeepSpeed ZeRO-3 only. On: the model is created under deepspeed.zero.Init (Hugging Face "
      "Trainer / Accelerate with a ZeRO-3 config, Megatron-DeepSpeed), each parameter partitioned as it is made. Off: a "
      "model built whole (from_pretrained without the DeepSpeed integration) is moved to every GPU whole by "
@@ -96,7 +100,8 @@ FIELD_TERMS = {
     "shard_group_size": "fsdp-hybrid", "megatron-distopt": "megatron-distopt",
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
     "moe_capacity_factor": "MoE capacity factor", "moe_pad_to_capacity": "MoE pad to capacity",
-    "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "zero_init": "zero.Init",
+    "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "z_loss": "z-loss",
+    "zero_init": "zero.Init",
     "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip
 """Planner form fields and option values → the glossary term their hover title explains."""

@@ -50,7 +50,7 @@ SEARCH_DEFAULTS = {
 }
 SHARED = ("model", "hf_config", "hf_id", "gpu", "node", "fabric", "seq_len", "global_batch", "tokens", "precision",
           "optimizer", "framework", "flash_attention", "moe_dispatcher", "moe_a2a_overlap", "moe_capacity_factor",
-          "moe_pad_to_capacity", "grad_reduce_bf16", "fused_swiglu", "zero_init", "calibrated")  # fmt: skip
+          "moe_pad_to_capacity", "grad_reduce_bf16", "fused_swiglu", "z_loss", "zero_init", "calibrated")  # fmt: skip
 """Planner inputs the search keeps fixed; the parallel layout (tp, pp, dp, …) is what it searches."""
 
 
@@ -67,7 +67,8 @@ def search_request(
         "optimizer": r.optimizer, "framework": r.framework, "flash_attention": r.flash_attention,
         "moe_dispatcher": r.moe_dispatcher, "moe_a2a_overlap": r.moe_a2a_overlap,
         "moe_capacity_factor": r.moe_capacity_factor, "moe_pad_to_capacity": r.moe_pad_to_capacity,
-        "grad_reduce_bf16": r.grad_reduce_bf16, "fused_swiglu": r.fused_swiglu, "zero_init": r.zero_init,
+        "grad_reduce_bf16": r.grad_reduce_bf16, "fused_swiglu": r.fused_swiglu, "z_loss": r.z_loss,
+        "zero_init": r.zero_init,
         "calibrated": r.calibrated, "objective": opts["objective"], "price_option": opts["price_option"],
         "figure_overrides": r.figure_overrides, "overrides": form.overrides,
     }  # fmt: skip

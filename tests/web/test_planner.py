@@ -294,6 +294,23 @@ def test_bf16_gradient_reduce_and_fused_swiglu_reach_the_estimate_and_the_search
     assert "grad_reduce_bf16=on" in search.text  # the rows' planner links keep it
 
 
+def test_z_loss_reaches_the_estimate_and_the_search(client: TestClient) -> None:
+    """An eager (uncompiled) PyTorch loss with the z-loss makes extra passes over the fp32 logits: the planner's
+    z-loss option slows the estimate of an eager FSDP2 plan and the search page keeps it as it ranks plans."""
+    base = {**DEFAULTS, "gpus": "8", "global_batch": "16"}
+    assert 'name="z_loss"' in client.get("/").text
+    plain, with_z = parse_planner(base), parse_planner({**base, "z_loss": "on"})
+    assert plain.ok and with_z.ok and with_z.request.z_loss and not plain.request.z_loss
+    fast, slow = (
+        client.post("/api/v1/estimate", json=form.request.model_dump(mode="json")).json()
+        for form in (plain, with_z)
+    )
+    assert slow["tokens_per_s"] < fast["tokens_per_s"]
+    search = client.get("/search?" + to_query({**base, "z_loss": "on"}))
+    assert search.status_code == 200
+    assert '<input type="hidden" name="z_loss" value="on">' in search.text
+
+
 def test_zero_init_off_shows_deepspeeds_start_up_copy(client: TestClient) -> None:
     """The planner's zero.Init option (DeepSpeed ZeRO-3): off, Llama 3.1 8B on 8 H200 holds the whole 16-bit model
     on each GPU at start-up (14.96 GiB), which the memory chart draws beside the training stack; the search page

@@ -58,9 +58,23 @@ from app.domain.provenance import Frozen
 # fp32 (calculate_logits_max casts .float(); in-place subtract, exp, sum and divide; the backward's multiply and
 # cast: 52 B; its jit-fused variant ~40 B). A fused kernel (Liger, flash-attn's, Transformer Engine's Triton
 # cross-entropy) reads the 16-bit logits and writes their gradient in place: ~6 B.
+# The z-loss (PaLM's (log Σ exp logits)², OLMo's z_loss_multiplier) in eager PyTorch is logits.logsumexp(-1) and its
+# gradient as separate passes over the fp32 logits (torch aten ReduceOps.cpp logsumexp_out_impl: amax reads 4,
+# self − max reads 4 and writes 4, exp_ in place reads 4 and writes 4, sum reads 4: 24 B; logsumexp_backward's
+# grad · (self − result).exp(): three element-wise kernels of read 4, write 4: 24 B) and autograd adds its gradient
+# to the cross-entropy's (read 4 + 4, write 4: 12 B): 60 B per logit. A fused or compiled loss computes the
+# log-sum-exp it already has (OLMo-core's Triton cross-entropy, Liger's lse_square_scale, inductor): ~0 B more.
 TRAFFIC_BYTES = {
-    True: {"norm": 4.0, "residual": 6.0, "rotary": 4.0, "glu": 6.0, "gelu": 4.0, "logit": 6.0},
-    False: {"norm": 38.0, "residual": 6.0, "rotary": 20.0, "glu": 10.0, "gelu": 8.0, "logit": 48.0},
+    True: {"norm": 4.0, "residual": 6.0, "rotary": 4.0, "glu": 6.0, "gelu": 4.0, "logit": 6.0, "z_loss": 0.0},
+    False: {
+        "norm": 38.0,
+        "residual": 6.0,
+        "rotary": 20.0,
+        "glu": 10.0,
+        "gelu": 8.0,
+        "logit": 48.0,
+        "z_loss": 60.0,
+    },
 }
 
 
@@ -480,8 +494,13 @@ def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float,
     # the output layer runs in BF16 even in FP8 recipes (Transformer Engine and torchao keep it in high precision)
     precision = Precision.bf16 if plan.precision is Precision.fp8 else plan.precision
     fwd, bwd = GemmRates.of(cluster, precision).fwd_bwd(tokens, arch.vocab_size / plan.tp, arch.hidden_size)
-    # logit traffic (forward and backward together) split evenly between the passes
-    ce_traffic = TRAFFIC_BYTES[plan.uses_fused_loss]["logit"] * tokens * arch.vocab_size / plan.tp
+    # logit traffic (forward and backward together, with the z-loss's where the plan adds it) split evenly
+    # between the passes
+    traffic_b = TRAFFIC_BYTES[plan.uses_fused_loss]
+    per_logit_b = traffic_b["logit"] + (
+        traffic_b["z_loss"] if plan.z_loss and not plan.fused_cross_entropy else 0.0
+    )
+    ce_traffic = per_logit_b * tokens * arch.vocab_size / plan.tp
     ce = ce_traffic / (cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency)
     return fwd + ce / 2, bwd + ce / 2
 

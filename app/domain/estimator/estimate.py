@@ -253,10 +253,18 @@ def _kernels(plan: Plan) -> Assumption:
         "Face model without Liger-Kernel runs them eager (fused_kernels false, CLI --eager): slower, and its fp32 "
         "loss holds more memory on the last stage",
     }
+    note = notes.get(plan.framework)
+    eager_z_loss = plan.z_loss and not plan.uses_fused_loss and not plan.fused_cross_entropy
+    if eager_z_loss:
+        value += "; eager z-loss (60 B a logit more)"
+        note = (note + "; " if note else "") + (
+            "the eager z-loss's time is counted, not its memory: logsumexp keeps the fp32 logits for its backward "
+            "and the backward adds fp32 temporaries on the last stage (about 4–12 B a logit, not measured)"
+        )
     default_for_deepspeed = plan.framework is Framework.deepspeed and plan.fused_kernels is None
     return Assumption(
         name="kernels", value=value, source="default" if plan.fused_kernels is None else "formula",
-        confidence="low" if default_for_deepspeed else None, note=notes.get(plan.framework),
+        confidence="low" if default_for_deepspeed or eager_z_loss else None, note=note,
     )  # fmt: skip
 
 

@@ -232,6 +232,12 @@ class Plan(Frozen):
         description="fused linear cross-entropy (Liger-Kernel's FusedLinearCrossEntropy, Cut Cross-Entropy): the "
         "output GEMM and the loss run in token chunks, so the b·s·V logits are never held",
     )
+    z_loss: bool = Field(
+        default=False,
+        description="the loss adds the z-loss, (log Σ exp logits)² times a small multiplier (PaLM, OLMo): free inside a "
+        "fused or compiled loss; an eager loss runs logsumexp and its gradient as extra passes over the fp32 logits "
+        "(60 B per logit). Model code: none of the exported frameworks has an option for it",
+    )
     fused_swiglu: bool = Field(
         default=False,
         description="PyTorch stacks: SwiGLU as one fused kernel that saves only the gate and up outputs and "

@@ -150,6 +150,7 @@ _INFERABLE = {
     "moe_dispatcher",
     "moe_a2a_overlap",
     "tp_comm_overlap",
+    "fused_loss",
     "zero_init",
     "recompute_modules",
     "sharding",
@@ -263,6 +264,12 @@ class PublishedRun(CatalogEntry):
         default=None,
         description="TP communication overlap on (Megatron's --tp-comm-overlap, torchtitan's async TP); None = "
         "from the run's optimizations and stack (app.domain.estimator.validation.run_plan)",
+    )
+    fused_loss: bool | None = Field(
+        default=None,
+        description="the cross-entropy ran as one fused or compiled kernel (true) or as eager PyTorch on fp32 logits "
+        "(false), as the run's training script configured it; None = from the run's optimizations and stack "
+        "(app.domain.estimator.validation.run_plan)",
     )
     zero_init: bool = Field(
         default=True,

@@ -160,6 +160,11 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     if fused and str(run.framework) == "torchtitan" and run.as_of < "2025-04":
         fused_loss = False
         notes.append("eager cross-entropy: torchtitan compiled only the model before 2025-04 (PR #1033)")
+    if run.fused_loss is not None:  # what the run's training script configured
+        fused_loss = run.fused_loss
+        notes.append(
+            f"{'fused' if run.fused_loss else 'eager fp32'} cross-entropy, as the run's script configured it"
+        )
     precision = (
         Precision(str(run.precision))
         if str(run.precision) in Precision._value2member_map_
@@ -202,7 +207,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         moe_a2a_overlap=run.moe_a2a_overlap, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, fused_loss=fused_loss, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
-        grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations, grad_accum_fp32=grad_accum_fp32,
+        grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations, z_loss="z-loss" in run.optimizations, grad_accum_fp32=grad_accum_fp32,
         tp_comm_overlap=tp_overlap, repeat_kv=repeat_kv, zero_init=run.zero_init,
     )  # fmt: skip
     return plan, notes

@@ -129,7 +129,8 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         sequence_parallel=tp > 1, flash_attention=spec.flash_attention, precision=spec.precision,
         optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels, fused_loss=spec.fused_loss,
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
-        grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, moe_dispatcher=spec.moe_dispatcher,
+        grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, z_loss=spec.z_loss,
+        moe_dispatcher=spec.moe_dispatcher,
         grad_accum_fp32=spec.grad_accum_fp32, tp_comm_overlap=spec.tp_comm_overlap, repeat_kv=spec.repeat_kv,
         zero_init=spec.zero_init, moe_capacity_factor=spec.moe_capacity_factor,
         moe_pad_to_capacity=spec.moe_pad_to_capacity,
@@ -153,7 +154,7 @@ def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> di
         cluster.model_dump_json(include={"accelerator", "efficiency", "scale", "stacks", "power_limit_w", "runtime"}),
         spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
                                       "fused_kernels", "fused_loss", "fused_cross_entropy", "attention_kernel",
-                                      "grad_reduce_bf16", "fused_swiglu", "repeat_kv", "moe_capacity_factor",
+                                      "grad_reduce_bf16", "fused_swiglu", "z_loss", "repeat_kv", "moe_capacity_factor",
                                       "moe_pad_to_capacity"}),
     )  # fmt: skip
     table = _KEY_Q_CACHE.get(ctx)

@@ -81,6 +81,7 @@ class SearchSpec(Frozen):
     )
     fused_cross_entropy: bool = False
     fused_swiglu: bool = False  # Liger-Kernel's SwiGLU in a PyTorch model (activations only)
+    z_loss: bool = False  # the loss adds the z-loss (eager: extra passes over the logits)
     grad_reduce_bf16: bool = False  # Megatron: bf16 gradient buffers and reduce (NeMo's performance recipes)
     grad_accum_fp32: bool = False  # DeepSpeed bf16 ZeRO-1: BF16_Optimizer's fp32 gradient buffer
     attention_kernel: AttentionKernel = "auto"
