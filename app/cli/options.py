@@ -75,6 +75,7 @@ PLAN_HELP = {
     "fused_loss": "default: as --fused-kernels/--eager",
     "tp_comm_overlap": "default: on for megatron, off otherwise",
     "repeat_kv": "K/V repeated to all query heads (torchtitan < 2026-01)",
+    "fsdp_flat_params": "FSDP1 / FairScale / Composer flat parameters (off: FSDP2's copy-out)",
     "zero_init": "DeepSpeed ZeRO-3: model built under zero.Init (off: whole model on each GPU at start-up)",
     "oversubscription": "fat-tree oversubscription",
     "power_limit_w": "GPU power cap in W",

@@ -56,6 +56,13 @@ RepeatKv = Annotated[
         "2026-01); context parallelism's ring moves the repeated K/V",
     ),
 ]
+FsdpFlatParams = Annotated[
+    bool,
+    Field(
+        description="PyTorch FSDP1 / FairScale / Composer flat parameters (the all-gather fills them in place); off: "
+        "FSDP2, which copies every gathered parameter out of the all-gather buffer",
+    ),
+]
 FusedCrossEntropy = Annotated[
     bool,
     Field(
@@ -178,6 +185,7 @@ class EstimateRequest(StrictNumbers):
     fused_loss: FusedLoss = None
     tp_comm_overlap: TpCommOverlap = None
     repeat_kv: RepeatKv = False
+    fsdp_flat_params: FsdpFlatParams = False
     zero_init: ZeroInit = True
     fused_cross_entropy: FusedCrossEntropy = False
     fused_swiglu: FusedSwiglu = False
@@ -366,6 +374,7 @@ class PlanSearchRequest(StrictNumbers):
     fused_loss: FusedLoss = None
     tp_comm_overlap: TpCommOverlap = None
     repeat_kv: RepeatKv = False
+    fsdp_flat_params: FsdpFlatParams = False
     zero_init: ZeroInit = True
     fused_cross_entropy: FusedCrossEntropy = False
     fused_swiglu: FusedSwiglu = False

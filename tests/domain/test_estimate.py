@@ -496,6 +496,48 @@ def test_olmo_core_1b_compiling_its_loss_gains_what_its_readme_showed() -> None:
     assert gain("olmo-core-7b-8gpu-h100-bf16") == 0
 
 
+def test_fsdp2_copies_every_gathered_parameter_out_of_the_all_gather_buffer() -> None:
+    """FSDP2 splits each all-gather's flat output into the unit's parameters on the compute stream (read and write,
+    4 B a bf16 parameter); FSDP1's flat parameters are views of that buffer. Llama 3.1 8B (8,030,261,248
+    parameters), FSDP over 8 H100 (3.35 TB/s × 0.85), 4 micro-batches of one 4K sequence, gathered twice each:
+    4 · 2 · 8,030,261,248 · 4 B = 256.97 GB, 90.2 ms more exposed FSDP time per step. Under pipeline parallelism
+    (pp 2) FSDP gathers a stage once per step: stage 0's 4,015,130,624 parameters, 5.6 ms."""
+    from app.domain.estimator.validation import run_plan
+
+    arch = CATALOG.architecture("llama3.1-8b")
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=8)
+    rate = cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency
+    assert rate == pytest.approx(3.35e12 * 0.85)
+    plan = Plan(dp=8, micro_batch=1, global_batch=32, seq_len=4096, framework="fsdp2", sharding="fsdp-full")
+    fsdp2, fsdp1 = (
+        estimate(arch, cluster, plan.model_copy(update={"fsdp_flat_params": f})) for f in (False, True)
+    )
+    assert fsdp2.step.fsdp_exposed_s - fsdp1.step.fsdp_exposed_s == pytest.approx(
+        4 * 2 * 8_030_261_248 * 4 / rate
+    )
+    assert 4 * 2 * 8_030_261_248 * 4 / rate == pytest.approx(0.0902, rel=1e-3)
+    piped = plan.model_copy(update={"dp": 4, "pp": 2})
+    fsdp2, fsdp1 = (
+        estimate(arch, cluster, piped.model_copy(update={"fsdp_flat_params": f})) for f in (False, True)
+    )
+    assert fsdp2.step.fsdp_exposed_s == fsdp1.step.fsdp_exposed_s
+    assert fsdp2.step.dp_exposed_s - fsdp1.step.dp_exposed_s == pytest.approx(4_015_130_624 * 4 / rate)
+    megatron = Plan(
+        dp=8, micro_batch=1, global_batch=32, seq_len=4096, framework="megatron", sharding="megatron-distopt"
+    )
+    assert (
+        estimate(arch, cluster, megatron).step
+        == estimate(arch, cluster, megatron.model_copy(update={"fsdp_flat_params": True})).step
+    )  # only FSDP2 copies
+    runs = {r.slug: r for r in CATALOG.published_runs}
+    assert not run_plan(runs["olmo-core-13b-8gpu-h100-bf16"])[
+        0
+    ].fsdp_flat_params  # fully_shard, as its source says
+    assert not run_plan(runs["torchtitan-llama3.1-8b-8gpu-fsdp"])[0].fsdp_flat_params
+    assert run_plan(runs["mpt-h100-7b-128gpu"])[0].fsdp_flat_params  # Composer's FSDP1
+    assert run_plan(runs["fms-fsdp-7b-96gpu-h100"])[0].fsdp_flat_params
+
+
 def test_bf16_optimizer_accumulates_every_micro_batch_at_the_hbm_rate() -> None:
     """DeepSpeed's BF16 optimizer (source DEEPSPEED-BF16-OPTIMIZER) zeroes the 16-bit gradients before each
     micro-batch's backward (clear_lp_grads: 2 B written a parameter), autograd accumulates into them (new gradient

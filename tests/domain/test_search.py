@@ -44,6 +44,7 @@ KERNEL_SETTINGS = [
     {"attention_kernel": "fa3", "fused_cross_entropy": True},
     {"grad_reduce_bf16": True, "fused_swiglu": True},
     {"z_loss": True, "fused_kernels": False},  # an eager loss with the z-loss's passes over the logits
+    {"fsdp_flat_params": True},  # FSDP1's flat parameters: no FSDP2 copy-out
     {"tp_comm_overlap": False},  # Megatron without --tp-comm-overlap
     {"tp_comm_overlap": True, "fused_kernels": True},  # torchtitan's async TP
     {"repeat_kv": True},  # torchtitan before 2026-01: the CP ring moves repeated K/V

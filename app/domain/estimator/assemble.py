@@ -267,6 +267,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         autograd_grad_accumulation=plan.framework is Framework.deepspeed,
         prefetch_bucket_params=stack.prefetch_bucket_params or 0.0, live_params=stack.live_params or 0.0, repeat_kv=plan.repeat_kv,
         unsharded_init=plan.framework is Framework.deepspeed and not plan.zero_init,
+        fsdp_copy_out=plan.framework is Framework.fsdp2 and not plan.fsdp_flat_params,
     )  # fmt: skip
 
 

@@ -170,6 +170,7 @@ class Consts:
     cp_all_gather: bool = False  # the stack's ring all-gathers K/V (PyTorch), not p2p sends (TE)
     cp_dkv_ratio: float = 1.0  # dK/dV bytes on the ring's wire per K/V byte
     repeat_kv: bool = False  # K/V repeated to every query head before attention (the ring moves them so)
+    fsdp_copy_out: bool = False  # FSDP2: every gathered parameter copied out of the all-gather buffer
     unsharded_init: bool = False  # DeepSpeed ZeRO-3 outside zero.Init: the whole model on the GPU at start-up
     pp_overlap_interleaved: bool = False  # interleaved schedule: sends/receives posted asynchronously
     pp_serial_p2p: bool = False  # the stack's pipeline stages send and receive one transfer after another
@@ -328,6 +329,26 @@ BF16_ACCUMULATE_B = 26.0
 AUTOGRAD_ACCUMULATE_B = 6.0
 
 
+def fsdp_copy_out_seconds(xp, gathered_params: Num, gathers: Num, c: Consts) -> Num:
+    """Seconds FSDP2 spends copying gathered parameters out of the all-gather buffer, on the compute stream.
+
+    FSDP2 (``fully_shard``) all-gathers a unit's shards into one flat buffer and then, in ``wait_for_unshard``,
+    ``foreach_all_gather_copy_out`` splits it into the unit's parameters with ``split_with_sizes_copy`` on the
+    current (compute) stream — torch ``distributed/fsdp/_fully_shard/_fsdp_collectives.py``, read at torch 2.4–2.13
+    — before the unit's forward or backward can start: every gathered parameter read and written once,
+    ``gathers · params · 2 · work_b / HBM`` (4 B a 16-bit parameter per gather). FSDP1, FairScale and Composer keep
+    each unit's parameters as views of the flat buffer the all-gather fills (``fsdp_flat_params``), and DeepSpeed
+    ZeRO-3 narrows its flat buffer into views likewise: nothing to copy. (FSDP2's reduce-scatter copy-in, which casts
+    the unsharded gradients into the reduce dtype, runs on the reduce-scatter stream beside compute.)
+
+    Example: OLMo-core's 13B (13.2·10⁹ parameters) on 8 H100 without pipeline parallelism gathers twice per
+    micro-batch: 2 · 13.2·10⁹ · 4 B = 105.6 GB, 37 ms at 3.35 TB/s × 0.85 — 5 % of its 0.73 s micro-batch.
+    """
+    if not c.fsdp_copy_out:
+        return 0.0
+    return gathers * gathered_params * 2 * c.work_b / c.hbm_bytes_per_s
+
+
 def grad_accumulate_seconds(xp, pq: PlanQ, c: Consts, local_params: Num) -> Num:
     """Seconds a micro-batch spends accumulating gradients on DeepSpeed's engine, a memory-bound pass over the
     rank's parameters (Megatron accumulates inside the weight-gradient GEMM, FSDP reduces every micro-batch).
@@ -405,8 +426,19 @@ def rank_time(
     once_per_step = pq.pp > 1
     gathers = xp.where(pq.grad_op, 1, 2)
     window = mb_compute * prefetch_share(xp, local_params(xp, mq, pq, rq)[2], c.prefetch_bucket_params)
-    fsdp = xp.where(once_per_step, 0.0, exposed_dp(xp, gathers * gather + scatter, window, n_layers + 1, c))
-    fsdp_step = xp.where(once_per_step, exposed_dp(xp, gather + scatter, mb_compute, n_layers + 1, c), 0.0)
+    # FSDP2 then copies each gathered parameter out of the all-gather buffer on the compute stream
+    fsdp = xp.where(
+        once_per_step,
+        0.0,
+        exposed_dp(xp, gathers * gather + scatter, window, n_layers + 1, c)
+        + fsdp_copy_out_seconds(xp, total_local, gathers, c),
+    )
+    fsdp_step = xp.where(
+        once_per_step,
+        exposed_dp(xp, gather + scatter, mb_compute, n_layers + 1, c)
+        + fsdp_copy_out_seconds(xp, total_local, 1, c),
+        0.0,
+    )
     # HSDP all-reduces each unit's reduce-scattered gradient shard across the replicas as soon as it is ready,
     # during the last micro-batch's backward, like DDP's buckets
     hsdp_dp = xp.where(

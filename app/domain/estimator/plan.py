@@ -197,6 +197,13 @@ class Plan(Frozen):
         "(torchtitan until 2026-01: repeat_kv, then SDPA; since then enable_gqa): context parallelism's ring "
         "then moves the repeated K/V",
     )
+    fsdp_flat_params: bool = Field(
+        default=False,
+        description="PyTorch FSDP1 (FullyShardedDataParallel), FairScale and Composer: each unit's parameters are "
+        "views of one flat buffer that the all-gather fills in place; FSDP2 (fully_shard, torchtitan) shards every "
+        "parameter on its own and copies each gathered parameter out of the all-gather buffer on the compute stream "
+        "(read and write, 4 B a 16-bit parameter per gather)",
+    )
     zero_init: bool = Field(
         default=True,
         description="DeepSpeed ZeRO-3: the model is created under deepspeed.zero.Init, each parameter partitioned "

@@ -60,7 +60,7 @@ Framework = Literal[
     "megatron-deepspeed",  # Megatron's model code with DeepSpeed's engine (ZeRO-1, pipeline)
     "deepspeed",  # DeepSpeed ZeRO (stage 1/2/3) on a plain PyTorch / Hugging Face model
     "torchtitan",  # PyTorch-native: FSDP2 + DTensor TP + torch.distributed.pipelining
-    "pytorch-fsdp",  # PyTorch FSDP (FSDP1 FlatParameter) on a plain PyTorch model
+    "pytorch-fsdp",  # PyTorch FSDP on a plain PyTorch model (FSDP1 FlatParameter unless fsdp_flat_params = false)
     "composer",  # MosaicML Composer / llm-foundry (FSDP1 with fused kernels)
 ]
 ArchitectureTemplate = Literal["gpt", "bloom", "llama"]
@@ -151,6 +151,7 @@ _INFERABLE = {
     "moe_a2a_overlap",
     "tp_comm_overlap",
     "fused_loss",
+    "fsdp_flat_params",
     "zero_init",
     "recompute_modules",
     "sharding",
@@ -270,6 +271,12 @@ class PublishedRun(CatalogEntry):
         description="the cross-entropy ran as one fused or compiled kernel (true) or as eager PyTorch on fp32 logits "
         "(false), as the run's training script configured it; None = from the run's optimizations and stack "
         "(app.domain.estimator.validation.run_plan)",
+    )
+    fsdp_flat_params: bool | None = Field(
+        default=None,
+        description="PyTorch FSDP: the run's FSDP kept each unit's parameters in one flat buffer (FSDP1, FairScale, "
+        "Composer: true) or sharded them one by one (FSDP2's fully_shard: false); None = from the framework "
+        "(pytorch-fsdp and composer: FSDP1; torchtitan: FSDP2)",
     )
     zero_init: bool = Field(
         default=True,

@@ -198,6 +198,11 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     repeat_kv = str(run.framework) == "torchtitan" and run.as_of < "2026-01"
     # DeepSpeed bf16 runs that name the BF16 optimizer accumulated gradients in fp32 (its grad_acc_dtype)
     grad_accum_fp32 = "bf16-optimizer" in run.optimizations
+    # PyTorch FSDP1 (pytorch-fsdp, Composer) gathers into flat parameters; torchtitan is FSDP2 (per-parameter
+    # sharding, gathered parameters copied out of the all-gather buffer); a run that says which it ran keeps it
+    flat_params = str(run.framework) in ("pytorch-fsdp", "composer")
+    if run.fsdp_flat_params is not None:
+        flat_params = run.fsdp_flat_params
     plan = Plan(
         tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
@@ -208,7 +213,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         fused_kernels=fused, fused_loss=fused_loss, attention_kernel=kernel,
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
         grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations, z_loss="z-loss" in run.optimizations, grad_accum_fp32=grad_accum_fp32,
-        tp_comm_overlap=tp_overlap, repeat_kv=repeat_kv, zero_init=run.zero_init,
+        tp_comm_overlap=tp_overlap, repeat_kv=repeat_kv, zero_init=run.zero_init, fsdp_flat_params=flat_params,
     )  # fmt: skip
     return plan, notes
 

@@ -183,6 +183,11 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
         notes.append(f"the registry's optimizer (AdamW) is kept; the plan assumed {p.optimizer.value}")
     if not p.flash_attention:
         notes.append("torchtitan always uses fused attention; the estimate assumed unfused attention")
+    if p.fsdp_flat_params:
+        notes.append(
+            "torchtitan shards with FSDP2 (fully_shard, per parameter) and copies gathered parameters out of the "
+            "all-gather buffer; the estimate assumed FSDP1's flat parameters, which it does not copy"
+        )
     if p.repeat_kv and p.cp > 1:
         notes.append(
             f"torchtitan {TORCHTITAN_VERSION} passes grouped K/V to SDPA (enable_gqa); the estimate's ring moved K/V "

@@ -132,6 +132,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, z_loss=spec.z_loss,
         moe_dispatcher=spec.moe_dispatcher,
         grad_accum_fp32=spec.grad_accum_fp32, tp_comm_overlap=spec.tp_comm_overlap, repeat_kv=spec.repeat_kv,
+        fsdp_flat_params=spec.fsdp_flat_params,
         zero_init=spec.zero_init, moe_capacity_factor=spec.moe_capacity_factor,
         moe_pad_to_capacity=spec.moe_pad_to_capacity,
         moe_a2a_overlap=bool(spec.a2a_overlap(ep, pp, vpp, recompute is Recompute.full)),

@@ -76,6 +76,7 @@ class SearchSpec(Frozen):
     repeat_kv: bool = (
         False  # PyTorch: K/V repeated to every query head before attention (torchtitan < 2026-01)
     )
+    fsdp_flat_params: bool = False  # PyTorch FSDP1 / FairScale flat parameters (no FSDP2 copy-out)
     zero_init: bool = (
         True  # DeepSpeed ZeRO-3: model built under zero.Init (off: whole on each GPU at start-up)
     )
