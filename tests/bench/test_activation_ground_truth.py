@@ -529,3 +529,36 @@ def test_torchtitan_loss_parallel_peaks_at_16_bytes_a_logit(tmp_path) -> None:
     peak = loss_peak_bytes(arch, micro_batch=1, seq_len=n, eager=True, loss_parallel=True)
     assert peak == n * v * 16 == n * v * 4 + n * v * 12
     assert loss_peak_bytes(arch, micro_batch=1, seq_len=n, eager=True) == n * v * 12
+
+
+def test_eager_z_loss_keeps_the_fp32_logits_and_peaks_at_20_bytes_a_logit() -> None:
+    """OLMo-core's eager loss with the z-loss (its 1B script of 2024-09): F.cross_entropy and
+    ``logits.logsumexp(-1).pow(2)`` on the fp32 logits, b=2, s=256, V=1,000. After the forward it holds 10 B a logit
+    (bf16 logits 2 + fp32 log-probs 4 + the fp32 logits logsumexp keeps 4: ``logits_bytes(z_loss=True)``, 4 B above
+    the cross-entropy alone); its backward, after the caller frees the bf16 logits, peaks at 20 B a logit
+    (``loss_peak_bytes(eager=True, z_loss=True)``: the cross-entropy's 12 B, the kept fp32 logits and
+    ``(self − result).exp()``)."""
+    arch, b, s, v, x, w, targets = _loss_inputs()
+    live = LiveBytes()
+    with live:
+        logits = x @ w.t()
+        gemm = live.current - logits.untyped_storage().nbytes()
+        fp32 = logits.float().flatten(0, 1)
+        loss = torch.nn.functional.cross_entropy(fp32, targets.flatten())
+        loss = loss + 1e-5 * fp32.logsumexp(-1).pow(2).mean()
+        del fp32
+        after_forward = live.current - gemm
+        del logits
+        live.reset_peak()
+        loss.backward()
+    small = (
+        b * s * 8 + 64 + b * s * 4 * 4
+    )  # int64 targets, 0-d tensors, the per-row log-sum-exp and its square
+    saved = logits_bytes(arch, micro_batch=b, seq_len=s, z_loss=True)
+    assert saved == b * s * v * 10 == logits_bytes(arch, micro_batch=b, seq_len=s) + b * s * v * 4
+    assert 0 <= after_forward - saved <= small, (after_forward, saved)
+    peak = loss_peak_bytes(arch, micro_batch=b, seq_len=s, eager=True, z_loss=True)
+    assert peak == b * s * v * 20
+    assert 0 <= live.peak - gemm - peak <= small, (live.peak, gemm, peak)
+    # a fused or compiled loss computes the z-loss in its pass: nothing more
+    assert logits_bytes(arch, micro_batch=b, seq_len=s, fused_loss=True, z_loss=True) == b * s * v * 2

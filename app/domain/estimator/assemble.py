@@ -168,11 +168,13 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
         logits=logits_bytes(
-            arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, fused_loss=plan.uses_fused_loss
+            arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, fused_loss=plan.uses_fused_loss,
+            z_loss=plan.z_loss,
         ),
         loss_peak=loss_peak_bytes(
             arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, eager=not plan.uses_fused_loss,
             loss_parallel=plan.tp > 1 and plan.framework is Framework.fsdp2,  # torchtitan's default with TP
+            z_loss=plan.z_loss,
         ),
     )  # fmt: skip
 

@@ -258,13 +258,13 @@ def _kernels(plan: Plan) -> Assumption:
     if eager_z_loss:
         value += "; eager z-loss (60 B a logit more)"
         note = (note + "; " if note else "") + (
-            "the eager z-loss's time is counted, not its memory: logsumexp keeps the fp32 logits for its backward "
-            "and the backward adds fp32 temporaries on the last stage (about 4–12 B a logit, not measured)"
+            "the eager z-loss keeps the fp32 logits for logsumexp's backward (+4 B a logit saved, +8 B at the "
+            "loss's backward peak, measured with torch on CPU; under torchtitan's loss_parallel not measured)"
         )
     default_for_deepspeed = plan.framework is Framework.deepspeed and plan.fused_kernels is None
     return Assumption(
         name="kernels", value=value, source="default" if plan.fused_kernels is None else "formula",
-        confidence="low" if default_for_deepspeed or eager_z_loss else None, note=note,
+        confidence="low" if default_for_deepspeed else None, note=note,
     )  # fmt: skip
 
 
@@ -278,6 +278,12 @@ def _logits_formula(plan: Plan) -> str:
         return (
             "last stage: the larger of the 16-bit logits a fused or compiled loss saves, b·(s/cp)·(V/tp)·2 B, + one "
             "layer's backward working set, and those logits with their 16-bit gradient, b·(s/cp)·(V/tp)·4 B"
+        )
+    if plan.z_loss:
+        return (
+            "last stage: the larger of b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy + 4 B fp32 logits the "
+            "z-loss's logsumexp keeps) + one layer's backward working set, and the eager loss's backward peak "
+            "b·(s/cp)·(V/tp)·20 B (the cross-entropy's 12 B and the z-loss's fp32 logits and exp(logits − lse))"
         )
     saved = "b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy)"
     return (

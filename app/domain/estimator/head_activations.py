@@ -80,6 +80,7 @@ def logits_bytes(
     act_bytes: int = 2,
     fused_linear: bool = False,
     fused_loss: bool = False,
+    z_loss: bool = False,
 ) -> int:
     """The ``b·s·V`` logits and the loss's copy of them on the last stage, per rank (vocab-parallel ÷t, ÷c).
 
@@ -103,6 +104,10 @@ def logits_bytes(
     its weight (``grad_weight``, zeros_like(weight): (V/t)·h in the 16-bit weight dtype) — no logits. The chunk's
     logits are transient (:func:`loss_peak_bytes`). Llama 3 8B, b=1, s=262,144: 262144·4096·2 + 128256·4096·2 =
     2.15 GB + 1.05 GB.
+
+    ``z_loss`` with an eager loss: ``logsumexp`` keeps its input, the fp32 logits, for its backward — 4 B a logit
+    more (measured with torch 2.13 on CPU: 10 B a logit after the forward, against 6); a fused or compiled loss
+    computes it in its own pass and keeps nothing more.
     """
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
     if logits_dtype_bytes not in (2, 4):
@@ -112,7 +117,8 @@ def logits_bytes(
         return (tokens + ceil_div(arch.vocab_size, tp)) * arch.hidden_size * act_bytes
     if fused_loss:
         return logit_count(arch, micro_batch, seq_len, tp, cp) * act_bytes
-    return logit_count(arch, micro_batch, seq_len, tp, cp) * (act_bytes + logits_dtype_bytes)
+    z_b = FP32_BYTES if z_loss else 0
+    return logit_count(arch, micro_batch, seq_len, tp, cp) * (act_bytes + logits_dtype_bytes + z_b)
 
 
 def fused_linear_chunk_tokens(arch: Architecture, tokens: int) -> int:
@@ -139,6 +145,7 @@ def loss_peak_bytes(
     fused_linear: bool = False,
     eager: bool = False,
     loss_parallel: bool = False,
+    z_loss: bool = False,
 ) -> int:
     """The loss's largest moment on the last stage, per rank: what the ``b·s·V`` tensors occupy at once.
 
@@ -158,6 +165,11 @@ def loss_peak_bytes(
     16 B a logit (measured with torch 2.13 on CPU, 12 B beyond the saved 4 B); its forward peaks at 14 B (the
     16-bit logits, x, ``shifted`` and ``exp(shifted)``), below that. Llama 3.1 70B at TP 8, b=16, s=8192:
     131072·16032·16 = 33.6 GB against 25.2 GB without it.
+
+    ``z_loss`` with an eager loss (OLMo's ``logits.logsumexp(-1)`` on the fp32 logits): the fp32 logits stay for
+    logsumexp's backward and its ``(self − result).exp()`` lives beside the cross-entropy's tensors — 20 B a logit
+    at the backward's peak (measured with torch 2.13 on CPU), two fp32 tensors more; counted the same under
+    ``loss_parallel``, where it is not measured (torchtitan has no z-loss).
 
     Fused or compiled cross-entropy (Transformer Engine's Triton kernel, torch.compile) holds the 16-bit logits it
     saved (:func:`logits_bytes` with ``fused_loss``) and at most their 16-bit gradient beside them (a compiled
@@ -182,5 +194,7 @@ def loss_peak_bytes(
     if not eager:
         return saved + logit_count(arch, micro_batch, seq_len, tp, cp) * act_bytes
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
-    # three fp32 tensors a logit at the backward's start; four under torchtitan's loss_parallel
-    return logit_count(arch, micro_batch, seq_len, tp, cp) * (4 if loss_parallel else 3) * FP32_BYTES
+    # three fp32 tensors a logit at the backward's start; four under torchtitan's loss_parallel; an eager z-loss
+    # keeps the fp32 logits and its backward forms exp(logits − lse) beside them: two more
+    fp32_tensors = (4 if loss_parallel else 3) + (2 if z_loss else 0)
+    return logit_count(arch, micro_batch, seq_len, tp, cp) * fp32_tensors * FP32_BYTES
