@@ -23,6 +23,7 @@ one JSON file (:class:`app.schemas.BenchmarkResultIn`). A progress bar goes to r
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
@@ -368,4 +369,9 @@ def run(preset: Preset, catalog: Catalog, output: Path | None) -> BenchmarkResul
             output.write_text(result.model_dump_json(indent=2, by_alias=True), encoding="utf-8")
         return result
     finally:
+        # every rank, rank 0 after writing its result, meets here before any tears the group down: a rank that
+        # destroys its gloo group while a peer is still connected can abort that peer (SIGABRT, "terminate called
+        # without an active exception", seen under a loaded test suite)
+        with contextlib.suppress(Exception):
+            dist.barrier()
         dist.destroy_process_group()
