@@ -32,6 +32,24 @@ def test_estimate_names_the_stack_options_it_was_given(monkeypatch, capsys) -> N
     assert code == 0 and "grad-reduce" not in out
 
 
+def test_estimate_names_the_loss_and_fsdp_options_and_they_change_the_step(monkeypatch, capsys) -> None:
+    """--z-loss on an eager FSDP2 plan adds the z-loss's passes over the fp32 logits; --fsdp-flat-params drops FSDP2's
+    copy-out of gathered parameters: both reach the plan line and move the step time the way they should."""
+    args = ["estimate", "--model", "llama3.1-8b", "--gpu", "h100-sxm", "--gpus", "8", "--global-batch", "64",
+            "--seq-len", "4096", "--micro-batch", "1", "--eager", "--json"]  # fmt: skip
+
+    def step_s(*extra: str) -> float:
+        code, out, err = run_cli(monkeypatch, capsys, *args, *extra)
+        assert code == 0, err
+        return json.loads(out)["step_time_s"]
+
+    plain = step_s()
+    assert step_s("--z-loss") > plain > step_s("--fsdp-flat-params")
+    code, out, err = run_cli(monkeypatch, capsys, *args[:-1], "--z-loss", "--fsdp-flat-params")
+    assert code == 0, err
+    assert "fsdp2 z-loss fsdp1-flat-params" in out
+
+
 def test_estimate_says_when_deepspeeds_start_up_copy_sets_the_peak(monkeypatch, capsys) -> None:
     """--no-zero-init (DeepSpeed ZeRO-3 on a model built whole): the plan line names it, and where the start-up
     copy (14.96 GiB for Llama 3.1 8B on every GPU) outgrows training, a line under the memory table says so."""
