@@ -341,8 +341,8 @@ def fsdp_copy_out_seconds(xp, gathered_params: Num, gathers: Num, c: Consts) -> 
     ZeRO-3 narrows its flat buffer into views likewise: nothing to copy. (FSDP2's reduce-scatter copy-in, which casts
     the unsharded gradients into the reduce dtype, runs on the reduce-scatter stream beside compute.)
 
-    Example: OLMo-core's 13B (13.2·10⁹ parameters) on 8 H100 without pipeline parallelism gathers twice per
-    micro-batch: 2 · 13.2·10⁹ · 4 B = 105.6 GB, 37 ms at 3.35 TB/s × 0.85 — 5 % of its 0.73 s micro-batch.
+    Example: OLMo-core's 13B (13.7·10⁹ parameters) on 8 H100 without pipeline parallelism gathers twice per
+    micro-batch: 2 · 13.7·10⁹ · 4 B = 109.7 GB, 38.5 ms at 3.35 TB/s × 0.85 — 5 % of its 0.73 s micro-batch.
     """
     if not c.fsdp_copy_out:
         return 0.0
