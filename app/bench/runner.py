@@ -31,6 +31,7 @@ import statistics
 import sys
 import time
 import warnings
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -371,7 +372,9 @@ def run(preset: Preset, catalog: Catalog, output: Path | None) -> BenchmarkResul
     finally:
         # every rank, rank 0 after writing its result, meets here before any tears the group down: a rank that
         # destroys its gloo group while a peer is still connected can abort that peer (SIGABRT, "terminate called
-        # without an active exception", seen under a loaded test suite)
-        with contextlib.suppress(Exception):
-            dist.barrier()
+        # without an active exception", seen under a loaded test suite). gloo's monitored barrier gives up after
+        # 30 s, so a rank that failed does not hold its peers until the launcher's timeout.
+        if backend == "gloo":
+            with contextlib.suppress(Exception):
+                dist.monitored_barrier(timeout=timedelta(seconds=30))
         dist.destroy_process_group()
