@@ -497,9 +497,7 @@ def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float,
     # logit traffic (forward and backward together, with the z-loss's where the plan adds it) split evenly
     # between the passes
     traffic_b = TRAFFIC_BYTES[plan.uses_fused_loss]
-    per_logit_b = traffic_b["logit"] + (
-        traffic_b["z_loss"] if plan.z_loss and not plan.fused_cross_entropy else 0.0
-    )
+    per_logit_b = traffic_b["logit"] + (traffic_b["z_loss"] if plan.eager_z_loss else 0.0)
     ce_traffic = per_logit_b * tokens * arch.vocab_size / plan.tp
     ce = ce_traffic / (cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency)
     return fwd + ce / 2, bwd + ce / 2

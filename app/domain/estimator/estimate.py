@@ -254,8 +254,7 @@ def _kernels(plan: Plan) -> Assumption:
         "loss holds more memory on the last stage",
     }
     note = notes.get(plan.framework)
-    eager_z_loss = plan.z_loss and not plan.uses_fused_loss and not plan.fused_cross_entropy
-    if eager_z_loss:
+    if plan.eager_z_loss:
         value += "; eager z-loss (60 B a logit more)"
         note = (note + "; " if note else "") + (
             "the eager z-loss keeps the fp32 logits for logsumexp's backward (+4 B a logit saved, +8 B at the "
@@ -279,7 +278,7 @@ def _logits_formula(plan: Plan) -> str:
             "last stage: the larger of the 16-bit logits a fused or compiled loss saves, b·(s/cp)·(V/tp)·2 B, + one "
             "layer's backward working set, and those logits with their 16-bit gradient, b·(s/cp)·(V/tp)·4 B"
         )
-    if plan.z_loss:
+    if plan.eager_z_loss:
         return (
             "last stage: the larger of b·(s/cp)·(V/tp)·(2 B bf16 logits + 4 B fp32 loss copy + 4 B fp32 logits the "
             "z-loss's logsumexp keeps) + one layer's backward working set, and the eager loss's backward peak "

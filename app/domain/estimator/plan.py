@@ -307,6 +307,12 @@ class Plan(Frozen):
         """The loss runs fused (or compiled): :attr:`fused_loss`, else :attr:`uses_fused_kernels`."""
         return self.uses_fused_kernels if self.fused_loss is None else self.fused_loss
 
+    @property
+    def eager_z_loss(self) -> bool:
+        """The z-loss runs as eager passes over the fp32 logits: asked for, and neither a fused or compiled loss nor a
+        fused linear cross-entropy computes it in its own pass."""
+        return self.z_loss and not self.uses_fused_loss and not self.fused_cross_entropy
+
     def layers_per_chunk(self, n_layers: int) -> int:
         """Layers of the largest pipeline chunk: ⌈n_layers / (pp·vpp)⌉."""
         return -(-n_layers // (self.pp * self.vpp))
