@@ -25,7 +25,9 @@ INSTANCES = {
     "g6e.48xlarge",
 }
 SERVERS = {"dgx-a100", "dgx-a100-80gb", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72"}
-NODES = INSTANCES | SERVERS
+# Blackwell Ultra reference servers: in the hardware catalog, no self-build price in the sources read
+UNPRICED_SERVERS = {"dgx-b300", "gb300-nvl72"}
+NODES = INSTANCES | SERVERS | UNPRICED_SERVERS
 BEFORE_CUT = date(2025, 1, 15)
 AFTER_CUT = date(2025, 9, 1)
 

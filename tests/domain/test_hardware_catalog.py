@@ -23,9 +23,9 @@ DATA = Path(__file__).resolve().parents[2] / "data"
 
 ACCELERATORS = [
     "a100-40gb", "a100-80gb", "h100-sxm", "h100-pcie", "h100-nvl", "h200-sxm", "h200-nvl",
-    "b200", "gb200", "l40s", "a10g", "l4",
+    "b200", "gb200", "b300", "gb300", "l40s", "a10g", "l4",
 ]  # fmt: skip
-SERVERS = ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72"]
+SERVERS = ["dgx-a100", "dgx-h100", "hgx-h200", "dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72"]
 INSTANCES = [
     "p4d.24xlarge", "p4de.24xlarge", "p5.48xlarge", "p5e.48xlarge", "p5en.48xlarge",
     "p6-b200.48xlarge", "g5.48xlarge", "g6e.48xlarge",
@@ -111,6 +111,30 @@ def test_h200_and_blackwell_figures(hw: HardwareCatalog) -> None:
     gb200 = hw.accelerator("gb200")
     assert (gb200.bf16_dense_tflops, gb200.fp8_dense_tflops, gb200.tdp_w) == (2500, 5000, 1200)
     assert gb200.pcie_generation is None
+
+
+def test_blackwell_ultra_figures(hw: HardwareCatalog) -> None:
+    """GB300 (Verda's per-GPU dense table): GB200's dense peaks at 1,400 W, 279 GB marketed; its usable memory is
+    derived as 288 GiB physical x GB200's visible/physical ratio (189,471 / 196,608 MiB) = 284,206 MiB."""
+    gb300 = hw.accelerator("gb300")
+    assert (gb300.bf16_dense_tflops, gb300.fp8_dense_tflops, gb300.tdp_w) == (2500, 5000, 1400)
+    assert gb300.memory_usable_bytes == 284_206 * 2**20 and gb300.pcie_generation is None
+    assert gb300.provenance["memory_usable_bytes"].confidence.value == "low"
+    rack = hw.node("gb300-nvl72")
+    assert (rack.accelerators_per_node, rack.nvlink_domain_size, rack.scale_out_gbit_per_s) == (
+        72,
+        72,
+        57_600,
+    )
+    dgx = hw.node("dgx-b300")
+    assert (dgx.accelerator, dgx.accelerators_per_node, dgx.max_power_kw) == ("b300", 8, 14.5)
+
+
+def test_accelerators_without_a_node_are_the_known_pcie_cards(hw: HardwareCatalog) -> None:
+    """An accelerator no node carries cannot be estimated, searched or priced (B300 had none until 2026-12-06).
+    The PCIe cards below still have none (README, "Hardware catalog"); a new accelerator must come with its node."""
+    carried = {n.accelerator for n in hw.nodes}
+    assert {a.slug for a in hw.accelerators} - carried == {"h100-pcie", "h100-nvl", "h200-nvl", "l4"}
 
 
 def test_pcie_cards_and_ampere(hw: HardwareCatalog) -> None:
