@@ -42,6 +42,8 @@ PRESET_SLUGS = {
     "mixtral-8x22b",
     "deepseek-v3",
     "qwen2.5-72b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
 }
 
 # Published / widely reproduced exact totals (checkpoint tensor counts).
@@ -53,6 +55,8 @@ KNOWN_TOTALS = {
     "mixtral-8x7b": 46_702_792_704,
     "qwen2.5-72b": 72_706_203_648,
     "deepseek-v3": 671_026_419_200,  # without the multi-token-prediction module
+    "qwen3-30b-a3b": 30_532_122_624,  # model card: 30.5B
+    "qwen3-235b-a22b": 235_093_634_560,  # model card: 235B
 }
 
 
@@ -150,6 +154,20 @@ def test_moe_active_counts(presets):
     assert ds.router == 58 * (256 * 7168 + 256)  # weight + e_score_correction_bias
     assert 37e9 < ds.active < 38e9  # "37B activated"
     assert ds.moe_layer.active == ds.moe_layer.total - (256 - 8) * ds.moe_layer.expert
+
+    # Qwen3 MoE: every layer MoE, 128 experts top-8, no shared expert; model cards: 3.3B and 22B activated
+    for slug, active, layers in (
+        ("qwen3-30b-a3b", 3_353_032_704, 48),
+        ("qwen3-235b-a22b", 22_190_763_520, 94),
+    ):
+        qwen = parameter_counts(presets[slug])
+        assert (qwen.active, qwen.n_dense_layers, qwen.n_moe_layers, qwen.shared_experts) == (
+            active,
+            0,
+            layers,
+            0,
+        )
+        assert qwen.moe_layer.active == qwen.moe_layer.total - (128 - 8) * qwen.moe_layer.expert
 
 
 def test_shape_helpers(presets):
@@ -498,6 +516,16 @@ QWEN3_30B_A3B = {
     "tie_word_embeddings": False,
 }
 
+# Qwen/Qwen3-235B-A22B config.json (the fields the importer reads)
+QWEN3_235B_A22B = QWEN3_30B_A3B | {
+    "hidden_size": 4096,
+    "intermediate_size": 12288,
+    "moe_intermediate_size": 1536,
+    "num_hidden_layers": 94,
+    "num_attention_heads": 64,
+    "rope_theta": 1000000.0,
+}
+
 GPT2_SMALL = {
     "model_type": "gpt2",
     "activation_function": "gelu_new",
@@ -633,6 +661,8 @@ def test_hf_import_equals_preset(presets):
         ("qwen2.5-72b", QWEN25_72B),
         ("deepseek-v3", DEEPSEEK_V3),
         ("llama2-7b", LLAMA2_7B),
+        ("qwen3-30b-a3b", QWEN3_30B_A3B | {"rope_theta": 1000000.0}),
+        ("qwen3-235b-a22b", QWEN3_235B_A22B),
     ):
         imported = architecture_from_hf_config(config, slug=preset_slug, name="x", as_of="2025")
         preset = presets[preset_slug]
