@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from urllib.parse import parse_qsl, urlencode
 
 from fastapi import APIRouter, Depends, File, Form, Query, Request, UploadFile
@@ -61,6 +61,9 @@ from app.web.htmx import is_partial, render
 from app.web.plan_start import PLAN_FOR, Opening, form_event, opening_layout
 from app.web.security import verify_csrf
 from app.web.share import canonical_url, expand_config, link_config, planner_form, shorter_url
+
+if TYPE_CHECKING:
+    from app.domain.reliability.report import ReliabilityReport
 
 router = APIRouter(include_in_schema=False)
 CatalogDep = Annotated[Catalog, Depends(get_catalog)]
@@ -173,7 +176,12 @@ def _gib(b: float) -> str:
     return f"{b / GIB:,.1f} GiB"
 
 
-def _notes(est: Estimate, catalog: Catalog, cost: TrainingCost | None) -> dict[str, Note]:
+def _notes(
+    est: Estimate, catalog: Catalog, cost: TrainingCost | None, rel: ReliabilityReport | None = None
+) -> dict[str, Note]:
+    """The results panel's figures with their formulas. The reliability figures come from the run's cost when it
+    was priced, else from the plan's own reliability report (``rel``: failures and checkpoints need no price, so a
+    GPU no offer carries, e.g. GB200 or GB300, still gets them)."""
     by_name = {a.name: a for a in est.assumptions}
     peak_prov = provenance(by_name["peak dense BF16"], catalog) if "peak dense BF16" in by_name else ""
     mem_prov = (
@@ -221,8 +229,8 @@ def _notes(est: Estimate, catalog: Catalog, cost: TrainingCost | None) -> dict[s
         notes["peak"] = Note(
             "Peak memory", _gib(peak_stage.total_bytes), est.memory_formulas.get("model states", "")
         )
-    if cost is not None:
-        rel = cost.reliability
+    rel = cost.reliability if cost is not None else rel
+    if rel is not None:
         rel_prov = {a.name: provenance(a, catalog) for a in rel.assumptions}
         notes["mtbf"] = Note("Job MTBF", f"{rel.job_mtbf_hours:,.1f} h",
                              f"1 / (failures per GPU-hour × GPUs + spot interruptions/h + rollbacks/h) = 1 / "
@@ -239,11 +247,11 @@ def _notes(est: Estimate, catalog: Catalog, cost: TrainingCost | None) -> dict[s
         notes["goodput"] = Note("Goodput", f"{rel.goodput:.1%}",
                                 f"Daly: τ / (M·e^(R/M)·(e^((τ+δ)/M) − 1)) with τ = {rel.checkpoint_interval_s:,.0f} s, "
                                 f"M = {rel.job_mtbf_hours * 3600:,.0f} s, R (restart) = {rel.restart_s:,.0f} s, "
-                                f"δ = {rel.checkpoint_blocking_s:,.1f} s; expected failures over the run "
-                                f"{cost.expected_failures:,.1f}")  # fmt: skip
+                                f"δ = {rel.checkpoint_blocking_s:,.1f} s"
+                                + (f"; expected failures over the run {cost.expected_failures:,.1f}" if cost else ""))  # fmt: skip
         if (
-            not rel.rule_of_thumb.same_as_interval
-        ):  # no "every 30 minutes instead" when it is every 30 minutes
+            cost is not None and (not rel.rule_of_thumb.same_as_interval)
+        ):  # no "every 30 minutes instead" when it is every 30 minutes (its extra days and $ need the run's cost)
             notes["rule"] = Note("Every-30-min rule", f"+{cost.rule_of_thumb_extra_days:,.2f} days",
                                  f"goodput {rel.rule_of_thumb.goodput:.2%} at τ = 30 min vs {rel.goodput:.2%} at the "
                                  "interval used" + (f"; +{cost.rule_of_thumb_extra_usd:,.0f} $ on demand"
@@ -345,7 +353,7 @@ def compute_results(
         "cost_error": _messages(scenario.cost_errors) or None, "monthly": monthly,
         "monthly_error": monthly_error, "schedule": schedule, "schedule_figures": schedule_figures,
         "charts": chart_options,
-        "notes": _notes(est, catalog, cost), "stages": _stage_rows(est), "step_rows": _step_rows(est),
+        "notes": _notes(est, catalog, cost, scenario.reliability), "stages": _stage_rows(est), "step_rows": _step_rows(est),
         "assumptions": assumptions, "memory_formulas": est.memory_formulas,
         "formats": list(EXPORT_FORMATS),
     }  # fmt: skip

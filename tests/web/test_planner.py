@@ -325,3 +325,16 @@ def test_zero_init_off_shows_deepspeeds_start_up_copy(client: TestClient) -> Non
     assert "start-up copy" not in client.get("/?" + to_query(base)).text
     search = client.get("/search?" + to_query({**base, "zero_init": "off"}))
     assert search.status_code == 200 and '<input type="hidden" name="zero_init" value="off">' in search.text
+
+
+def test_reliability_is_shown_for_a_gpu_no_offer_prices(client: TestClient) -> None:
+    """GB200 has no AWS offer, so the run is not priced; failures and checkpoints need no price, so the
+    Reliability panel still carries the plan's MTBF, checkpoint interval and goodput (from its own report, the
+    same one the exports take their checkpoint cadence from), and says why days and dollars are missing."""
+    query = to_query({**DEFAULTS, "model": "llama3.1-70b", "gpu": "gb200", "gpus": "72", "tp": "1",
+                      "global_batch": "72", "tokens": "1e12", "sharding": "fsdp-full"})  # fmt: skip
+    html = client.get("/?" + query, headers=PARTIAL).text
+    rel = html[html.index('id="h-rel"') : html.index('id="h-cost"')]
+    assert "Job MTBF" in rel and "Checkpoint interval" in rel and "Goodput" in rel
+    assert "not priced" in rel and "gb200" in rel
+    assert "Cost not available" in html
