@@ -177,11 +177,11 @@ def _gib(b: float) -> str:
 
 
 def _notes(
-    est: Estimate, catalog: Catalog, cost: TrainingCost | None, rel: ReliabilityReport | None = None
+    est: Estimate, catalog: Catalog, cost: TrainingCost | None, rel: ReliabilityReport | None
 ) -> dict[str, Note]:
-    """The results panel's figures with their formulas. The reliability figures come from the run's cost when it
-    was priced, else from the plan's own reliability report (``rel``: failures and checkpoints need no price, so a
-    GPU no offer carries, e.g. GB200 or GB300, still gets them)."""
+    """The results panel's figures with their formulas. ``rel`` is the scenario's reliability report: the run
+    cost's when it was priced, else the plan's own (failures and checkpoints need no price, so a GPU no offer
+    carries, e.g. GB200 or GB300, still gets them)."""
     by_name = {a.name: a for a in est.assumptions}
     peak_prov = provenance(by_name["peak dense BF16"], catalog) if "peak dense BF16" in by_name else ""
     mem_prov = (
@@ -229,7 +229,6 @@ def _notes(
         notes["peak"] = Note(
             "Peak memory", _gib(peak_stage.total_bytes), est.memory_formulas.get("model states", "")
         )
-    rel = cost.reliability if cost is not None else rel
     if rel is not None:
         rel_prov = {a.name: provenance(a, catalog) for a in rel.assumptions}
         notes["mtbf"] = Note("Job MTBF", f"{rel.job_mtbf_hours:,.1f} h",

@@ -30,8 +30,8 @@ GENERATIONS: dict[str, tuple[str, ...]] = {
     "hopper": ("h100-sxm", "h200-sxm"),
     "blackwell": ("b200", "gb200"),
     # GB300 has GB200's dense peaks at 1,400 W instead of 1,200 W, and NVIDIA's tables measure it 8-31 % faster
-    # than GB200 on the same models: its own fractions of peak, fitted on its own rows. B300 has no published run
-    # and stays at its prior (assumed).
+    # than GB200 on the same models: its own fractions of peak, fitted on its own rows. B300 is in no generation:
+    # its figures stay at their prior (assumed), and its published rows are scored against them.
     "blackwell-ultra": ("gb300",),
 }
 
