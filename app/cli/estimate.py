@@ -111,7 +111,9 @@ def print_estimate(est) -> None:
     echo = typer.echo
     echo(f"{est.model} on {est.gpus} × {est.accelerator} ({est.nodes} × {est.node}, {est.scale_out_fabric})")
     echo(
-        f"plan: tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} ep={p.ep} {p.sharding.value} "
+        f"plan: tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} ep={p.ep}"
+        + (f" expert-tp={p.etp}" if p.etp != p.tp else "")
+        + f" {p.sharding.value} "
         f"micro-batch={p.micro_batch} global-batch={p.global_batch} seq={p.seq_len} recompute={p.recompute.value}"
         + (f" ({p.recompute_layers} layers per chunk)" if p.recompute_layers is not None else "")
         + (f" ({', '.join(m.value for m in p.recompute_modules)})" if p.recompute_modules is not None else "")

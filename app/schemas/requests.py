@@ -144,6 +144,11 @@ class EstimateRequest(StrictNumbers):
     dp: int | None = Field(default=None, ge=1, le=1_048_576, description="default: gpus / (tp·pp·cp)")
     cp: int = Field(default=1, ge=1, le=1024)
     ep: int = Field(default=1, ge=1, le=1024)
+    expert_tp: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="the routed experts' tensor-parallel degree (Megatron's --expert-tensor-parallel-size); "
+        "default: tp; 1 = MoE parallel folding (experts whole, the EP group spans the TP ranks)",
+    )  # fmt: skip
     sharding: Sharding = Sharding.fsdp_full
     shard_group_size: int | None = Field(default=None, ge=1, le=1_048_576)
     offload: Offload = Offload.none

@@ -50,6 +50,7 @@ DEFAULTS: dict[str, str] = {
     "dp": "",
     "cp": "1",
     "ep": "1",
+    "expert_tp": "",
     "sharding": "fsdp-full",
     "shard_group_size": "",
     "offload": "none",
@@ -112,6 +113,7 @@ INT_FIELDS = (
     "dp",
     "cp",
     "ep",
+    "expert_tp",
     "micro_batch",
     "shard_group_size",
     "recompute_layers",
@@ -119,6 +121,7 @@ INT_FIELDS = (
 FLOAT_FIELDS = ("tokens", "oversubscription", "moe_capacity_factor")
 OPTIONAL_FIELDS = (
     "dp",
+    "expert_tp",
     "node",
     "fabric",
     "tokens",
@@ -130,7 +133,7 @@ OPTIONAL_FIELDS = (
 LIST_FIELDS = ("recompute_modules",)
 """Comma-separated lists (Megatron's --recompute-modules core_attn,mlp)."""
 FORM_FIELDS = tuple(DEFAULTS) + tuple(OVERRIDES)
-LAYOUT_FIELDS = ("tp", "pp", "vpp", "dp", "cp", "ep", "sharding", "shard_group_size", "offload", "micro_batch",
+LAYOUT_FIELDS = ("tp", "pp", "vpp", "dp", "cp", "ep", "expert_tp", "sharding", "shard_group_size", "offload", "micro_batch",
                  "recompute", "recompute_layers", "recompute_modules", "sequence_parallel")  # fmt: skip
 """The hand-set parallel layout: what "Find the best plan" chooses itself, so errors here never block it."""
 MAX_HF_CONFIG_CHARS = 64_000

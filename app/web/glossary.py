@@ -18,6 +18,11 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "attention exchanges keys and values); for long sequences whose activations do not fit."),
     ("ep", "ep", "Expert parallel degree (MoE models): the routed experts are spread over this many GPUs; tokens travel "
      "to their experts and back by all-to-all."),
+    ("expert tp", "expert-tp", "The routed experts' own tensor-parallel degree (Megatron's "
+     "--expert-tensor-parallel-size, torchtitan's expert_tensor_parallel_degree). Empty = tp, Megatron's default: "
+     "every expert's FFN is split like the dense layers and ep must divide dp·cp. 1 = MoE parallel folding, as "
+     "NVIDIA's performance recipes run MoE models: each expert whole on one GPU, the expert-parallel group free to "
+     "span the tensor-parallel ranks (ep·expert_tp must divide tp·dp·cp), so an EP group fills a node sooner."),
     ("micro-batch", "micro-batch", "Sequences one GPU processes in one forward/backward pass; the global batch is "
      "micro-batch × dp × gradient-accumulation steps."),
     ("global batch", "global-batch", "Sequences (or tokens) per optimizer step over the whole cluster. 16M tokens, "
@@ -92,7 +97,8 @@ def title(term: str) -> str:
 
 
 FIELD_TERMS = {
-    "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "micro_batch": "micro-batch",
+    "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "expert_tp": "expert tp",
+    "micro_batch": "micro-batch",
     "global_batch": "global batch", "recompute": "recompute", "sequence_parallel": "sequence parallel",
     "offload": "offload", "calibrated": "calibrated", "sharding": "fsdp-full",
     "ddp": "ddp", "zero1": "zero1 / zero2 / zero3", "zero2": "zero1 / zero2 / zero3", "zero3": "zero1 / zero2 / zero3",

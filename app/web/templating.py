@@ -48,7 +48,9 @@ def fmt_usd(value: float | None) -> str:
 def plan_degrees(plan: Any) -> str:
     """Every parallel degree of a plan, so that they multiply to the GPU count: tp · pp (· vpp) · cp · ep · dp."""
     vpp = f" · vpp {plan.vpp}" if plan.vpp > 1 else ""
-    return f"tp {plan.tp} · pp {plan.pp}{vpp} · cp {plan.cp} · ep {plan.ep} · dp {plan.dp}"
+    etp = getattr(plan, "expert_tp", None)
+    folded = f" (expert tp {etp})" if etp is not None and etp != plan.tp else ""
+    return f"tp {plan.tp} · pp {plan.pp}{vpp} · cp {plan.cp} · ep {plan.ep}{folded} · dp {plan.dp}"
 
 
 def build_templates() -> Jinja2Blocks:

@@ -154,3 +154,21 @@ def test_figure_overrides_over_the_api(client: TestClient) -> None:
     assert any(a["source"] == "override" for a in body["assumptions"])
     bad = post(client, figure_overrides={"accelerator.colour": 1}).json()["detail"][0]
     assert bad["loc"] == ["body", "figure_overrides", "accelerator", "colour"] and "overridable" in bad["msg"]
+
+
+def test_expert_tp_is_accepted_and_a_bad_one_is_422_naming_the_field(client: TestClient) -> None:
+    """NVIDIA's Qwen3 235B-A22B plan on 256 H100 runs with the experts folded (expert_tp 1: ep 32 > dp 16); the
+    estimate echoes it. expert_tp 3 does not divide tp 2, and on a dense model it is refused: 422 on expert_tp."""
+    moe = dict(model="qwen3-235b-a22b", gpus=256, tp=2, pp=8, vpp=4, ep=32, global_batch=8192, seq_len=4096,
+               sequence_parallel=True, framework="megatron", sharding="megatron-distopt", precision="fp8",
+               recompute="none")  # fmt: skip
+    folded = post(client, **moe, expert_tp=1)
+    assert folded.status_code == 200, folded.text
+    assert folded.json()["plan"]["expert_tp"] == 1
+    unfolded = post(client, **moe)
+    assert unfolded.status_code == 422
+    assert any(i["loc"] == ["body", "ep"] and "expert_tp = 1" in i["msg"] for i in unfolded.json()["detail"])
+    for bad in (dict(moe, expert_tp=3), dict(expert_tp=1)):
+        response = post(client, **bad)
+        assert response.status_code == 422, bad
+        assert any(i["loc"] == ["body", "expert_tp"] for i in response.json()["detail"]), response.json()

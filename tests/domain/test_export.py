@@ -467,7 +467,7 @@ def test_shell_scripts_pass_bash_syntax_check(doc: PlanDocument, fmt: str, tmp_p
 
 MEGATRON_INT = (
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
-    "expert-model-parallel-size", "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
+    "expert-model-parallel-size", "expert-tensor-parallel-size", "num-layers-per-virtual-pipeline-stage", "num-virtual-stages-per-pipeline-rank",
     "decoder-first-pipeline-num-layers", "decoder-last-pipeline-num-layers", "recompute-num-layers",
     "micro-batch-size", "global-batch-size", "seq-length", "train-iters", "num-layers", "hidden-size",
     "num-attention-heads", "num-query-groups", "ffn-hidden-size", "kv-channels", "max-position-embeddings",

@@ -107,7 +107,9 @@ def test_every_plan_respects_its_bounds(catalog, model, node, framework, gpus) -
     assert np.all(exact >= coarse[t, v, e, m, r] * slack)  # recompute only adds time
     on_host = scored.host_ok
     assert np.all(scored.peak[on_host] >= floor[t, v, e, s, o, 0, 0][on_host] * slack)
-    assert np.all(np.isinf(floor[t, v, e, s, o, 0, 0][~on_host]))
+    # +inf only where the plan's offloaded state cannot fit its host (the first rank's: a later stage holding more
+    # experts may fail where the first fits, which the evaluation then finds)
+    assert not np.any(np.isinf(floor[t, v, e, s, o, 0, 0][on_host]))
     tight = scored.step_s <= exact * 1.05  # the bound is tight for the plans communication does not slow
     assert tight.mean() > 0.05
 

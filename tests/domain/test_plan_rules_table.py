@@ -152,7 +152,8 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     Megatron's recompute modules; it turns Megatron's
     all-to-all overlap on only where Megatron runs it (the cases reach one dispatcher and one overlap refusal);
     it always runs TP with sequence parallelism, which Megatron's TP overlap needs; the MoE capacity settings are
-    the user's, kept fixed (the cases set none)."""
+    the user's, kept fixed (the cases set none); the experts' tensor-parallel degree is the search's tp (it does not
+    search MoE parallel folding), so no expert_tp rule fires on its grid."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
@@ -161,6 +162,8 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
         "mla-up-proj-without-mla", "moe-modules-dense-model",
         "fsdp2-recompute-modules", "deepspeed-recompute-modules", "megatron-tp-overlap-sp",
         "moe-pad-without-capacity", "moe-capacity-dense-model", "torchtitan-moe-capacity", "megatron-pad-deepep",
+        "expert-tp-dense-model", "expert-tp-not-dividing-tp", "expert-tp-without-sp", "torchtitan-expert-tp",
+        "deepspeed-expert-tp",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -298,6 +301,11 @@ CASES: dict[str, tuple[dict, dict]] = {
     "torchtitan-moe-capacity": (dict(ep=2, moe_capacity_factor=1.25), dict(n_experts=8)),
     "megatron-pad-deepep": (dict(DISTOPT, ep=2, moe_dispatcher=MoeDispatcher.deepep, moe_capacity_factor=1.25,
                                  moe_pad_to_capacity=True), dict(n_experts=8)),
+    "expert-tp-dense-model": (dict(tp=2, dp=4, sequence_parallel=True, expert_tp=1), {}),
+    "expert-tp-not-dividing-tp": (dict(DISTOPT, tp=4, dp=2, sequence_parallel=True, expert_tp=3), dict(n_experts=8)),
+    "expert-tp-without-sp": (dict(DISTOPT, tp=2, dp=4, expert_tp=1), dict(n_experts=8)),
+    "torchtitan-expert-tp": (dict(tp=4, dp=2, sequence_parallel=True, expert_tp=2), dict(n_experts=8)),
+    "deepspeed-expert-tp": (dict(ZERO1, tp=2, dp=4, sequence_parallel=True, expert_tp=1), dict(n_experts=8)),
 }  # fmt: skip
 
 

@@ -66,6 +66,20 @@ def test_invalid_number_is_a_422_that_keeps_what_was_typed(client: TestClient) -
     assert partial.status_code == 422 and "What to fix" in partial.text and "a whole number" in partial.text
 
 
+def test_expert_tp_is_a_planner_field_whose_errors_land_on_it(client: TestClient) -> None:
+    """The planner takes the experts' own TP ("Expert TP"): NVIDIA's folded Qwen3 235B plan on 256 H100 estimates
+    and says so in its layout; expert_tp 3 (not a divisor of tp 2) is refused on that field, keeping what was
+    typed."""
+    moe = {**DEFAULTS, "model": "qwen3-235b-a22b", "gpus": "256", "tp": "2", "pp": "8", "vpp": "4", "ep": "32",
+           "global_batch": "8192", "seq_len": "4096", "sequence_parallel": "on", "framework": "megatron",
+           "sharding": "megatron-distopt", "precision": "fp8", "recompute": "none"}  # fmt: skip
+    assert 'name="expert_tp"' in client.get("/").text
+    folded = client.get("/?" + to_query({**moe, "expert_tp": "1"}))
+    assert folded.status_code == 200 and "ep 32 (expert tp 1)" in folded.text
+    bad = client.get("/?" + to_query({**moe, "expert_tp": "3"}))
+    assert bad.status_code == 422 and 'id="err-expert_tp"' in bad.text and 'value="3"' in bad.text
+
+
 def test_plan_violation_from_the_domain_lands_on_its_field(client: TestClient) -> None:
     response = client.get("/?" + to_query({**DEFAULTS, "tp": "3"}))
     assert response.status_code == 422

@@ -75,13 +75,26 @@ class Shape:
     """Per-rank sizes shared by the layer terms."""
 
     def __init__(
-        self, arch: Architecture, micro_batch: int, seq_len: int, tp: int, cp: int, sp: bool, act_bytes: int
+        self,
+        arch: Architecture,
+        micro_batch: int,
+        seq_len: int,
+        tp: int,
+        cp: int,
+        sp: bool,
+        act_bytes: int,
+        etp: int | None = None,
     ) -> None:
         self.arch = arch
         self.b, self.t, self.c, self.sp = micro_batch, tp, cp, sp
+        self.etp = tp if etp is None else etp
         self.s_local = ceil_div(seq_len, cp)  # sequence on this CP rank
         self.s_full = seq_len
         self.tokens = micro_batch * self.s_local  # T
+        # the routed experts' tokens on this rank: an expert-TP group of etp ranks works on the sequence-parallel
+        # shards of its etp members, T·etp/t (all T when etp = tp); each expert's FFN is split f_e/etp
+        self.expert_tokens = self.tokens * self.etp // tp if self.etp < tp else self.tokens
+        self.te = "T" if self.etp >= tp else f"T·{self.etp}/t"
         # replicated-across-TP tensors (norm inputs, linear inputs) are split over the sequence with SP
         self.tokens_rep = micro_batch * ceil_div(self.s_local, tp) if sp and tp > 1 else self.tokens
         self.tr = "T/t" if sp and tp > 1 else "T"
@@ -91,3 +104,6 @@ class Shape:
 
     def sharded(self, width: int) -> int:
         return ceil_div(width, self.t)
+
+    def expert_sharded(self, width: int) -> int:
+        return ceil_div(width, self.etp)

@@ -207,13 +207,15 @@ def _moe_terms(terms: Terms, sh: Shape, style: FrameworkStyle, fused_swiglu: boo
     """Router + top-k routed tokens through the experts + shared experts.
 
     Averaged over expert-parallel ranks, each rank's experts process ``T·k`` token slots (the sum of the
-    per-expert counts is exactly ``T·k`` without EP). Expert FFNs are split ``f/t`` (expert TP = TP).
+    per-expert counts is exactly ``T·k`` without EP). Expert FFNs are split ``f_e/t`` (expert TP = TP); with an
+    expert-TP degree e < t (MoE parallel folding) a rank's experts take ``T·e/t·k`` slots of width ``f_e/e``.
     torch (app/bench/model.py): fp32 router probabilities (T·E·4), top-k indices, dispatch/combine indices
     (int64), the fp32 renormalised weights (k > 1) and their bf16 copy, the gathered tokens (T·k·h·B), the
     expert MLP tensors and the expert outputs before the weighted sum (T·k·h·B).
     """
     arch = sh.arch
     T, B, k, E, h = sh.tokens, sh.B, arch.experts_top_k, arch.n_experts, arch.hidden_size
+    Te, te, fe = sh.expert_tokens, sh.te, "f_e/t" if sh.etp == sh.t else "f_e/e"  # noqa: N806
     terms.add("router", "router input", f"{sh.tr}·h·B", sh.tokens_rep * h * B)
     terms.add("router", "router probabilities (fp32)", "T·E·4", T * E * FP32_BYTES)
     if style == "torch":
@@ -222,19 +224,21 @@ def _moe_terms(terms: Terms, sh: Shape, style: FrameworkStyle, fused_swiglu: boo
             "router", "top-k/dispatch/combine indices + weights", f"T·k·{per_slot}" + (" + T·4" if k > 1 else ""),
             T * k * per_slot + (T * FP32_BYTES if k > 1 else 0),
         )  # fmt: skip
-        terms.add("experts", "dispatched tokens + expert outputs", "2·T·k·h·B", 2 * T * k * h * B)
+        terms.add("experts", "dispatched tokens + expert outputs", f"2·{te}·k·h·B", 2 * Te * k * h * B)
     else:
         terms.add("router", "routing map + weights", "T·k·(8 + 4)", T * k * (INDEX_BYTES + FP32_BYTES))
-        terms.add("experts", "permuted tokens (fc1 input) + unpermute input", "2·T·k·h·B", 2 * T * k * h * B)
-    f_e = sh.sharded(arch.expert_ffn_hidden_size)  # type: ignore[arg-type]
+        terms.add(
+            "experts", "permuted tokens (fc1 input) + unpermute input", f"2·{te}·k·h·B", 2 * Te * k * h * B
+        )
+    f_e = sh.expert_sharded(arch.expert_ffn_hidden_size)  # type: ignore[arg-type]
     n = (4 if style == "torch" else 3) if arch.activation == "swiglu" else 2
     if arch.activation == "swiglu" and _fused_swiglu(style, fused_swiglu):
         n = 3
     if style == "torch":
-        terms.add("experts", "expert mlp tensors", f"{n}·T·k·(f_e/t)·B", n * T * k * f_e * B)
+        terms.add("experts", "expert mlp tensors", f"{n}·{te}·k·({fe})·B", n * Te * k * f_e * B)
     else:  # fc1 output (gate‖up for SwiGLU) and the activation's output (fc2 input, what moe_act re-runs)
-        terms.add("experts", "expert fc1 output", f"{n - 1}·T·k·(f_e/t)·B", (n - 1) * T * k * f_e * B)
-        terms.add("experts", "expert activation output", "T·k·(f_e/t)·B", T * k * f_e * B)
+        terms.add("experts", "expert fc1 output", f"{n - 1}·{te}·k·({fe})·B", (n - 1) * Te * k * f_e * B)
+        terms.add("experts", "expert activation output", f"{te}·k·({fe})·B", Te * k * f_e * B)
     if arch.n_shared_experts:
         f_s = sh.sharded(arch.shared_expert_ffn_hidden_size)  # type: ignore[arg-type]
         terms.add(
@@ -322,7 +326,7 @@ def _selective_op_terms(sh: Shape, kind: LayerKind) -> Terms:
     # the MLP's matmuls continue the count: first MLP matmul is mm (mm_after_attention + 1)
     first_saved = (mm_after_attention + 1) % 2 == 1
     if kind == "moe":
-        f_e = sh.sharded(arch.expert_ffn_hidden_size)  # type: ignore[arg-type]
+        f_e, Te = sh.expert_sharded(arch.expert_ffn_hidden_size), sh.expert_tokens  # type: ignore[arg-type]  # noqa: N806
         k = arch.experts_top_k
         kept.add(
             "router",
@@ -334,8 +338,8 @@ def _selective_op_terms(sh: Shape, kind: LayerKind) -> Terms:
         kept.add(
             "experts",
             "dispatched tokens + every other expert matmul output",
-            "T·k·h·B + T·k·(n/2)·(f_e/t)·B",
-            T * k * h * B + int(T * k * f_e * B * n / 2),
+            f"{sh.te}·k·h·B + {sh.te}·k·(n/2)·(f_e/{'t' if sh.etp == sh.t else 'e'})·B",
+            Te * k * h * B + int(Te * k * f_e * B * n / 2),
         )
     else:
         f_l = sh.sharded(arch.ffn_hidden_size)
@@ -358,12 +362,14 @@ def _grad_working_set(arch: Architecture, kind: LayerKind, sh: Shape, fused_swig
     accumulator) working set, plus the incoming and outgoing residual-stream gradients (2·T·h·B).
     """
     T, B, h = sh.tokens, sh.B, arch.hidden_size
+    rows = T
     if kind == "moe":
-        f = sh.sharded(arch.expert_ffn_hidden_size) * arch.experts_top_k  # type: ignore[operator]
+        f = sh.expert_sharded(arch.expert_ffn_hidden_size) * arch.experts_top_k  # type: ignore[operator]
+        rows = sh.expert_tokens
     else:
         f = sh.sharded(arch.ffn_hidden_size)
     n_f = (1 if fused_swiglu else 3) if arch.activation == "swiglu" else 2
-    mlp = n_f * T * f * B
+    mlp = n_f * rows * f * B
     qd = sh.heads * arch.head_dim
     kvd = sh.kv_heads * arch.head_dim if arch.attention == "gqa" else qd
     attn = T * (2 * qd + 2 * kvd) * B + T * qd * FP32_BYTES
@@ -400,6 +406,7 @@ def layer_activation_bytes(
     recompute_modules: frozenset[str] | None = None,
     fp8_linear_inputs: bool = False,
     fused_swiglu: bool = False,
+    expert_tp: int | None = None,
 ) -> ActivationTerms:
     """Bytes one ``kind`` layer keeps between forward and backward for one micro-batch, on one rank.
 
@@ -415,6 +422,7 @@ def layer_activation_bytes(
         arch, kind, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sequence_parallel=sequence_parallel,
         flash_attention=flash_attention, act_bytes=act_bytes, framework_style=framework_style, dropout=dropout,
         recompute_modules=recompute_modules, fp8_linear_inputs=fp8_linear_inputs, fused_swiglu=fused_swiglu,
+        expert_tp=expert_tp,
     )  # fmt: skip
     sh = layer.sh
     kept, again = layer.kept(recompute)
@@ -457,10 +465,12 @@ class LayerActivations:
         recompute_modules: frozenset[str] | None = None,
         fp8_linear_inputs: bool = False,
         fused_swiglu: bool = False,
+        expert_tp: int | None = None,
     ) -> None:
         self.sh, self.style, self.dropout = _setup(
-            arch, kind, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, framework_style, dropout
-        )
+            arch, kind, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, framework_style, dropout,
+            expert_tp,
+        )  # fmt: skip
         self.kind, self.flash, self.modules = kind, flash_attention, recompute_modules
         self.fp8 = fp8_linear_inputs and self.style == "megatron"  # Transformer Engine's FP8 linears
         self.fused_swiglu = _fused_swiglu(self.style, fused_swiglu)
@@ -516,6 +526,7 @@ def _setup(
     act_bytes: int,
     style: FrameworkStyle,
     dropout: bool | None,
+    expert_tp: int | None = None,
 ) -> tuple[Shape, FrameworkStyle, bool]:
     """The checked arguments of :func:`layer_activation_bytes`: the rank's shape, the style and the dropout."""
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
@@ -525,7 +536,9 @@ def _setup(
         dropout = default_dropout(arch, style)
     elif dropout and style == "torch":
         raise ValueError("the torch reference model has no dropout; use framework_style='megatron'")
-    return Shape(arch, micro_batch, seq_len, tp, cp, sp, act_bytes), style, dropout
+    if expert_tp is not None and (expert_tp < 1 or tp % expert_tp):
+        raise ValueError(f"expert_tp must divide tp ({tp}), got {expert_tp}")
+    return Shape(arch, micro_batch, seq_len, tp, cp, sp, act_bytes, expert_tp), style, dropout
 
 
 _FORMULAS = {

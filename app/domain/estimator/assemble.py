@@ -113,9 +113,9 @@ def plan_q(arch: Architecture, plan: Plan) -> PlanQ:
     exact = exact_fsdp2(plan)
     e_params, e_grads, e_opt = exact_state(arch, plan) if exact else (0.0, 0.0, 0.0)
     return PlanQ(
-        gpus=plan.gpus, tp=plan.tp, pp=plan.pp, vpp=plan.vpp, dp=plan.dp, cp=plan.cp, ep=plan.ep,
+        gpus=plan.gpus, tp=plan.tp, pp=plan.pp, vpp=plan.vpp, dp=plan.dp, cp=plan.cp, ep=plan.ep, etp=plan.etp,
         micro_batch=plan.micro_batch, micro_batches=plan.micro_batches, seq_len=plan.seq_len,
-        shard=plan.dp_shard_size * plan.cp, expert_shard=max(1, plan.dp * plan.cp // plan.ep),
+        shard=plan.dp_shard_size * plan.cp, expert_shard=plan.expert_dp,
         replicas=max(1, plan.dp // plan.dp_shard_size) if sh is Sharding.fsdp_hybrid else 1,
         shards_params=sh.shards_params, shards_grads=sh.shards_grads, shards_optimizer=sh.shards_optimizer,
         grad_op=sh is Sharding.fsdp_grad_op, hybrid=sh is Sharding.fsdp_hybrid, ddp=sh is Sharding.ddp,
@@ -343,7 +343,7 @@ def evaluate_plan(
     pp_p2p = exposed_pp_p2p(SCALAR, pq, c, comm["pp_hop"], slow.micro_batch_s)
     step, bubble, sync = combine_step(SCALAR, pq, c, slow.micro_batch_s, pp_p2p, dp_exposed, optimizer)
     m = plan.micro_batches
-    groups = plan_groups(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.dp_shard_size, cluster)
+    groups = plan_groups(plan.tp, plan.cp, plan.dp, plan.pp, plan.ep, plan.dp_shard_size, cluster, plan.etp)
     return tuple(stages), StepTime(
         step_s=step, micro_batches=m, micro_batch_s=slow.micro_batch_s, compute_s=m * slow.compute_s,
         recompute_s=m * slow.recompute_s, tp_exposed_s=m * slow.tp_s, cp_exposed_s=m * slow.cp_s,

@@ -86,6 +86,10 @@ def _seq_multiple(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, seq_len=-(-plan.seq_len // unit) * unit)
 
 
+def _expert_tp_as_tp(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, expert_tp=None)
+
+
 def _layer_recompute(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, recompute=Recompute.selective)
 
@@ -206,6 +210,19 @@ CAPABILITIES: tuple[Rule, ...] = (
         "Megatron-LM: '--use-torch-fsdp2 is not supported with expert parallelism'",
         "use megatron-distopt with ep > 1, or ep = 1", MEGATRON_SOURCE,
         lambda f: f.shards_params & (f.ep > 1), _zero1,
+    ),
+    _refusal(
+        Framework.fsdp2, "torchtitan-expert-tp", "expert_tp",
+        "torchtitan 0.3.0 has no expert tensor parallelism: its EP borrows ranks from FSDP and TP "
+        "(efsdp = dp_shard·cp·tp / ep), every expert whole on one GPU", "leave expert_tp empty (= 1)",
+        "torchtitan 0.3.0 torchtitan/config/configs.py ParallelismConfig.expert_parallel_degree",
+        lambda f: f.etp_given & (f.etp != 1), _expert_tp_as_tp,
+    ),
+    _refusal(
+        Framework.deepspeed, "deepspeed-expert-tp", "expert_tp",
+        "DeepSpeed-MoE has no expert tensor-parallel degree of its own: its experts follow the model's tensor "
+        "parallelism", "leave expert_tp empty (= tp), or use framework megatron", DEEPSPEED_SOURCE,
+        lambda f: f.etp_given & (f.etp != f.tp), _expert_tp_as_tp,
     ),
     _refusal(
         Framework.megatron, "megatron-fsdp2-fp16", "precision",

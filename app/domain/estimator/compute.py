@@ -363,20 +363,25 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         k, e, ep = arch.experts_top_k, arch.n_experts, plan.ep
         fe = arch.expert_ffn_hidden_size or 0
         local_experts = max(1, e // ep)
+        # an expert-TP group of etp ranks runs its experts on its members' sequence shards (all tokens when
+        # etp = tp), each expert's FFN split fe/etp (whole with etp = 1: MoE parallel folding)
+        expert_tokens = tokens * plan.etp / tp
         # the EP group's tokens·ep·k expert slots spread over e experts; this rank holds e/ep of them and, as the
         # busiest rank sets the layer's pace, gets the expected maximum load (moe_load.expert_load_factor)
         load = capped_load_factor(
             SCALAR,
-            expert_load_factor(SCALAR, tokens * k, ep, e, k),
+            expert_load_factor(SCALAR, expert_tokens * k, ep, e, k),
             plan.moe_capacity_factor or 0.0,
             plan.moe_pad_to_capacity,
         )
-        mlp(fe / tp, tokens * ep * k / e * load, local_experts)
+        mlp(fe / plan.etp, expert_tokens * ep * k / e * load, local_experts)
         per_expert = 2 if arch.activation == "gelu" else 3
         gemms += per_expert * (1 if fused else local_experts) + 1  # grouped GEMM when fused; + router
         shapes.append((tokens, e, h, 1))  # router
         g = traffic_b["glu" if glu else "gelu"]
-        act_width += (g * fe * k / tp + 8 * h * k) * load  # + permute/unpermute of the routed tokens
+        act_width += (
+            g * fe * k / tp + 8 * h * k * plan.etp / tp
+        ) * load  # + permute/unpermute of routed tokens
         if arch.n_shared_experts:
             fs = arch.shared_expert_ffn_hidden_size or fe
             mlp(arch.n_shared_experts * fs / tp, tokens, 1)
@@ -474,8 +479,8 @@ def _module_recompute_seconds(
     if kind == "dense" and RecomputeModule.mlp in modules:
         out += mlp_s(arch.ffn_hidden_size / tp, tokens)
     if kind == "moe":
-        k, e, fe = arch.experts_top_k, arch.n_experts, (arch.expert_ffn_hidden_size or 0) / tp
-        slots = tokens * plan.ep * k / e  # tokens per local expert (balanced routing)
+        k, e, fe = arch.experts_top_k, arch.n_experts, (arch.expert_ffn_hidden_size or 0) / plan.etp
+        slots = tokens * plan.etp / tp * plan.ep * k / e  # tokens per local expert (balanced routing)
         shared = arch.n_shared_experts * (arch.shared_expert_ffn_hidden_size or 0) / tp
         if RecomputeModule.moe in modules:
             out += mlp_s(fe, slots, max(1, e // plan.ep)) + rates.seconds(tokens, e, h)

@@ -66,11 +66,12 @@ class PlanQ:
     dp: Num
     cp: Num
     ep: Num
+    etp: Num  # the routed experts' tensor-parallel degree (tp unless MoE parallel folding)
     micro_batch: Num
     micro_batches: Num
     seq_len: Num
     shard: Num  # dp_shard_size · cp
-    expert_shard: Num  # dp · cp / ep
+    expert_shard: Num  # tp · dp · cp / (ep · etp): the experts' data-parallel degree
     replicas: Num  # HSDP replica groups
     shards_params: Num
     shards_grads: Num
@@ -211,6 +212,19 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     tp_group = _group(xp, pq.tp, 1, c)
     n_ar = 4 + 2 * pq.recompute_full + pq.recompute_selective_op * tp_recompute_ar(xp, pq.sequence_parallel)
     tp_layer = n_ar * collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
+    # A MoE layer's attention half of that traffic runs over TP; its expert half over the expert-TP group, on the
+    # tokens of its etp members' sequence shards (none with etp = 1: MoE parallel folding)
+    expert_tokens = tokens * pq.etp / pq.tp
+    tp_moe_layer = (
+        n_ar
+        / 2
+        * (
+            collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
+            + collective_seconds(
+                xp, Collective.all_reduce, expert_tokens * mq.hidden * c.act_b, *_group(xp, pq.etp, 1, c)
+            )
+        )
+    )
     # Context parallelism: one rank's K and V block (the ring's unit of transfer), sent to one peer per step; the
     # running dK/dV travels with it in the backward (context_parallel.py)
     kv_bytes = 2 * tokens * (mq.q_dim if c.repeat_kv else mq.kv_dim) / pq.tp * c.act_b
@@ -219,14 +233,15 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     cp_dkv = collective_seconds(xp, Collective.p2p, c.cp_dkv_ratio * kv_bytes, *cp_send)
     cp_kv_dkv = collective_seconds(xp, Collective.p2p, (1 + c.cp_dkv_ratio) * kv_bytes, *cp_send)
     cp_gather = collective_seconds(xp, Collective.all_gather, pq.cp * kv_bytes, *_group(xp, pq.cp, pq.tp, c))
-    ep_n, ep_per_domain, ep_nodes, _, ep_hop = _group(xp, pq.ep, pq.tp, c)
+    ep_n, ep_per_domain, ep_nodes, _, ep_hop = _group(xp, pq.ep, pq.etp, c)
     # Each rank dispatches the tokens it holds: under sequence parallelism (which Megatron-Core requires for MoE
-    # with TP > 1) that is its 1/tp shard of the micro-batch; the expert outputs are gathered back over TP (NVLink).
+    # with TP > 1) that is its 1/tp shard of the micro-batch; the expert outputs are gathered back over the
+    # expert-TP group (NVLink). The EP group's ranks are etp apart (Megatron's expert rank order: etp, ep, edp).
     routed_tokens = tokens / xp.where(pq.sequence_parallel, pq.tp, 1)
     # the busiest EP rank receives more than the mean (moe_load: random top-k routing over the group's tokens)
     load = capped_load_factor(
         xp,
-        expert_load_factor(xp, tokens * mq.top_k, pq.ep, mq.n_experts, mq.top_k),
+        expert_load_factor(xp, expert_tokens * mq.top_k, pq.ep, mq.n_experts, mq.top_k),
         pq.ep_capacity,
         pq.ep_pad,
     )
@@ -248,6 +263,7 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     )
     return {
         "tp_layer": tp_layer,
+        "tp_moe_layer": tp_moe_layer,
         "cp_kv": cp_kv,
         "cp_dkv": cp_dkv,
         "cp_kv_dkv": cp_kv_dkv,
@@ -389,7 +405,7 @@ def rank_time(
     compute = compute + grad_accumulate_seconds(xp, pq, c, total_local)
     recompute = rq.n_dense * kq.rec_dense + rq.n_moe * kq.rec_moe
     n_layers = rq.n_dense + rq.n_moe
-    tp_total = n_layers * comm["tp_layer"]
+    tp_total = rq.n_dense * comm["tp_layer"] + rq.n_moe * comm["tp_moe_layer"]
     # Hidden communication still costs: compute that shares the GPU with NCCL kernels runs slower (they take
     # SMs and HBM bandwidth), by comm_slowdown × the hidden time; counted with the exposed part.
     # (TP overlap pipelines the all-gather/reduce-scatter pairs of sequence parallelism with their GEMMs: needs SP)

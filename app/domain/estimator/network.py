@@ -169,8 +169,11 @@ class Groups:
     pp: Group
 
 
-def plan_groups(tp: int, cp: int, dp: int, pp: int, ep: int, shard_group: int, cluster: Cluster) -> Groups:
-    """Communicators of a plan laid out in tp-cp-(ep)-dp-pp order. FSDP/ZeRO shard over dp·cp."""
+def plan_groups(
+    tp: int, cp: int, dp: int, pp: int, ep: int, shard_group: int, cluster: Cluster, etp: int | None = None
+) -> Groups:
+    """Communicators of a plan laid out in tp-cp-(ep)-dp-pp order. FSDP/ZeRO shard over dp·cp. The expert-parallel
+    group's ranks are ``etp`` apart (the experts' own tensor-parallel degree; tp unless MoE parallel folding)."""
     replicas = max(1, dp // shard_group)
     return Groups(
         tp=place_group("tp", tp, 1, cluster),
@@ -178,6 +181,6 @@ def plan_groups(tp: int, cp: int, dp: int, pp: int, ep: int, shard_group: int, c
         dp=place_group("dp", dp * cp, tp, cluster),
         dp_shard=place_group("dp-shard", shard_group * cp, tp, cluster),
         dp_replicate=place_group("dp-replicate", replicas, tp * cp * shard_group, cluster),
-        ep=place_group("ep", ep, tp, cluster),
+        ep=place_group("ep", ep, tp if etp is None else etp, cluster),
         pp=place_group("pp", 2, tp * cp * dp, cluster),
     )

@@ -130,6 +130,15 @@ def fused_kernels_on(framework: Framework, fused_kernels: bool | None) -> bool:
     return framework is not Framework.fsdp2 if fused_kernels is None else fused_kernels
 
 
+def default_expert_tp(framework: Framework, tp):  # noqa: ANN001, ANN201 - int or numpy array alike
+    """The routed experts' tensor-parallel degree when a plan names none: tp for Megatron (its
+    expert_tensor_parallel_size default) and DeepSpeed-MoE (its experts follow the model's TP), 1 for FSDP2 —
+    torchtitan 0.3.0 has no expert TP: its EP borrows ranks from FSDP and TP (``efsdp = dp_shard·cp·tp / ep``,
+    torchtitan/config/configs.py ParallelismConfig), every expert whole on one GPU. One rule for a plan
+    (:attr:`Plan.etp`) and the search's grid."""
+    return tp * 0 + 1 if framework is Framework.fsdp2 else tp
+
+
 class Plan(Frozen):
     """How to train: parallel degrees, sharding, batch shape, recompute, precision, optimizer, framework."""
 
@@ -138,7 +147,19 @@ class Plan(Frozen):
     vpp: int = Field(default=1, ge=1, le=64, description="virtual pipeline chunks per rank (interleaving)")
     dp: int = Field(default=1, ge=1, le=1_048_576, description="data-parallel degree")
     cp: int = Field(default=1, ge=1, le=1024, description="context-parallel degree")
-    ep: int = Field(default=1, ge=1, le=1024, description="expert-parallel degree (carved out of dp·cp)")
+    ep: int = Field(
+        default=1, ge=1, le=1024,
+        description="expert-parallel degree: ep × expert_tp ranks hold one copy of the experts, carved out of the "
+        "tp·dp·cp ranks of a pipeline stage (with expert_tp = tp: out of dp·cp)",
+    )  # fmt: skip
+    expert_tp: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="tensor-parallel degree of the routed experts (Megatron's --expert-tensor-parallel-size). "
+        "None = the framework's: tp for Megatron and DeepSpeed, 1 for FSDP2 (torchtitan has no expert TP); 1 = MoE "
+        "parallel folding: "
+        "each expert whole on one GPU and the expert-parallel group free to span the tensor-parallel ranks, as "
+        "NVIDIA's performance recipes run MoE models",
+    )  # fmt: skip
     sharding: Sharding = Sharding.fsdp_full
     shard_group_size: int | None = Field(default=None, ge=1, description="HSDP shard group (GPUs)")
     offload: Offload = Offload.none
@@ -325,6 +346,19 @@ class Plan(Frozen):
         if self.recompute_layers is None:
             return 1.0
         return min(1.0, self.recompute_layers / max(1, self.layers_per_chunk(n_layers)))
+
+    @property
+    def etp(self) -> int:
+        """The routed experts' tensor-parallel degree: :attr:`expert_tp`, else the framework's: tp for Megatron
+        (its default) and DeepSpeed, 1 for FSDP2 — torchtitan 0.3.0 has no expert TP: its EP borrows ranks from
+        FSDP and TP (``efsdp = dp_shard·cp·tp / ep``), the experts whole on each GPU."""
+        return default_expert_tp(self.framework, self.tp) if self.expert_tp is None else self.expert_tp
+
+    @property
+    def expert_dp(self) -> int:
+        """Ranks of a pipeline stage holding the same expert shard (the experts' data-parallel degree):
+        tp·dp·cp / (ep·etp)."""
+        return max(1, self.tp * self.dp * self.cp // (self.ep * self.etp))
 
     @property
     def model_parallel(self) -> int:

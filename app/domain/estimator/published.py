@@ -137,6 +137,7 @@ _INFERABLE = {
     "dp",
     "cp",
     "ep",
+    "etp",
     "vpp",
     "n_experts",
     "experts_top_k",
@@ -238,6 +239,10 @@ class PublishedRun(CatalogEntry):
     dp: int | None = Field(default=None, gt=0)
     cp: int | None = Field(default=None, gt=0)
     ep: int | None = Field(default=None, gt=0, description="expert-parallel degree (MoE)")
+    etp: int | None = Field(
+        default=None, gt=0,
+        description="the routed experts' tensor-parallel degree (Megatron's expert_tensor_parallel_size); None = tp",
+    )  # fmt: skip
     vpp: int | None = Field(default=None, gt=0)
     micro_batch: int | None = Field(default=None, gt=0)
     global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step")

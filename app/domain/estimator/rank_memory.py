@@ -17,7 +17,7 @@ def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, N
     """(dense incl. root, expert, largest unit, root) parameters on one rank before dp sharding."""
     dense_layer = mq.dense_sharded / pq.tp + mq.dense_replicated
     moe_layer = mq.moe_sharded / pq.tp + mq.moe_replicated
-    expert_layer = mq.moe_experts / (pq.ep * pq.tp)
+    expert_layer = mq.moe_experts / (pq.ep * pq.etp)
     head = xp.where(mq.output_head > 0, mq.output_head, xp.where(pq.pp > 1, mq.embedding, 0))
     root = xp.where(rq.first, mq.embedding / pq.tp + mq.pre_rest, 0) + xp.where(
         rq.last, head / pq.tp + mq.post_rest, 0
@@ -45,7 +45,7 @@ def communicators(xp, pq: PlanQ, rq: RankQ, domain: int) -> tuple[Num, Num]:
         (pq.tp, 1),
         (pq.cp, pq.tp),
         (pq.dp, pq.tp * pq.cp),
-        (pq.ep, pq.tp),
+        (pq.ep, pq.etp),
     ):
         present = size > 1
         inside = size * stride <= domain

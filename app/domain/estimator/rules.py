@@ -130,6 +130,8 @@ class Facts:
     dp: Any  # 0 on grid points whose tp·cp·pp does not divide the GPUs
     cp: Any
     ep: Any
+    etp: Any  # the routed experts' tensor-parallel degree (Plan.etp; tp unless MoE parallel folding)
+    etp_given: Any  # Plan.expert_tp set by the user (None: the framework's default)
     micro_batch: Any
     global_batch: Any
     seq_len: Any
@@ -189,13 +191,14 @@ def facts(
     framework: Framework, fp16: Any, sgd: Any, context: Context, fp32: Any = False, dedup_dispatcher: Any = False,
     a2a_overlap: Any = False, modules_named: Any = False, up_proj_named: Any = False, moe_modules_named: Any = False,
     tp_overlap_asked: Any = False, compiled: Any = False, capacity: Any = 0.0, pad_capacity: Any = False,
-    deepep: Any = False,
+    deepep: Any = False, etp: Any = None, etp_given: Any = False,
 ) -> Facts:  # fmt: skip
-    """The one builder of Facts, for a plan's numbers and for the grid's arrays alike."""
+    """The one builder of Facts, for a plan's numbers and for the grid's arrays alike (``etp`` None: tp)."""
     per_step = micro_batch * _at_least_1(dp)
     n_layers = context.n_layers
     return Facts(
-        tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, micro_batch=micro_batch, global_batch=global_batch,
+        tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, etp=tp if etp is None else etp, etp_given=etp_given,
+        micro_batch=micro_batch, global_batch=global_batch,
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
         fp32=fp32, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
@@ -230,7 +233,7 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         moe_modules_named=bool({"moe", "moe_act", "shared_experts"} & set(plan.recompute_modules or ())),
         tp_overlap_asked=plan.tp_comm_overlap is True, compiled=plan.uses_fused_kernels,
         capacity=plan.moe_capacity_factor or 0.0, pad_capacity=plan.moe_pad_to_capacity,
-        deepep=plan.moe_dispatcher is MoeDispatcher.deepep,
+        deepep=plan.moe_dispatcher is MoeDispatcher.deepep, etp=plan.etp, etp_given=plan.expert_tp is not None,
     )  # fmt: skip
 
 
@@ -417,10 +420,36 @@ PLAN_RULES: tuple[Rule, ...] = (
         lambda f: f"use ep in {_divisors(f.n_experts, min(f.n_experts, 256))}",
     ),
     Rule(
-        "ep-not-in-dp", "ep", "ep does not divide dp·cp",
-        lambda f: (f.ep > 1) & ((f.dp * f.cp) % f.ep != 0),
-        lambda f: f"ep={f.ep} must divide dp·cp = {f.dp * f.cp}",
-        lambda f: "choose ep dividing dp·cp",
+        "expert-tp-dense-model", "expert_tp", "an expert tensor-parallel degree on a dense model",
+        lambda f: f.etp_given & (f.n_experts == 0),
+        lambda f: "expert_tp applies to the routed experts of an MoE model",
+        lambda f: "leave expert_tp empty",
+    ),
+    Rule(
+        "expert-tp-not-dividing-tp", "expert_tp", "expert_tp does not divide tp",
+        lambda f: f.etp_given & (f.tp % f.etp != 0),
+        lambda f: f"expert_tp={f.etp} must divide tp={f.tp}",
+        lambda f: f"use expert_tp in {_divisors(f.tp, f.tp)} (1: MoE parallel folding)",
+    ),
+    Rule(
+        "expert-tp-without-sp", "expert_tp", "expert_tp below tp without sequence parallelism",
+        lambda f: f.etp_given & (f.etp < f.tp) & no(f.sequence_parallel),
+        lambda f: f"expert_tp={f.etp} below tp={f.tp} splits the experts' tokens by the sequence-parallel shards: "
+        "it needs sequence parallelism (Megatron-Core requires it for MoE with tp > 1)",
+        lambda f: "turn sequence parallelism on, or set expert_tp = tp",
+    ),
+    Rule(
+        "ep-not-in-dp", "ep", "ep·expert_tp does not divide tp·dp·cp",
+        lambda f: (f.ep > 1) & ((f.tp * f.dp * f.cp) % (f.ep * f.etp) != 0),
+        lambda f: (
+            f"ep={f.ep} must divide dp·cp = {f.dp * f.cp}" if f.etp == f.tp
+            else f"ep={f.ep} × expert_tp={f.etp} must divide tp·dp·cp = {f.tp * f.dp * f.cp}"
+        ),
+        lambda f: (
+            "choose ep·expert_tp dividing tp·dp·cp" if f.etp != f.tp
+            else "choose ep dividing dp·cp, or expert_tp = 1 (MoE parallel folding: ep dividing tp·dp·cp)"
+            if f.tp > 1 else "choose ep dividing dp·cp"
+        ),
     ),
     Rule(
         "hsdp-group", "shard_group_size", "HSDP without a shard group size",

@@ -204,7 +204,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     if run.fsdp_flat_params is not None:
         flat_params = run.fsdp_flat_params
     plan = Plan(
-        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
+        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, expert_tp=run.etp, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
         recompute_layers=run.recompute_layers if recompute is Recompute.full else None,
         sequence_parallel=run.sequence_parallel, moe_dispatcher=MoeDispatcher(run.moe_dispatcher),
@@ -266,7 +266,9 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
     arch = architecture_for_run(run, catalog.architectures)
     plan, notes = run_plan(run)
     cluster = run_cluster(run, catalog)
-    summary = (f"tp{plan.tp} pp{plan.pp} vpp{plan.vpp} dp{plan.dp} cp{plan.cp} mb{plan.micro_batch} "
+    summary = (f"tp{plan.tp} pp{plan.pp} vpp{plan.vpp} dp{plan.dp} cp{plan.cp} "
+               + (f"ep{plan.ep} " if plan.ep > 1 else "") + (f"etp{plan.etp} " if plan.etp != plan.tp else "")
+               + f"mb{plan.micro_batch} "
                f"gb{plan.global_batch} s{plan.seq_len} {plan.recompute.value} {plan.sharding.value} {plan.framework.value}")  # fmt: skip
     try:
         est = estimate(arch, cluster, plan, allow_tp_across_nodes=True)

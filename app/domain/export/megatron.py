@@ -212,6 +212,7 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         ("--pipeline-model-parallel-size", str(p.pp)),
         ("--context-parallel-size", str(p.cp)),
         ("--expert-model-parallel-size", str(p.ep)),
+        *((("--expert-tensor-parallel-size", str(p.etp)),) if doc.arch.is_moe and p.etp != p.tp else ()),
         *_pipeline_args(doc, notes),
     ]
     if p.sequence_parallel:

@@ -250,7 +250,12 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
         f"    config.parallelism.tensor_parallel_degree = {p.tp}",
         f"    config.parallelism.enable_sequence_parallel = {p.tp > 1}",
         f"    config.parallelism.context_parallel_degree = {p.cp}",
-        f"    config.parallelism.expert_parallel_degree = {p.ep}",
+        f"    config.parallelism.expert_parallel_degree = {p.ep}"
+        + (
+            "  # experts whole on each GPU: EP borrows ranks from FSDP and TP"
+            if p.ep > 1 and p.tp > 1
+            else ""
+        ),
         f"    config.parallelism.pipeline_parallel_degree = {p.pp}",
     ]
     if p.pp > 1:

@@ -43,6 +43,7 @@ from app.domain.estimator.plan import (
     Plan,
     Recompute,
     Sharding,
+    default_expert_tp,
 )
 from app.domain.estimator.rank_memory import rank_memory
 from app.domain.estimator.xp import VECTOR
@@ -104,7 +105,8 @@ def _plan_arrays(
             e_params[sel], e_grads[sel], e_opt[sel] = p, gr, o
     col = lambda a: np.asarray(a)[:, None]  # noqa: E731  (plan-level columns broadcast over ranks)
     return PlanQ(
-        gpus=gpus, tp=col(tp), pp=col(pp), vpp=col(vpp), dp=col(dp), cp=col(cp), ep=col(ep), micro_batch=col(mb),
+        gpus=gpus, tp=col(tp), pp=col(pp), vpp=col(vpp), dp=col(dp), cp=col(cp), ep=col(ep), etp=col(default_expert_tp(spec.framework, tp)),
+        micro_batch=col(mb),
         micro_batches=col(np.maximum(1, batch // (mb * dp))), seq_len=spec.seq_len, shard=col(shard_size * cp),
         expert_shard=col(np.maximum(1, dp * cp // ep)), replicas=col(np.where(flags["hybrid"], np.maximum(1, dp // shard_size), 1)),
         shards_params=col(flags["shards_params"]), shards_grads=col(flags["shards_grads"]),

@@ -291,8 +291,9 @@ class FastestPlanFinder:
     def _state_floor(self, cluster, gpus, batch, triples, values, valid) -> np.ndarray:
         """A lower bound of each plan's peak GPU memory from what does not depend on its micro-batch or recompute:
         its first pipeline rank's memory with no activations (they only add bytes), broadcast over those two axes;
-        +inf where that rank's offloaded state exceeds its node's host RAM or NVMe (exact: the host terms read no
-        activation). A plan whose floor exceeds the usable memory cannot fit, and needs no per-rank terms."""
+        +inf where that rank's offloaded state exceeds its node's host RAM or NVMe (the host terms read no
+        activation; a later stage with more expert layers can still fail where the first fits, which evaluating
+        the plan finds). A plan whose floor exceeds the usable memory cannot fit, and needs no per-rank terms."""
         sub = valid.any(axis=(5, 6))  # (t, v, e, sh, off) with some valid plan
         t, v, e, sh, off = np.nonzero(sub)
         out = np.full(sub.shape, np.inf)
