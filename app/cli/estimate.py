@@ -112,7 +112,7 @@ def print_estimate(est) -> None:
     echo(f"{est.model} on {est.gpus} × {est.accelerator} ({est.nodes} × {est.node}, {est.scale_out_fabric})")
     echo(
         f"plan: tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} ep={p.ep}"
-        + (f" expert-tp={p.etp}" if p.etp != p.tp else "")
+        + (f" expert-tp={p.expert_tp}" if p.expert_tp is not None and p.expert_tp != p.tp else "")
         + f" {p.sharding.value} "
         f"micro-batch={p.micro_batch} global-batch={p.global_batch} seq={p.seq_len} recompute={p.recompute.value}"
         + (f" ({p.recompute_layers} layers per chunk)" if p.recompute_layers is not None else "")

@@ -267,7 +267,7 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
     plan, notes = run_plan(run)
     cluster = run_cluster(run, catalog)
     summary = (f"tp{plan.tp} pp{plan.pp} vpp{plan.vpp} dp{plan.dp} cp{plan.cp} "
-               + (f"ep{plan.ep} " if plan.ep > 1 else "") + (f"etp{plan.etp} " if plan.etp != plan.tp else "")
+               + (f"ep{plan.ep} " if plan.ep > 1 else "") + (f"etp{plan.etp} " if run.ep and plan.etp != plan.tp else "")
                + f"mb{plan.micro_batch} "
                f"gb{plan.global_batch} s{plan.seq_len} {plan.recompute.value} {plan.sharding.value} {plan.framework.value}")  # fmt: skip
     try:

@@ -166,7 +166,7 @@ def plan_line(doc: PlanDocument) -> str:
         parts.append(f"cp={p.cp}")
     if p.ep > 1:
         parts.append(f"ep={p.ep}")
-    if p.etp != p.tp:
+    if doc.arch.is_moe and p.etp != p.tp:
         parts.append(f"etp={p.etp}")
     parts.append(p.sharding.value + (f"(group {p.shard_group_size})" if p.shard_group_size else ""))
     if p.offload.value != "none":
