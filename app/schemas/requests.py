@@ -393,6 +393,11 @@ class PlanSearchRequest(StrictNumbers):
         default=MoeDispatcher.alltoall,
         description="MoE token dispatcher of every plan searched: alltoall, or deepep / hybridep",
     )
+    expert_tp: int | None = Field(
+        default=None, ge=1, le=1024,
+        description="the routed experts' tensor-parallel degree of every plan searched (1: MoE parallel folding); "
+        "default: the framework's (tp for Megatron and DeepSpeed, 1 for FSDP2)",
+    )  # fmt: skip
     moe_a2a_overlap: bool = Field(
         default=False, description="Megatron-Core's MoE all-to-all overlap, where a plan allows it"
     )

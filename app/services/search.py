@@ -185,6 +185,12 @@ def _run_search(
     clusters = {g: scenario_cluster(catalog, request, gpus=g, node=node)[0] for g in sizes}
     cal = calibration_assumption(request.gpu, list(changes), enabled=request.calibrated)
     notes.append(f"calibration: {cal.value}" + (f" ({cal.note})" if changes else ""))
+    if request.expert_tp is not None:
+        notes.append(
+            f"every plan runs its routed experts at tensor-parallel degree {request.expert_tp}"
+            + (" (MoE parallel folding)" if request.expert_tp == 1 else "")
+            + ": the search keeps it"
+        )
     has_price = (
         pricing is not None and pricing.figures(sizes[0], 1e6).usd is not None
     ) or usd_gpu_h is not None
@@ -238,7 +244,7 @@ def search_spec(
         grad_accum_fp32=request.grad_accum_fp32, tp_comm_overlap=request.tp_comm_overlap, repeat_kv=request.repeat_kv,
         fsdp_flat_params=request.fsdp_flat_params,
         zero_init=request.zero_init,
-        moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap,
+        moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap, expert_tp=request.expert_tp,
         moe_capacity_factor=request.moe_capacity_factor, moe_pad_to_capacity=request.moe_pad_to_capacity,
         shardings=tuple(request.shardings) if request.shardings else None,
         offloads=tuple(request.offloads) if request.offloads else None,

@@ -133,7 +133,7 @@ OPTIONAL_FIELDS = (
 LIST_FIELDS = ("recompute_modules",)
 """Comma-separated lists (Megatron's --recompute-modules core_attn,mlp)."""
 FORM_FIELDS = tuple(DEFAULTS) + tuple(OVERRIDES)
-LAYOUT_FIELDS = ("tp", "pp", "vpp", "dp", "cp", "ep", "expert_tp", "sharding", "shard_group_size", "offload", "micro_batch",
+LAYOUT_FIELDS = ("tp", "pp", "vpp", "dp", "cp", "ep", "sharding", "shard_group_size", "offload", "micro_batch",
                  "recompute", "recompute_layers", "recompute_modules", "sequence_parallel")  # fmt: skip
 """The hand-set parallel layout: what "Find the best plan" chooses itself, so errors here never block it."""
 MAX_HF_CONFIG_CHARS = 64_000

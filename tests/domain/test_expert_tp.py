@@ -9,11 +9,15 @@ import pytest
 
 from app.domain.catalog import load_catalog
 from app.domain.estimator.activations import LayerActivations
+from app.domain.estimator.compute import model_flops_per_token
 from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
 from app.domain.estimator.plan import Framework, Plan, Precision, Sharding
 from app.domain.export import build_plan_document
 from app.domain.export.megatron import megatron_arg_pairs
 from app.domain.export.torchtitan import torchtitan_config_module
+from app.domain.model.counts import parameter_counts
+from app.domain.search.engine import search
+from app.domain.search.spec import SearchSpec
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
 QWEN = CATALOG.architecture("qwen3-30b-a3b")  # 48 layers, all MoE: 128 experts of width 768, top-8, h = 2048
@@ -110,3 +114,18 @@ def test_exports_name_the_experts_tensor_parallel_degree() -> None:
     assert "expert_parallel_degree = 8  # experts whole on each GPU" in module
     with pytest.raises(InvalidPlan, match="torchtitan 0.3.0 has no expert tensor parallelism"):
         _qwen(expert_tp=2, **titan)
+
+
+def test_the_search_keeps_the_experts_tensor_parallel_degree() -> None:
+    """Given expert_tp 1, every plan the search proposes folds the experts: Qwen3 30B-A3B on 16 H100 under
+    Megatron then may run ep above dp·cp (e.g. tp 2, dp 4, ep 8: ep·1 divides tp·dp = 8), which the default
+    (expert TP = tp: ep must divide dp·cp) rules out."""
+    spec = dict(gpus=(16,), global_batches=(64,), seq_len=4096, framework=Framework.megatron, top_k=100,
+                shardings=(Sharding.megatron_distopt,))  # fmt: skip
+    flops = model_flops_per_token(QWEN, 4096, parameter_counts(QWEN).matmul_weights_active).total
+    folded = search(QWEN, {16: CLUSTER}, SearchSpec(**spec, expert_tp=1), flops)
+    default = search(QWEN, {16: CLUSTER}, SearchSpec(**spec), flops)
+    assert folded.plans and all(c.plan.expert_tp == 1 for c in folded.plans)
+    assert any(c.plan.tp > 1 and c.plan.ep > c.plan.dp * c.plan.cp for c in folded.plans)
+    assert default.plans and all(c.plan.expert_tp is None for c in default.plans)
+    assert all((c.plan.dp * c.plan.cp) % c.plan.ep == 0 for c in default.plans)

@@ -43,7 +43,6 @@ from app.domain.estimator.plan import (
     Plan,
     Recompute,
     Sharding,
-    default_expert_tp,
 )
 from app.domain.estimator.rank_memory import rank_memory
 from app.domain.estimator.xp import VECTOR
@@ -105,7 +104,7 @@ def _plan_arrays(
             e_params[sel], e_grads[sel], e_opt[sel] = p, gr, o
     col = lambda a: np.asarray(a)[:, None]  # noqa: E731  (plan-level columns broadcast over ranks)
     return PlanQ(
-        gpus=gpus, tp=col(tp), pp=col(pp), vpp=col(vpp), dp=col(dp), cp=col(cp), ep=col(ep), etp=col(default_expert_tp(spec.framework, tp)),
+        gpus=gpus, tp=col(tp), pp=col(pp), vpp=col(vpp), dp=col(dp), cp=col(cp), ep=col(ep), etp=col(spec.etp(tp)),
         micro_batch=col(mb),
         micro_batches=col(np.maximum(1, batch // (mb * dp))), seq_len=spec.seq_len, shard=col(shard_size * cp),
         expert_shard=col(np.maximum(1, dp * cp // ep)), replicas=col(np.where(flags["hybrid"], np.maximum(1, dp // shard_size), 1)),
@@ -132,7 +131,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels, fused_loss=spec.fused_loss,
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
         grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, z_loss=spec.z_loss,
-        moe_dispatcher=spec.moe_dispatcher,
+        moe_dispatcher=spec.moe_dispatcher, expert_tp=spec.expert_tp,
         grad_accum_fp32=spec.grad_accum_fp32, tp_comm_overlap=spec.tp_comm_overlap, repeat_kv=spec.repeat_kv,
         fsdp_flat_params=spec.fsdp_flat_params,
         zero_init=spec.zero_init, moe_capacity_factor=spec.moe_capacity_factor,
@@ -158,7 +157,7 @@ def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> di
         spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
                                       "fused_kernels", "fused_loss", "fused_cross_entropy", "attention_kernel",
                                       "grad_reduce_bf16", "fused_swiglu", "z_loss", "repeat_kv", "moe_capacity_factor",
-                                      "moe_pad_to_capacity"}),
+                                      "moe_pad_to_capacity", "expert_tp"}),
     )  # fmt: skip
     table = _KEY_Q_CACHE.get(ctx)
     if table is None:

@@ -18,7 +18,6 @@ from app.domain.estimator.plan import (
     Precision,
     Recompute,
     Sharding,
-    default_expert_tp,
     fused_kernels_on,
 )
 from app.domain.estimator.rules import Context, facts, rule_masks, structural_reasons
@@ -164,7 +163,8 @@ def _reject_masks(
         fp32=spec.precision is Precision.fp32, dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
         a2a_overlap=spec.a2a_overlap(g["ep"], pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full)),
         capacity=spec.moe_capacity_factor or 0.0, pad_capacity=spec.moe_pad_to_capacity,
-        deepep=spec.moe_dispatcher is MoeDispatcher.deepep, etp=default_expert_tp(spec.framework, tp),
+        deepep=spec.moe_dispatcher is MoeDispatcher.deepep, etp=spec.etp(tp),
+        etp_given=spec.expert_tp is not None,
         tp_overlap_asked=spec.tp_comm_overlap is True,
         compiled=fused_kernels_on(spec.framework, spec.fused_kernels),
     ))  # fmt: skip

@@ -20,6 +20,7 @@ from app.domain.estimator.plan import (
     Precision,
     Recompute,
     Sharding,
+    default_expert_tp,
     moe_a2a_overlap_runs,
 )
 from app.domain.estimator.rules import (  # noqa: F401 - the grid's codes and shardings are the rules' own
@@ -87,6 +88,9 @@ class SearchSpec(Frozen):
     grad_accum_fp32: bool = False  # DeepSpeed bf16 ZeRO-1: BF16_Optimizer's fp32 gradient buffer
     attention_kernel: AttentionKernel = "auto"
     moe_dispatcher: MoeDispatcher = MoeDispatcher.alltoall
+    expert_tp: int | None = Field(
+        default=None, ge=1, le=1024
+    )  # the experts' TP of every plan (None: framework's)
     moe_a2a_overlap: bool = (
         False  # where a plan allows it (ep > 1, interleaving with pp > 1, no full recompute)
     )
@@ -113,6 +117,12 @@ class SearchSpec(Frozen):
     objective: Objective = Objective.max_tokens_per_s
     top_k: int = Field(default=10, ge=1, le=100)
     max_plans: int = Field(default=2_000_000, ge=1)
+
+    def etp(self, tp: Any) -> Any:
+        """The routed experts' tensor-parallel degree of a plan of the space: the spec's ``expert_tp`` (the
+        search keeps it), else the framework's default (numbers for one plan, arrays for the grid)."""
+        default = default_expert_tp(self.framework, tp)
+        return default if self.expert_tp is None else default * 0 + self.expert_tp
 
     def a2a_overlap(self, ep: Any, pp: Any, vpp: Any, recompute_full: Any) -> Any:
         """Whether a plan of the space runs the MoE all-to-all overlap: asked for, and where Megatron runs it
