@@ -129,3 +129,30 @@ def test_the_search_keeps_the_experts_tensor_parallel_degree() -> None:
     assert any(c.plan.tp > 1 and c.plan.ep > c.plan.dp * c.plan.cp for c in folded.plans)
     assert default.plans and all(c.plan.expert_tp is None for c in default.plans)
     assert all((c.plan.dp * c.plan.cp) % c.plan.ep == 0 for c in default.plans)
+
+
+@pytest.mark.parametrize(
+    ("framework", "sharding", "expert_tp", "gpus"),
+    [(Framework.fsdp2, Sharding.fsdp_full, None, 32), (Framework.megatron, Sharding.megatron_distopt, 1, 16)],
+)
+def test_the_search_and_the_estimate_agree_on_folded_plans(framework, sharding, expert_tp, gpus) -> None:
+    """The search's array evaluation and the one-plan estimate are the same model: on folded plans (FSDP2's
+    experts are always whole; Megatron given expert_tp 1) each proposed plan's peak memory and step time are the
+    estimate's — the experts' optimizer and gradient shards included (tp·dp·cp/(ep·expert_tp) ranks)."""
+    cluster = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="h100-sxm", gpus=gpus)
+    spec = SearchSpec(gpus=(gpus,), global_batches=(64,), seq_len=4096, framework=framework, top_k=100,
+                      shardings=(sharding,), expert_tp=expert_tp)  # fmt: skip
+    flops = model_flops_per_token(QWEN, 4096, parameter_counts(QWEN).matmul_weights_active).total
+    found = search(QWEN, {gpus: cluster}, spec, flops)
+    # the plans whose expert shard differs from dp·cp/ep (what it is when the experts' TP is tp)
+    folded = [
+        c
+        for c in found.plans
+        if c.plan.tp > 1 and c.plan.ep > 1 and c.plan.ep < c.plan.dp * c.plan.cp * c.plan.tp
+    ]
+    assert folded, [(c.plan.tp, c.plan.ep) for c in found.plans]
+    for c in folded:
+        est = estimate(QWEN, cluster, c.plan)
+        assert c.plan.etp == 1
+        assert c.peak_memory_bytes == pytest.approx(est.peak_memory_bytes, rel=1e-9)
+        assert c.step_time_s == pytest.approx(est.step_time_s, rel=1e-9)

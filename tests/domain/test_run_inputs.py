@@ -133,7 +133,7 @@ def test_hsdp_replica_all_reduce_hides_behind_the_backward(catalog) -> None:
     plan = Plan(dp=128, global_batch=256, micro_batch=2, seq_len=4096, sharding=Sharding.fsdp_hybrid,
                 shard_group_size=8)  # fmt: skip
     _, step = evaluate_plan(arch, cluster, plan)
-    groups = plan_groups(1, 1, 128, 1, 1, 8, cluster)
+    groups = plan_groups(1, 1, 128, 1, 1, 8, cluster, etp=1)
     grads_b = 4.0  # FSDP2 reduces in fp32
     all_reduce = collective_time(
         Collective.all_reduce, arch_params(catalog) / 8 * grads_b, groups.dp_replicate

@@ -94,7 +94,9 @@ class Shape:
         # the routed experts' tokens on this rank: an expert-TP group of etp ranks works on the sequence-parallel
         # shards of its etp members, T·etp/t (all T when etp = tp); each expert's FFN is split f_e/etp
         self.expert_tokens = self.tokens * self.etp // tp if self.etp < tp else self.tokens
-        self.te = "T" if self.etp >= tp else f"T·{self.etp}/t"
+        # their labels in the formulas: T and f_e/t when the experts' TP is tp
+        self.te = "T" if self.etp == tp else f"T·{self.etp}/t"
+        self.fe = "f_e/t" if self.etp == tp else "f_e/e"
         # replicated-across-TP tensors (norm inputs, linear inputs) are split over the sequence with SP
         self.tokens_rep = micro_batch * ceil_div(self.s_local, tp) if sp and tp > 1 else self.tokens
         self.tr = "T/t" if sp and tp > 1 else "T"

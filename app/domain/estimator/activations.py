@@ -215,7 +215,7 @@ def _moe_terms(terms: Terms, sh: Shape, style: FrameworkStyle, fused_swiglu: boo
     """
     arch = sh.arch
     T, B, k, E, h = sh.tokens, sh.B, arch.experts_top_k, arch.n_experts, arch.hidden_size
-    Te, te, fe = sh.expert_tokens, sh.te, "f_e/t" if sh.etp == sh.t else "f_e/e"  # noqa: N806
+    Te, te, fe = sh.expert_tokens, sh.te, sh.fe  # noqa: N806
     terms.add("router", "router input", f"{sh.tr}·h·B", sh.tokens_rep * h * B)
     terms.add("router", "router probabilities (fp32)", "T·E·4", T * E * FP32_BYTES)
     if style == "torch":
@@ -338,7 +338,7 @@ def _selective_op_terms(sh: Shape, kind: LayerKind) -> Terms:
         kept.add(
             "experts",
             "dispatched tokens + every other expert matmul output",
-            f"{sh.te}·k·h·B + {sh.te}·k·(n/2)·(f_e/{'t' if sh.etp == sh.t else 'e'})·B",
+            f"{sh.te}·k·h·B + {sh.te}·k·(n/2)·({sh.fe})·B",
             Te * k * h * B + int(Te * k * f_e * B * n / 2),
         )
     else:

@@ -115,7 +115,7 @@ def plan_q(arch: Architecture, plan: Plan) -> PlanQ:
     return PlanQ(
         gpus=plan.gpus, tp=plan.tp, pp=plan.pp, vpp=plan.vpp, dp=plan.dp, cp=plan.cp, ep=plan.ep, etp=plan.etp,
         micro_batch=plan.micro_batch, micro_batches=plan.micro_batches, seq_len=plan.seq_len,
-        shard=plan.dp_shard_size * plan.cp, expert_shard=plan.expert_dp,
+        shard=plan.dp_shard_size * plan.cp,
         replicas=max(1, plan.dp // plan.dp_shard_size) if sh is Sharding.fsdp_hybrid else 1,
         shards_params=sh.shards_params, shards_grads=sh.shards_grads, shards_optimizer=sh.shards_optimizer,
         grad_op=sh is Sharding.fsdp_grad_op, hybrid=sh is Sharding.fsdp_hybrid, ddp=sh is Sharding.ddp,

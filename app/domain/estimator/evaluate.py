@@ -71,7 +71,6 @@ class PlanQ:
     micro_batches: Num
     seq_len: Num
     shard: Num  # dp_shard_size · cp
-    expert_shard: Num  # tp · dp · cp / (ep · etp): the experts' data-parallel degree
     replicas: Num  # HSDP replica groups
     shards_params: Num
     shards_grads: Num
@@ -211,18 +210,18 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     tokens = pq.micro_batch * pq.seq_len / pq.cp
     tp_group = _group(xp, pq.tp, 1, c)
     n_ar = 4 + 2 * pq.recompute_full + pq.recompute_selective_op * tp_recompute_ar(xp, pq.sequence_parallel)
-    tp_layer = n_ar * collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
+    tp_ar = collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
+    tp_layer = n_ar * tp_ar
     # A MoE layer's attention half of that traffic runs over TP; its expert half over the expert-TP group, on the
     # tokens of its etp members' sequence shards (none with etp = 1: MoE parallel folding)
     expert_tokens = tokens * pq.etp / pq.tp
+    etp_group = _group(xp, pq.etp, 1, c)
     tp_moe_layer = (
         n_ar
         / 2
         * (
-            collective_seconds(xp, Collective.all_reduce, tokens * mq.hidden * c.act_b, *tp_group)
-            + collective_seconds(
-                xp, Collective.all_reduce, expert_tokens * mq.hidden * c.act_b, *_group(xp, pq.etp, 1, c)
-            )
+            tp_ar
+            + collective_seconds(xp, Collective.all_reduce, expert_tokens * mq.hidden * c.act_b, *etp_group)
         )
     )
     # Context parallelism: one rank's K and V block (the ring's unit of transfer), sent to one peer per step; the

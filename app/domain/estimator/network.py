@@ -170,7 +170,7 @@ class Groups:
 
 
 def plan_groups(
-    tp: int, cp: int, dp: int, pp: int, ep: int, shard_group: int, cluster: Cluster, etp: int | None = None
+    tp: int, cp: int, dp: int, pp: int, ep: int, shard_group: int, cluster: Cluster, etp: int
 ) -> Groups:
     """Communicators of a plan laid out in tp-cp-(ep)-dp-pp order. FSDP/ZeRO shard over dp·cp. The expert-parallel
     group's ranks are ``etp`` apart (the experts' own tensor-parallel degree; tp unless MoE parallel folding)."""
@@ -181,6 +181,6 @@ def plan_groups(
         dp=place_group("dp", dp * cp, tp, cluster),
         dp_shard=place_group("dp-shard", shard_group * cp, tp, cluster),
         dp_replicate=place_group("dp-replicate", replicas, tp * cp * shard_group, cluster),
-        ep=place_group("ep", ep, tp if etp is None else etp, cluster),
+        ep=place_group("ep", ep, etp, cluster),
         pp=place_group("pp", 2, tp * cp * dp, cluster),
     )

@@ -355,12 +355,6 @@ class Plan(Frozen):
         return default_expert_tp(self.framework, self.tp) if self.expert_tp is None else self.expert_tp
 
     @property
-    def expert_dp(self) -> int:
-        """Ranks of a pipeline stage holding the same expert shard (the experts' data-parallel degree):
-        tp·dp·cp / (ep·etp)."""
-        return max(1, self.tp * self.dp * self.cp // (self.ep * self.etp))
-
-    @property
     def model_parallel(self) -> int:
         return self.tp * self.pp * self.cp
 

@@ -100,15 +100,20 @@ def zero3_gathered_bytes(
     return (xp.minimum(total_local, live_params + module) + module) * work_b
 
 
+def expert_shard(xp, pq: PlanQ) -> Num:
+    """Ranks of a pipeline stage that hold the same expert shard and split its sharded states (the experts'
+    data-parallel degree): tp·dp·cp / (ep·etp), at least 1 — dp·cp/ep when the experts' TP is tp."""
+    return xp.maximum(1, pq.tp * pq.dp * pq.cp // (pq.ep * pq.etp))
+
+
 def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> dict[str, Num]:
     """Every memory term of one rank, in bytes (see memory.py for the conventions)."""
     dense, expert, largest, root = local_params(xp, mq, pq, rq)
     total_local = dense + expert
+    experts_over = expert_shard(xp, pq)
 
     def sharded(bytes_per: float, on: Num) -> Num:
-        return xp.where(
-            on, (dense / pq.shard + expert / pq.expert_shard) * bytes_per, total_local * bytes_per
-        )
+        return xp.where(on, (dense / pq.shard + expert / experts_over) * bytes_per, total_local * bytes_per)
 
     params = xp.where(pq.exact, pq.exact_params, sharded(c.weights_b, pq.shards_params))
     grads = xp.where(pq.exact, pq.exact_grads, sharded(c.grads_b, pq.shards_grads))

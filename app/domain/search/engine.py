@@ -107,7 +107,7 @@ def _plan_arrays(
         gpus=gpus, tp=col(tp), pp=col(pp), vpp=col(vpp), dp=col(dp), cp=col(cp), ep=col(ep), etp=col(spec.etp(tp)),
         micro_batch=col(mb),
         micro_batches=col(np.maximum(1, batch // (mb * dp))), seq_len=spec.seq_len, shard=col(shard_size * cp),
-        expert_shard=col(np.maximum(1, dp * cp // ep)), replicas=col(np.where(flags["hybrid"], np.maximum(1, dp // shard_size), 1)),
+        replicas=col(np.where(flags["hybrid"], np.maximum(1, dp // shard_size), 1)),
         shards_params=col(flags["shards_params"]), shards_grads=col(flags["shards_grads"]),
         shards_optimizer=col(flags["shards_optimizer"]), grad_op=col(flags["grad_op"]), hybrid=col(flags["hybrid"]),
         ddp=col(flags["ddp"]), fsdp2=spec.framework is Framework.fsdp2, deepspeed=spec.framework is Framework.deepspeed,
