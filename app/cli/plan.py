@@ -98,6 +98,8 @@ def plan_command(
 
 
 def print_search(result) -> None:
+    from app.domain.estimator.plan import folded_text
+
     echo = typer.echo
     echo(
         f"evaluated {result.evaluated_plans:,} valid plans ({result.considered_plans:,} grid points) "
@@ -132,7 +134,7 @@ def print_search(result) -> None:
         for i, c in enumerate(result.plans, 1):
             p = c.plan
             echo("  ".join(str(v) for v in (
-                i, c.gpus, p.tp, p.pp, p.vpp, p.dp, p.cp, p.ep, p.sharding.value, p.offload.value, p.micro_batch,
+                i, c.gpus, p.tp, p.pp, p.vpp, p.dp, p.cp, f"{p.ep}{folded_text(p.tp, p.expert_tp)}", p.sharding.value, p.offload.value, p.micro_batch,
                 p.global_batch, p.recompute.value, f"{c.tokens_per_s:,.0f}", f"{c.mfu:.1%}",
                 f"{c.margin_bytes / 2**30:.1f} GiB",
                 f"{c.usd_per_million_tokens:.2f}" if c.usd_per_million_tokens else "—",

@@ -12,6 +12,7 @@ from typing import Annotated
 import typer
 
 from app.cli.common import JsonOpt, enum_list, fail_validation, load_catalog, settings, writable_output
+from app.domain.estimator.plan import folded_text
 
 size_app = typer.Typer(add_completion=False)
 
@@ -68,7 +69,7 @@ def print_size(result) -> None:
             p = r.plan
             echo("  ".join(str(v) for v in (
                 r.rank, r.accelerator, r.offer, r.option, r.gpus, p["tp"], p["pp"], p["vpp"], p["dp"], p["cp"],
-                p["ep"], p["sharding"], p["offload"], p["micro_batch"], p["global_batch"], p["recompute"],
+                f"{p['ep']}{folded_text(p['tp'], p.get('expert_tp'))}", p["sharding"], p["offload"], p["micro_batch"], p["global_batch"], p["recompute"],
                 f"{r.days:,.1f}", f"{r.usd_amortised:,.0f}", f"{r.usd_cash:,.0f}", f"{r.usd_per_million_tokens:.2f}",
                 f"{r.mfu:.1%}", f"{r.headroom_gib:.1f} GiB",
             )))  # fmt: skip

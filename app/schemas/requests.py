@@ -396,7 +396,7 @@ class PlanSearchRequest(StrictNumbers):
     expert_tp: int | None = Field(
         default=None, ge=1, le=1024,
         description="the routed experts' tensor-parallel degree of every plan searched (1: MoE parallel folding); "
-        "default: the framework's (tp for Megatron and DeepSpeed, 1 for FSDP2)",
+        "default: Megatron tries both tp and 1 for every plan, DeepSpeed runs tp, FSDP2 1",
     )  # fmt: skip
     moe_a2a_overlap: bool = Field(
         default=False, description="Megatron-Core's MoE all-to-all overlap, where a plan allows it"

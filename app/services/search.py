@@ -16,7 +16,7 @@ from app.domain.cost.inputs import CostInputError, CostOption
 from app.domain.estimator.calibration import calibration_assumption
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import model_flops_per_token
-from app.domain.estimator.plan import Plan
+from app.domain.estimator.plan import Plan, folds_experts
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
@@ -190,6 +190,11 @@ def _run_search(
             f"every plan runs its routed experts at tensor-parallel degree {request.expert_tp}"
             + (" (MoE parallel folding)" if request.expert_tp == 1 else "")
             + ": the search keeps it"
+        )
+    elif arch.is_moe and folds_experts(request.framework):
+        notes.append(
+            "expert TP: every plan is tried with its routed experts at the plan's tp and at 1 (MoE parallel "
+            "folding: EP carved out of tp·dp·cp); give expert_tp to keep one"
         )
     has_price = (
         pricing is not None and pricing.figures(sizes[0], 1e6).usd is not None

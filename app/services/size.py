@@ -84,6 +84,7 @@ def _row(rank: int, p: SizedPlan) -> SizeRow:
         rank=rank, accelerator=p.accelerator, node=p.node, vendor=p.vendor, offer=p.offer, option=p.option,
         gpus=p.gpus, nodes=p.nodes,
         plan={"tp": plan.tp, "pp": plan.pp, "vpp": plan.vpp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
+              "expert_tp": plan.expert_tp,
               "sharding": plan.sharding.value, "offload": plan.offload.value, "micro_batch": plan.micro_batch,
               "global_batch": plan.global_batch, "recompute": plan.recompute.value},
         days=p.days, goodput=p.goodput, usd_amortised=p.usd_amortised, usd_cash=p.usd_cash,

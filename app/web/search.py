@@ -146,6 +146,7 @@ def layout_values(c: Any) -> dict[str, str]:
     p = c.plan
     layout = {
         "gpus": c.gpus, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "dp": p.dp, "cp": p.cp, "ep": p.ep,
+        "expert_tp": "" if p.expert_tp is None else p.expert_tp,
         "sharding": p.sharding.value, "shard_group_size": p.shard_group_size or "", "offload": p.offload.value,
         "micro_batch": p.micro_batch, "global_batch": p.global_batch, "recompute": p.recompute.value,
         "sequence_parallel": "on" if p.sequence_parallel else "off",

@@ -7,6 +7,7 @@ from typing import Any
 from jinja2 import StrictUndefined
 from jinja2_fragments.fastapi import Jinja2Blocks
 
+from app.domain.estimator.plan import folded_text
 from app.settings import REPO_ROOT
 from app.web.charts import describe_chart
 from app.web.glossary import field_title
@@ -48,8 +49,7 @@ def fmt_usd(value: float | None) -> str:
 def plan_degrees(plan: Any) -> str:
     """Every parallel degree of a plan, so that they multiply to the GPU count: tp · pp (· vpp) · cp · ep · dp."""
     vpp = f" · vpp {plan.vpp}" if plan.vpp > 1 else ""
-    etp = getattr(plan, "expert_tp", None)
-    folded = f" (expert tp {etp})" if etp is not None and etp != plan.tp else ""
+    folded = folded_text(plan.tp, getattr(plan, "expert_tp", None))
     return f"tp {plan.tp} · pp {plan.pp}{vpp} · cp {plan.cp} · ep {plan.ep}{folded} · dp {plan.dp}"
 
 

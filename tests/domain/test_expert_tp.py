@@ -17,6 +17,7 @@ from app.domain.export.megatron import megatron_arg_pairs
 from app.domain.export.torchtitan import torchtitan_config_module
 from app.domain.model.counts import parameter_counts
 from app.domain.search.engine import search
+from app.domain.search.space import SAME_LAYOUT
 from app.domain.search.spec import SearchSpec
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
@@ -116,24 +117,56 @@ def test_exports_name_the_experts_tensor_parallel_degree() -> None:
         _qwen(expert_tp=2, **titan)
 
 
+SEARCH = dict(gpus=(16,), global_batches=(64,), seq_len=4096, top_k=100)
+FLOPS = model_flops_per_token(QWEN, 4096, parameter_counts(QWEN).matmul_weights_active).total
+
+
+def _search(**spec):
+    return search(QWEN, {16: CLUSTER}, SearchSpec(**{**SEARCH, **spec}), FLOPS)
+
+
 def test_the_search_keeps_the_experts_tensor_parallel_degree() -> None:
     """Given expert_tp 1, every plan the search proposes folds the experts: Qwen3 30B-A3B on 16 H100 under
-    Megatron then may run ep above dp·cp (e.g. tp 2, dp 4, ep 8: ep·1 divides tp·dp = 8), which the default
-    (expert TP = tp: ep must divide dp·cp) rules out."""
-    spec = dict(gpus=(16,), global_batches=(64,), seq_len=4096, framework=Framework.megatron, top_k=100,
-                shardings=(Sharding.megatron_distopt,))  # fmt: skip
-    flops = model_flops_per_token(QWEN, 4096, parameter_counts(QWEN).matmul_weights_active).total
-    folded = search(QWEN, {16: CLUSTER}, SearchSpec(**spec, expert_tp=1), flops)
-    default = search(QWEN, {16: CLUSTER}, SearchSpec(**spec), flops)
+    Megatron then may run ep above dp·cp (e.g. tp 2, dp 4, ep 8: ep·1 divides tp·dp = 8), which the experts' TP
+    = tp (ep must divide dp·cp) rules out."""
+    folded = _search(framework=Framework.megatron, shardings=(Sharding.megatron_distopt,), expert_tp=1)
     assert folded.plans and all(c.plan.expert_tp == 1 for c in folded.plans)
     assert any(c.plan.tp > 1 and c.plan.ep > c.plan.dp * c.plan.cp for c in folded.plans)
-    assert default.plans and all(c.plan.expert_tp is None for c in default.plans)
-    assert all((c.plan.dp * c.plan.cp) % c.plan.ep == 0 for c in default.plans)
+
+
+def test_without_an_expert_tp_the_megatron_search_tries_both_layouts() -> None:
+    """Empty expert_tp, Megatron: every (tp, ep) is laid out twice, the experts' TP = tp (Megatron's default) and
+    1 (folded); a folded plan at tp 1 is the unfolded one again and is not laid out as another plan. The search's
+    proposals hold both kinds, the unfolded ones with ep dividing dp·cp, and its winner is at least as fast as the
+    winner of the search that keeps expert TP 1."""
+    both = _search(framework=Framework.megatron, shardings=(Sharding.megatron_distopt,))
+    folded_only = _search(framework=Framework.megatron, shardings=(Sharding.megatron_distopt,), expert_tp=1)
+    unfolded = [c.plan for c in both.plans if c.plan.expert_tp is None]
+    folded = [c.plan for c in both.plans if c.plan.expert_tp is not None]
+    assert unfolded and folded
+    assert all((p.dp * p.cp) % p.ep == 0 for p in unfolded)
+    assert all(p.expert_tp == 1 and p.tp > 1 for p in folded)
+    assert both.plans[0].tokens_per_s >= folded_only.plans[0].tokens_per_s * (1 - 1e-12)
+    assert SAME_LAYOUT not in both.rejected  # the duplicates are not plans, not rejected ones
+
+
+@pytest.mark.parametrize(
+    ("framework", "sharding"), [(Framework.deepspeed, Sharding.zero1), (Framework.fsdp2, Sharding.fsdp_full)]
+)
+def test_frameworks_without_folding_have_one_expert_layout(framework, sharding) -> None:
+    """DeepSpeed-MoE's experts follow tp and torchtitan's are always whole: their searches lay out one expert
+    layout, and no plan they propose names an expert_tp."""
+    found = _search(framework=framework, shardings=(sharding,))
+    assert found.plans and all(c.plan.expert_tp is None for c in found.plans)
 
 
 @pytest.mark.parametrize(
     ("framework", "sharding", "expert_tp", "gpus"),
-    [(Framework.fsdp2, Sharding.fsdp_full, None, 32), (Framework.megatron, Sharding.megatron_distopt, 1, 16)],
+    [
+        (Framework.fsdp2, Sharding.fsdp_full, None, 32),
+        (Framework.megatron, Sharding.megatron_distopt, 1, 16),
+        (Framework.megatron, Sharding.megatron_distopt, None, 16),
+    ],
 )
 def test_the_search_and_the_estimate_agree_on_folded_plans(framework, sharding, expert_tp, gpus) -> None:
     """The search's array evaluation and the one-plan estimate are the same model: on folded plans (FSDP2's
@@ -145,14 +178,9 @@ def test_the_search_and_the_estimate_agree_on_folded_plans(framework, sharding, 
     flops = model_flops_per_token(QWEN, 4096, parameter_counts(QWEN).matmul_weights_active).total
     found = search(QWEN, {gpus: cluster}, spec, flops)
     # the plans whose expert shard differs from dp·cp/ep (what it is when the experts' TP is tp)
-    folded = [
-        c
-        for c in found.plans
-        if c.plan.tp > 1 and c.plan.ep > 1 and c.plan.ep < c.plan.dp * c.plan.cp * c.plan.tp
-    ]
+    folded = [c for c in found.plans if c.plan.tp > 1 and c.plan.ep > 1 and c.plan.etp == 1]
     assert folded, [(c.plan.tp, c.plan.ep) for c in found.plans]
-    for c in folded:
+    for c in found.plans:
         est = estimate(QWEN, cluster, c.plan)
-        assert c.plan.etp == 1
         assert c.peak_memory_bytes == pytest.approx(est.peak_memory_bytes, rel=1e-9)
         assert c.step_time_s == pytest.approx(est.step_time_s, rel=1e-9)

@@ -43,7 +43,7 @@ from app.domain.estimator.rules import (
     table,
 )
 from app.domain.search.engine import _scalar_plan, search
-from app.domain.search.space import _grid, _reject_masks
+from app.domain.search.space import SAME_LAYOUT, _grid, _reject_masks
 from app.domain.search.spec import OFFLOADS, RECOMPUTES, SHARDINGS, SearchSpec
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
@@ -118,7 +118,8 @@ def test_grid_masks_and_plan_validation_agree(model, gpus, framework, settings, 
     seen_first: set[str] = set()
     for batch in batches:
         grid = _grid(arch, cluster, spec, gpus, batch)
-        masks = _reject_masks(arch, cluster, spec, gpus, batch, grid.axes)
+        same_layout, *masks = _reject_masks(arch, cluster, spec, gpus, batch, grid.axes)
+        assert same_layout[0] == SAME_LAYOUT  # a folded layout at tp 1: the same plan twice, not a rule
         assert [reason for reason, _ in masks] == [r.reason for r in rules]  # the masks ARE the table
         failing = np.stack([np.broadcast_to(m, grid.shape).ravel() for _, m in masks])  # (rule, point)
         first = np.where(failing.any(axis=0), failing.argmax(axis=0), len(rules))
@@ -152,8 +153,9 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     Megatron's recompute modules; it turns Megatron's
     all-to-all overlap on only where Megatron runs it (the cases reach one dispatcher and one overlap refusal);
     it always runs TP with sequence parallelism, which Megatron's TP overlap needs; the MoE capacity settings are
-    the user's, kept fixed (the cases set none); the experts' tensor-parallel degree is the search's tp (it does not
-    search MoE parallel folding), so no expert_tp rule fires on its grid."""
+    the user's, kept fixed (the cases set none); the experts' tensor-parallel degree is the framework's default or, folded
+    (Megatron), 1 — which divides tp, and the search always runs TP with sequence parallelism — so no expert_tp rule
+    fires on its grid."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
@@ -174,7 +176,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
             grid = _grid(arch, cluster, spec, gpus, batch)
             alive = np.ones(grid.shape, dtype=bool)
             for rule, (_, mask) in zip(
-                rules, _reject_masks(arch, cluster, spec, gpus, batch, grid.axes), strict=True
+                rules, _reject_masks(arch, cluster, spec, gpus, batch, grid.axes)[1:], strict=True
             ):
                 if (alive & mask).any():
                     reached.add(rule.name)

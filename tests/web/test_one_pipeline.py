@@ -277,3 +277,29 @@ def test_every_plan_prints_all_its_degrees(client) -> None:
     page = client.get("/?" + query)
     assert page.status_code == 200
     assert "tp 4 · pp 2 · cp 2 · ep 1 · dp 4" in page.text
+
+
+def test_a_folded_search_row_loads_into_the_planner_folded(client) -> None:
+    """A Megatron MoE search with no expert TP tries the experts at tp and at 1: a folded row prints
+    "(expert tp 1)", and its "Load this plan" link carries expert_tp=1, so the planner estimates that very plan
+    (its degrees are the row's)."""
+    params = {**DEFAULTS, "model": "qwen3-30b-a3b", "gpu": "h100-sxm", "gpus": "16", "framework": "megatron",
+              "sharding": "megatron-distopt", "seq_len": "4096", "global_batch": "64"}  # fmt: skip
+    page = client.get("/search?" + to_query(params) + "&top_k=40")
+    assert page.status_code == 200, page.text[:2000]
+    assert "give expert_tp to keep one" in page.text
+    body = page.text[page.text.index("<tbody>") :]
+    rows = body[: body.index("</tbody>")].split("</tr>")
+    folded = next(r for r in rows if "(expert tp 1)" in r)
+    unfolded = next(r for r in rows if "ep " in r and "(expert tp" not in r)
+    link = (
+        re.search(r'class="button secondary load-plan" href="([^"]+)"', folded).group(1).replace("&amp;", "&")
+    )
+    assert "expert_tp=1" in link
+    other = re.search(r'class="button secondary load-plan" href="([^"]+)"', unfolded).group(1)
+    assert "expert_tp=1" not in other.replace("&amp;", "&")
+    degrees = re.search(r"<td>(tp \d+ · pp [^<]*\(expert tp 1\)[^<]*)</td>", folded)
+    assert degrees is not None, folded
+    loaded = client.get(link)
+    assert loaded.status_code == 200
+    assert degrees.group(1) in loaded.text  # the planner's plan line: the same degrees, folded

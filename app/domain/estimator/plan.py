@@ -139,6 +139,19 @@ def default_expert_tp(framework: Framework, tp):  # noqa: ANN001, ANN201 - int o
     return tp * 0 + 1 if framework is Framework.fsdp2 else tp
 
 
+def folded_text(tp: int, expert_tp: int | None) -> str:
+    """ " (expert tp e)" for a plan that sets its experts' TP to something else than tp (MoE parallel folding),
+    else "": what every plan line appends to its ep."""
+    return f" (expert tp {expert_tp})" if expert_tp is not None and expert_tp != tp else ""
+
+
+def folds_experts(framework: Framework) -> bool:
+    """Whether the framework runs the routed experts at TP 1 under a larger attention TP when asked (MoE parallel
+    folding, ``expert_tensor_parallel_size`` 1): Megatron. DeepSpeed-MoE's experts follow the model's TP and
+    torchtitan's are always whole (:func:`default_expert_tp`), so the search has only one layout to try there."""
+    return framework is Framework.megatron
+
+
 class Plan(Frozen):
     """How to train: parallel degrees, sharding, batch shape, recompute, precision, optimizer, framework."""
 

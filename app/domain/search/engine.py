@@ -37,19 +37,13 @@ from app.domain.estimator.evaluate import (
 )
 from app.domain.estimator.memory import host_capacity_bytes
 from app.domain.estimator.pipeline import rank_counts
-from app.domain.estimator.plan import (
-    Framework,
-    Offload,
-    Plan,
-    Recompute,
-    Sharding,
-)
+from app.domain.estimator.plan import Framework, Offload, Plan, Recompute, Sharding
 from app.domain.estimator.rank_memory import rank_memory
 from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
 from app.domain.search.run_pricing import FlatRate, RunPricing
-from app.domain.search.space import _alive, _grid, space_size
+from app.domain.search.space import _alive, _grid, layout_ep, layout_etp, layout_folded, space_size
 from app.domain.search.spec import (
     GIB,
     OFFLOADS,
@@ -69,7 +63,8 @@ from app.domain.search.spec import (
 def _plan_arrays(
     arch: Architecture, spec: SearchSpec, cluster: Cluster, gpus: int, batch: int, g: dict
 ) -> PlanQ:
-    tp, cp, pp, vpp, ep, mb = (g[k] for k in ("tp", "cp", "pp", "vpp", "ep", "mb"))
+    tp, cp, pp, vpp, layout, mb = (g[k] for k in ("tp", "cp", "pp", "vpp", "ep", "mb"))
+    ep = layout_ep(layout)
     dp = gpus // (tp * cp * pp)
     sh_codes = g["sh"]
     flags = {
@@ -104,7 +99,7 @@ def _plan_arrays(
             e_params[sel], e_grads[sel], e_opt[sel] = p, gr, o
     col = lambda a: np.asarray(a)[:, None]  # noqa: E731  (plan-level columns broadcast over ranks)
     return PlanQ(
-        gpus=gpus, tp=col(tp), pp=col(pp), vpp=col(vpp), dp=col(dp), cp=col(cp), ep=col(ep), etp=col(spec.etp(tp)),
+        gpus=gpus, tp=col(tp), pp=col(pp), vpp=col(vpp), dp=col(dp), cp=col(cp), ep=col(ep), etp=col(layout_etp(spec, tp, layout)),
         micro_batch=col(mb),
         micro_batches=col(np.maximum(1, batch // (mb * dp))), seq_len=spec.seq_len, shard=col(shard_size * cp),
         replicas=col(np.where(flags["hybrid"], np.maximum(1, dp // shard_size), 1)),
@@ -124,6 +119,8 @@ def _plan_arrays(
 
 def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload, micro_batch, batch, recompute,
                  shard_group_size=None) -> Plan:  # fmt: skip
+    """The plan a grid point stands for; ``ep`` is its expert layout (:data:`app.domain.search.space.FOLDED`)."""
+    folded, ep = bool(layout_folded(ep)), int(layout_ep(ep))
     return Plan(
         tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, sharding=sharding, shard_group_size=shard_group_size,
         offload=offload, micro_batch=micro_batch, global_batch=batch, seq_len=spec.seq_len, recompute=recompute,
@@ -131,7 +128,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels, fused_loss=spec.fused_loss,
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
         grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, z_loss=spec.z_loss,
-        moe_dispatcher=spec.moe_dispatcher, expert_tp=spec.expert_tp,
+        moe_dispatcher=spec.moe_dispatcher, expert_tp=1 if folded else spec.expert_tp,
         grad_accum_fp32=spec.grad_accum_fp32, tp_comm_overlap=spec.tp_comm_overlap, repeat_kv=spec.repeat_kv,
         fsdp_flat_params=spec.fsdp_flat_params,
         zero_init=spec.zero_init, moe_capacity_factor=spec.moe_capacity_factor,
@@ -342,7 +339,13 @@ def _candidate(
 def _rank(score: np.ndarray, margin: np.ndarray, g: dict, idx: np.ndarray) -> np.ndarray:
     """Order by score (desc), then headroom (desc), then the simpler plan (fewer pipeline chunks, smaller cp,
     tp, no offload) — ties are common, e.g. dp and cp splits of equal speed."""
-    simplicity = g["pp"][idx] * g["vpp"][idx] + g["cp"][idx] + g["tp"][idx] + 4 * g["off"][idx]
+    simplicity = (
+        g["pp"][idx] * g["vpp"][idx]
+        + g["cp"][idx]
+        + g["tp"][idx]
+        + 4 * g["off"][idx]
+        + layout_folded(g["ep"][idx])
+    )
     return np.lexsort((simplicity, -np.round(margin / GIB, 3), -np.round(score, 9)))
 
 
@@ -533,6 +536,7 @@ def _pareto(cands: list[Candidate]) -> list[Candidate]:
 def _describe(plan: Plan) -> dict[str, Any]:
     return {
         "tp": plan.tp, "pp": plan.pp, "vpp": plan.vpp, "dp": plan.dp, "cp": plan.cp, "ep": plan.ep,
+        "expert tp": "= tp" if plan.expert_tp is None else plan.expert_tp,
         "sharding": plan.sharding.value, "offload": plan.offload.value, "micro-batch": plan.micro_batch,
         "recompute": plan.recompute.value, "global batch": plan.global_batch,
     }  # fmt: skip

@@ -35,7 +35,7 @@ from app.domain.estimator.plan import Plan, Recompute
 from app.domain.estimator.xp import VECTOR
 from app.domain.model.architecture import Architecture
 from app.domain.reliability.formulas import HOURS_PER_MONTH
-from app.domain.search.space import expert_degrees
+from app.domain.search.space import expert_layouts, layout_ep, layout_folded
 from app.domain.search.spec import Candidate
 
 GIB = 1024**3
@@ -289,13 +289,14 @@ def speed_bound(
         for t in range(1, domain + 1)
         if arch.n_heads % t == 0 and (arch.n_kv_heads % t == 0 or t % arch.n_kv_heads == 0)
     ]
-    eps = expert_degrees(arch)  # the search's own: a plan has no other
+    eps = expert_layouts(arch, shape.framework, shape.expert_tp)  # the search's own: a plan has no other
     combos = [(tp, cp, mb, ep) for tp in tps for cp in cps for mb in micro_batches for ep in eps]
     if work is None:
 
         def plan(tp: int, cp: int, mb: int, ep: int) -> Plan:
             return shape.model_copy(update=dict(
-                tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=ep, micro_batch=mb, global_batch=mb,
+                tp=tp, pp=1, vpp=1, dp=1, cp=cp, ep=layout_ep(ep), micro_batch=mb, global_batch=mb,
+                expert_tp=1 if layout_folded(ep) else shape.expert_tp,
                 recompute=Recompute.none, sequence_parallel=tp > 1,
             ))  # fmt: skip
 

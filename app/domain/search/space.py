@@ -1,5 +1,5 @@
-"""The search space laid out as numpy columns (tp × cp × pp × vpp × ep × sharding × offload × micro-batch ×
-recompute) and the masks that reject plans, each charged to its first failing reason: the plan rules' one table
+"""The search space laid out as numpy columns (tp × cp × pp × vpp × expert layout × sharding × offload ×
+micro-batch × recompute) and the masks that reject plans, each charged to its first failing reason: the plan rules' one table
 (``app.domain.estimator.rules``, framework capabilities included) evaluated on arrays."""
 
 from __future__ import annotations
@@ -8,16 +8,19 @@ import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.plan import (
+    Framework,
     MoeDispatcher,
     Optimizer,
     Precision,
     Recompute,
     Sharding,
+    folds_experts,
     fused_kernels_on,
 )
 from app.domain.estimator.rules import Context, facts, rule_masks, structural_reasons
@@ -32,9 +35,16 @@ from app.domain.search.spec import (
     SearchSpec,
 )
 
+# The grid's expert axis holds expert *layouts*, each one integer: ep alone (the routed experts' TP is the spec's
+# expert_tp, else the framework's default), or ep + FOLDED — MoE parallel folding with the experts' TP 1 under a
+# larger attention TP, tried as well where the framework folds and no expert_tp is given (:func:`expert_layouts`).
+FOLDED = 1 << 16
+SAME_LAYOUT = "the experts' TP 1 under tp = 1 is the unfolded plan"
+
 # Grid points that are not plans at all (degrees that do not multiply to the GPU count, interleaving without
-# a pipeline, more chunks than layers — the table's structural rules): skipped without being counted as rejected.
-STRUCTURAL = structural_reasons()
+# a pipeline, more chunks than layers — the table's structural rules — and a folded layout that is the unfolded
+# plan again): skipped without being counted as rejected.
+STRUCTURAL = structural_reasons() | {SAME_LAYOUT}
 
 # -- the space ---------------------------------------------------------------------------------------------
 
@@ -67,13 +77,38 @@ def expert_degrees(arch: Architecture) -> list[int]:
     return [e for e in _divisors(arch.n_experts) if e <= 64] if arch.is_moe else [1]
 
 
+def expert_layouts(arch: Architecture, framework: Framework, expert_tp: int | None) -> list[int]:
+    """The expert layouts the search lays out (see :data:`FOLDED`): every expert degree, and where ``framework``
+    folds experts (Megatron) and no ``expert_tp`` is given, each again with the experts' TP 1."""
+    eps = expert_degrees(arch)
+    if arch.is_moe and expert_tp is None and folds_experts(framework):
+        return eps + [e + FOLDED for e in eps]
+    return eps
+
+
+def layout_ep(layout: Any) -> Any:
+    """The expert-parallel degree of expert layouts (numbers or arrays)."""
+    return layout % FOLDED
+
+
+def layout_folded(layout: Any) -> Any:
+    """Whether expert layouts fold the experts to TP 1 (numbers or arrays)."""
+    return layout >= FOLDED
+
+
+def layout_etp(spec: SearchSpec, tp: Any, layout: Any) -> Any:
+    """The routed experts' TP of plans of the space with ``tp`` and expert ``layout`` (numbers or arrays)."""
+    folded = layout_folded(layout)
+    return spec.etp(tp) * (1 - folded) + folded
+
+
 def _axes(arch: Architecture, cluster: Cluster, spec: SearchSpec, gpus: int) -> dict[str, list[int]]:
     domain = cluster.nvlink_domain
     max_tp = spec.max_tp or (gpus if spec.allow_tp_across_nodes else min(domain, gpus))
     tps = [t for t in _divisors(gpus) if t <= max_tp]
     pps = [p for p in _divisors(gpus) if p <= min(spec.max_pp, arch.n_layers)]
     cps = [c for c in spec.cps if gpus % c == 0]
-    eps = expert_degrees(arch)
+    eps = expert_layouts(arch, spec.framework, spec.expert_tp)
     shardings = spec.shardings or SHARDINGS_BY_FRAMEWORK[spec.framework]
     offloads = spec.offloads or OFFLOADS_BY_FRAMEWORK[spec.framework]
     axes = {
@@ -144,7 +179,8 @@ def _reject_masks(
     are the plan rules' table (``app.domain.estimator.rules``) on the grid's columns: the plan each point stands
     for is the one the search would propose (sequence parallelism with tp > 1, the HSDP group of the spec or one
     node, capped at dp, every layer recomputed under full recompute)."""
-    tp, cp, pp = g["tp"], g["cp"], g["pp"]
+    tp, cp, pp, layout = g["tp"], g["cp"], g["pp"], g["ep"]
+    ep, folded = layout_ep(layout), layout_folded(layout)
     model_parallel = tp * cp * pp
     dp = np.where(gpus % model_parallel == 0, gpus // np.maximum(model_parallel, 1), 0)
     group = spec.hsdp_group or cluster.gpus_per_node
@@ -155,16 +191,17 @@ def _reject_masks(
         allow_tp_across_nodes=spec.allow_tp_across_nodes, tied_embeddings=arch.tied_embeddings,
         mla=arch.attention == "mla",
     )  # fmt: skip
-    return rule_masks(facts(
-        tp=tp, pp=pp, vpp=g["vpp"], dp=dp, cp=cp, ep=g["ep"], micro_batch=g["mb"], global_batch=batch,
+    masks = rule_masks(facts(
+        tp=tp, pp=pp, vpp=g["vpp"], dp=dp, cp=cp, ep=ep, micro_batch=g["mb"], global_batch=batch,
         seq_len=spec.seq_len, sharding=g["sh"], offload=g["off"], recompute=g["rc"], recompute_layers=-1,
         shard_group=np.where(hybrid, np.minimum(group, dp), 0), sequence_parallel=tp > 1, framework=spec.framework,
         fp16=spec.precision is Precision.fp16, sgd=spec.optimizer is Optimizer.sgd, context=context,
         fp32=spec.precision is Precision.fp32, dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
-        a2a_overlap=spec.a2a_overlap(g["ep"], pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full)),
+        a2a_overlap=spec.a2a_overlap(ep, pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full)),
         capacity=spec.moe_capacity_factor or 0.0, pad_capacity=spec.moe_pad_to_capacity,
-        deepep=spec.moe_dispatcher is MoeDispatcher.deepep, etp=spec.etp(tp),
-        etp_given=spec.expert_tp is not None,
+        deepep=spec.moe_dispatcher is MoeDispatcher.deepep, etp=layout_etp(spec, tp, layout),
+        etp_given=(spec.expert_tp is not None) | folded,
         tp_overlap_asked=spec.tp_comm_overlap is True,
         compiled=fused_kernels_on(spec.framework, spec.fused_kernels),
     ))  # fmt: skip
+    return [(SAME_LAYOUT, folded & (tp == 1)), *masks]
