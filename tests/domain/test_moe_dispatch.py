@@ -22,7 +22,7 @@ import pytest
 from app.domain.estimator.capabilities import capability_violations
 from app.domain.estimator.estimate import build_cluster, estimate
 from app.domain.estimator.evaluate import exposed_a2a
-from app.domain.estimator.network import all_to_all_seconds, remote_node_copies
+from app.domain.estimator.network import all_to_all_seconds, dispatch_dedups, remote_node_copies
 from app.domain.estimator.plan import Framework, MoeDispatcher, Plan, Precision, Recompute, Sharding
 from app.domain.estimator.validation import run_plan
 from app.domain.estimator.xp import SCALAR, VECTOR
@@ -85,6 +85,37 @@ def test_deepseek_ep32_across_nodes_gets_faster_with_deepep_and_overlap(catalog)
     assert plain.step_time_s > deepep.step_time_s > both.step_time_s
     # the dispatcher does not change the arithmetic
     assert deepep.step.compute_s == pytest.approx(plain.step.compute_s)
+
+
+def test_hybridep_dedups_only_inside_nvl72_domains() -> None:
+    """The dispatchers' inter-node deduplication by NVLink domain: DeepEP always, HybridEP only in domains above 8
+    GPUs (NVIDIA keeps it at EP 8 on NVL8 nodes, Megatron-Bridge #2883), the all-to-all never; scalars and arrays."""
+    kinds = [d.dedup_kind for d in MoeDispatcher]
+    assert kinds == [0, 1, 2]  # alltoall, deepep, hybridep
+    assert [dispatch_dedups(k, 8) for k in kinds] == [False, True, False]
+    assert [dispatch_dedups(k, 72) for k in kinds] == [False, True, True]
+    assert dispatch_dedups(np.array([0, 1, 2, 2]), np.array([8, 8, 8, 72])).tolist() == [
+        False, True, False, True,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(("accelerator", "gpus", "ep"), [("h100-sxm", 16, 16), ("gb200", 64, 64)])
+def test_hybridep_across_8_gpu_nodes_costs_the_plain_all_to_all(catalog, accelerator, gpus, ep) -> None:
+    """Qwen3 30B-A3B, EP 16 over two DGX H100 nodes: HybridEP's all-to-alls take as long as NCCL's (its inter-node
+    path is not tuned for NVL8) while DeepEP's take less; EP 64 inside one GB200 NVL72 domain crosses no node, so
+    every dispatcher costs the same there."""
+    arch = catalog.architecture("qwen3-30b-a3b")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=gpus)
+    plan = dict(dp=gpus, ep=ep, micro_batch=1, global_batch=gpus, seq_len=4096, framework=Framework.megatron,
+                sharding=Sharding.megatron_distopt, precision=Precision.fp8)  # fmt: skip
+    ep_s = {
+        d: estimate(arch, cluster, Plan(**plan, moe_dispatcher=d)).step.ep_exposed_s for d in MoeDispatcher
+    }
+    assert ep_s[MoeDispatcher.hybridep] == pytest.approx(ep_s[MoeDispatcher.alltoall], rel=1e-12)
+    if cluster.nvlink_domain == 8:
+        assert ep_s[MoeDispatcher.deepep] < 0.6 * ep_s[MoeDispatcher.alltoall]
+    else:
+        assert ep_s[MoeDispatcher.deepep] == pytest.approx(ep_s[MoeDispatcher.alltoall], rel=1e-12)
 
 
 def test_the_published_deepseek_rows_name_their_dispatcher(catalog) -> None:

@@ -447,7 +447,9 @@ def _assumptions(
         Assumption(name="MoE all-to-alls", value=f"{plan.moe_dispatcher.value}, "
                    + ("1F1B overlap: ρ·min(all-to-all, adjacent compute) hidden" if plan.moe_a2a_overlap
                       else "not overlapped"), source="formula",
-                   note="deepep / hybridep send each token once per destination node over the scale-out network"),
+                   note="deepep sends each token once per destination node over the scale-out network; hybridep "
+                   "too inside NVL72 domains, not across 8-GPU nodes (costed as the plain all-to-all there: NVIDIA "
+                   "keeps it at EP 8 on NVL8, Megatron-Bridge #2883)"),
         Assumption(name="gradient reduction", value="once per step (no_sync), overlapped with the last backward",
                    source="default", note="FSDP/ZeRO-3 re-gather and reduce-scatter every micro-batch"),
         Assumption(name="fat-tree oversubscription", value=cluster.oversubscription, source="default"),

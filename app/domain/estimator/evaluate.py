@@ -30,6 +30,7 @@ from app.domain.estimator.network import (
     Collective,
     all_to_all_seconds,
     collective_seconds,
+    dispatch_dedups,
     group_link,
     group_shape,
 )
@@ -90,7 +91,7 @@ class PlanQ:
     exact_grads: Num
     exact_optimizer: Num
     ep_dedup: Num = (
-        False  # DeepEP / HybridEP dispatcher: each token crosses the scale-out network once per node
+        0  # the dispatcher's MoeDispatcher.dedup_kind (network.dispatch_dedups: per-node deduplication)
     )
     ep_a2a_overlap: Num = False  # Megatron-Core's overlap_moe_expert_parallel_comm (1F1B all-to-all overlap)
     ep_capacity: Num = 0.0  # MoE capacity factor (0: dropless)
@@ -254,7 +255,7 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
         c.scale_out,
         ep_hop,
         top_k=mq.top_k,
-        per_node_dedup=pq.ep_dedup,
+        per_node_dedup=dispatch_dedups(pq.ep_dedup, c.domain),
     )
     p2p_bytes = tokens * mq.hidden * c.act_b / xp.where(pq.sequence_parallel, pq.tp, 1)
     pp_hop = collective_seconds(

@@ -93,6 +93,24 @@ def remote_node_copies(xp, top_k, nodes):
     return (n - 1) * (1 - (1 - 1 / n) ** top_k)
 
 
+HYBRIDEP_SLOW_DOMAIN = (
+    8  # NVLink domains of this size or less: HybridEP's inter-node path is untuned (see below)
+)
+
+
+def dispatch_dedups(kind, nvlink_domain):
+    """Whether a MoE dispatcher of ``kind`` (:attr:`MoeDispatcher.dedup_kind`) sends each token across the
+    scale-out network once per destination node, on nodes of ``nvlink_domain`` GPUs (numbers or arrays).
+    DeepEP always does (its internode kernels: 43–58 GB/s of RDMA on H800 at EP 16–64, DeepEP README). HybridEP
+    does inside NVL72 domains, but not across 8-GPU nodes: NVIDIA's own performance recipes keep HybridEP at EP 8
+    on NVL8 systems because "HybridEP for NVL8 with EP>8" is not performant (NVIDIA-NeMo/Megatron-Bridge issue
+    #2883, 2026-03-18, open in 2026-04: "Need to tune HybridEP for NVL8 with EP>8"), and users report its
+    inter-node bandwidth far below the NIC's on two 8-GPU nodes (deepseek-ai/DeepEP issue #590, 16× B300). An EP
+    group that leaves an 8-GPU node under HybridEP is therefore costed as the plain all-to-all (no credit for
+    deduplication) — an assumption of how much it loses, not a measurement."""
+    return (kind == 1) | ((kind == 2) & (nvlink_domain > HYBRIDEP_SLOW_DOMAIN))
+
+
 def all_to_all_seconds(
     xp,
     size_bytes,

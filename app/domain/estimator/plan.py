@@ -103,11 +103,17 @@ class MoeDispatcher(StrEnum):
 
     alltoall = "alltoall"  # NCCL all-to-all: one copy per routed expert (Megatron's default dispatcher)
     deepep = "deepep"  # DeepEP: once per destination node over RDMA, NVLink fan-out inside the node
-    hybridep = "hybridep"  # NVIDIA HybridEP (NVL8 and NVL72 domains): the same per-node deduplication
+    hybridep = "hybridep"  # NVIDIA HybridEP: the same per-node deduplication inside NVL72 domains (not across NVL8 nodes)
 
     @property
     def dedups_per_node(self) -> bool:
         return self is not MoeDispatcher.alltoall
+
+    @property
+    def dedup_kind(self) -> int:
+        """How the dispatcher's inter-node path deduplicates (:func:`app.domain.estimator.network.dispatch_dedups`):
+        0 never (NCCL all-to-all), 1 always (DeepEP), 2 only in NVLink domains above 8 GPUs (HybridEP)."""
+        return {MoeDispatcher.alltoall: 0, MoeDispatcher.deepep: 1, MoeDispatcher.hybridep: 2}[self]
 
 
 def moe_a2a_overlap_runs(ep, pp, vpp, recompute_full, fp32):

@@ -111,7 +111,7 @@ def _plan_arrays(
         recompute_full=col(g["rc"] == RECOMPUTES.index(Recompute.full)), sequence_parallel=col(tp > 1),
         recompute_selective_op=col(g["rc"] == RECOMPUTES.index(Recompute.selective_op)),
         exact=col(exact), exact_params=col(e_params), exact_grads=col(e_grads), exact_optimizer=col(e_opt),
-        ep_dedup=spec.moe_dispatcher.dedups_per_node,
+        ep_dedup=spec.moe_dispatcher.dedup_kind,
         ep_a2a_overlap=col(spec.a2a_overlap(ep, pp, vpp, g["rc"] == RECOMPUTES.index(Recompute.full))),
         ep_capacity=spec.moe_capacity_factor or 0.0, ep_pad=spec.moe_pad_to_capacity,
     )  # fmt: skip
