@@ -149,6 +149,16 @@ class EstimateRequest(StrictNumbers):
         description="the routed experts' tensor-parallel degree (Megatron's --expert-tensor-parallel-size); "
         "default: tp; 1 = MoE parallel folding (experts whole, the EP group spans the TP ranks)",
     )  # fmt: skip
+    mtp_layers: int = Field(
+        default=0, ge=0, le=8,
+        description="multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3: 1): each one "
+        "more layer, projection and output-head pass on the last pipeline stage",
+    )  # fmt: skip
+    pipeline_layout: str | None = Field(
+        default=None, min_length=1, max_length=512,
+        description="Megatron's --pipeline-model-parallel-layout, e.g. 'Et|(tt|)*30mL' (E embedding, t layer, "
+        "m MTP layer, L loss, | ends a virtual stage); default: capplan's even split",
+    )  # fmt: skip
     sharding: Sharding = Sharding.fsdp_full
     shard_group_size: int | None = Field(default=None, ge=1, le=1_048_576)
     offload: Offload = Offload.none
@@ -392,6 +402,12 @@ class PlanSearchRequest(StrictNumbers):
     moe_dispatcher: MoeDispatcher = Field(
         default=MoeDispatcher.alltoall,
         description="MoE token dispatcher of every plan searched: alltoall, or deepep / hybridep",
+    )
+    mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        le=8,
+        description="multi-token prediction modules of every plan searched (Megatron only)",
     )
     expert_tp: int | None = Field(
         default=None, ge=1, le=1024,

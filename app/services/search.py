@@ -250,7 +250,7 @@ def search_spec(
         fsdp_flat_params=request.fsdp_flat_params,
         zero_init=request.zero_init,
         moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap, expert_tp=request.expert_tp,
-        moe_capacity_factor=request.moe_capacity_factor, moe_pad_to_capacity=request.moe_pad_to_capacity,
+        mtp_layers=request.mtp_layers, moe_capacity_factor=request.moe_capacity_factor, moe_pad_to_capacity=request.moe_pad_to_capacity,
         shardings=tuple(request.shardings) if request.shardings else None,
         offloads=tuple(request.offloads) if request.offloads else None,
         micro_batches=tuple(request.micro_batches or defaults["micro_batches"].default),

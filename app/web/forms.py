@@ -51,6 +51,8 @@ DEFAULTS: dict[str, str] = {
     "cp": "1",
     "ep": "1",
     "expert_tp": "",
+    "mtp_layers": "0",
+    "pipeline_layout": "",
     "sharding": "fsdp-full",
     "shard_group_size": "",
     "offload": "none",
@@ -114,6 +116,7 @@ INT_FIELDS = (
     "cp",
     "ep",
     "expert_tp",
+    "mtp_layers",
     "micro_batch",
     "shard_group_size",
     "recompute_layers",
@@ -122,6 +125,7 @@ FLOAT_FIELDS = ("tokens", "oversubscription", "moe_capacity_factor")
 OPTIONAL_FIELDS = (
     "dp",
     "expert_tp",
+    "pipeline_layout",
     "node",
     "fabric",
     "tokens",
@@ -134,7 +138,7 @@ LIST_FIELDS = ("recompute_modules",)
 """Comma-separated lists (Megatron's --recompute-modules core_attn,mlp)."""
 FORM_FIELDS = tuple(DEFAULTS) + tuple(OVERRIDES)
 LAYOUT_FIELDS = ("tp", "pp", "vpp", "dp", "cp", "ep", "sharding", "shard_group_size", "offload", "micro_batch",
-                 "recompute", "recompute_layers", "recompute_modules", "sequence_parallel")  # fmt: skip
+                 "recompute", "recompute_layers", "recompute_modules", "sequence_parallel", "pipeline_layout")  # fmt: skip
 """The hand-set parallel layout: what "Find the best plan" chooses itself, so errors here never block it."""
 MAX_HF_CONFIG_CHARS = 64_000
 

@@ -19,10 +19,17 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("ep", "ep", "Expert parallel degree (MoE models): the routed experts are spread over this many GPUs; tokens travel "
      "to their experts and back by all-to-all."),
     ("expert tp", "expert-tp", "The routed experts' own tensor-parallel degree (Megatron's "
-     "--expert-tensor-parallel-size, torchtitan's expert_tensor_parallel_degree). Empty = tp, Megatron's default: "
-     "every expert's FFN is split like the dense layers and ep must divide dp·cp. 1 = MoE parallel folding, as "
-     "NVIDIA's performance recipes run MoE models: each expert whole on one GPU, the expert-parallel group free to "
-     "span the tensor-parallel ranks (ep·expert_tp must divide tp·dp·cp), so an EP group fills a node sooner."),
+     "--expert-tensor-parallel-size). Empty = the framework's: tp for Megatron (every expert's FFN split like the "
+     "dense layers, ep dividing dp·cp) and DeepSpeed, 1 for FSDP2 (torchtitan 0.3.0 has no expert TP). 1 = MoE "
+     "parallel folding, as NVIDIA's performance recipes run MoE models: each expert whole on one GPU, the "
+     "expert-parallel group free to span the tensor-parallel ranks (ep·expert_tp must divide tp·dp·cp), so an EP "
+     "group fills a node sooner. Empty, a Megatron plan search tries both."),
+    ("MTP layers", "mtp-layers", "Multi-token prediction modules trained (Megatron's --mtp-num-layers; DeepSeek-V3 "
+     "trains 1): each is one more transformer layer, a projection and one more pass of the shared output head and "
+     "loss, all on the last pipeline stage — which is why NVIDIA's layouts give that stage fewer layers."),
+    ("pipeline layout", "pipeline-layout", "Megatron's --pipeline-model-parallel-layout: the layers of each virtual "
+     "pipeline stage in order, E the embedding, t a transformer layer, m an MTP layer, L the loss, | between stages, "
+     "(…)*n repeats — e.g. Et|(tt|)*30mL, NVIDIA's DeepSeek-V3 on 1,024 H100. Empty = capplan's even split."),
     ("micro-batch", "micro-batch", "Sequences one GPU processes in one forward/backward pass; the global batch is "
      "micro-batch × dp × gradient-accumulation steps."),
     ("global batch", "global-batch", "Sequences (or tokens) per optimizer step over the whole cluster. 16M tokens, "
@@ -98,7 +105,7 @@ def title(term: str) -> str:
 
 FIELD_TERMS = {
     "tp": "tp", "pp": "pp", "vpp": "vpp", "dp": "dp", "cp": "cp", "ep": "ep", "expert_tp": "expert tp",
-    "micro_batch": "micro-batch",
+    "mtp_layers": "MTP layers", "pipeline_layout": "pipeline layout", "micro_batch": "micro-batch",
     "global_batch": "global batch", "recompute": "recompute", "sequence_parallel": "sequence parallel",
     "offload": "offload", "calibrated": "calibrated", "sharding": "fsdp-full",
     "ddp": "ddp", "zero1": "zero1 / zero2 / zero3", "zero2": "zero1 / zero2 / zero3", "zero3": "zero1 / zero2 / zero3",

@@ -49,7 +49,7 @@ SEARCH_DEFAULTS = {
     "top_k": "10",
 }
 SHARED = ("model", "hf_config", "hf_id", "gpu", "node", "fabric", "seq_len", "global_batch", "tokens", "precision",
-          "optimizer", "framework", "flash_attention", "moe_dispatcher", "moe_a2a_overlap", "expert_tp", "moe_capacity_factor",
+          "optimizer", "framework", "flash_attention", "moe_dispatcher", "moe_a2a_overlap", "expert_tp", "mtp_layers", "moe_capacity_factor",
           "moe_pad_to_capacity", "grad_reduce_bf16", "fused_swiglu", "z_loss", "zero_init", "calibrated")  # fmt: skip
 """Planner inputs the search keeps fixed; the parallel layout (tp, pp, dp, …) is what it searches."""
 
@@ -66,7 +66,7 @@ def search_request(
         "seq_len": r.seq_len, "global_batch": r.global_batch, "tokens": form.tokens, "precision": r.precision,
         "optimizer": r.optimizer, "framework": r.framework, "flash_attention": r.flash_attention,
         "moe_dispatcher": r.moe_dispatcher, "moe_a2a_overlap": r.moe_a2a_overlap, "expert_tp": r.expert_tp,
-        "moe_capacity_factor": r.moe_capacity_factor, "moe_pad_to_capacity": r.moe_pad_to_capacity,
+        "mtp_layers": r.mtp_layers, "moe_capacity_factor": r.moe_capacity_factor, "moe_pad_to_capacity": r.moe_pad_to_capacity,
         "grad_reduce_bf16": r.grad_reduce_bf16, "fused_swiglu": r.fused_swiglu, "z_loss": r.z_loss,
         "zero_init": r.zero_init,
         "calibrated": r.calibrated, "objective": opts["objective"], "price_option": opts["price_option"],
@@ -147,6 +147,7 @@ def layout_values(c: Any) -> dict[str, str]:
     layout = {
         "gpus": c.gpus, "tp": p.tp, "pp": p.pp, "vpp": p.vpp, "dp": p.dp, "cp": p.cp, "ep": p.ep,
         "expert_tp": "" if p.expert_tp is None else p.expert_tp,
+        "pipeline_layout": p.pipeline_layout or "",
         "sharding": p.sharding.value, "shard_group_size": p.shard_group_size or "", "offload": p.offload.value,
         "micro_batch": p.micro_batch, "global_batch": p.global_batch, "recompute": p.recompute.value,
         "sequence_parallel": "on" if p.sequence_parallel else "off",

@@ -172,3 +172,22 @@ def test_expert_tp_is_accepted_and_a_bad_one_is_422_naming_the_field(client: Tes
         response = post(client, **bad)
         assert response.status_code == 422, bad
         assert any(i["loc"] == ["body", "expert_tp"] for i in response.json()["detail"]), response.json()
+
+
+def test_mtp_and_a_pipeline_layout_over_the_api(client: TestClient) -> None:
+    """NVIDIA's DeepSeek-V3 plan on 256 B200 (pp 16, ep 8) with its MTP layer and layout: accepted and echoed; a
+    layout with a layer too many, and MTP under FSDP2, are 422 on the field at fault."""
+    plan = dict(model="deepseek-v3", gpu="b200", gpus=256, tp=1, pp=16, ep=8, global_batch=4096, seq_len=4096,
+                framework="megatron", sharding="megatron-distopt", precision="fp8", recompute="selective")  # fmt: skip
+    ok = post(client, **plan, mtp_layers=1, pipeline_layout="Et*4|(t*4|)*14tmL")
+    assert ok.status_code == 200, ok.text
+    assert (
+        ok.json()["plan"]["pipeline_layout"] == "Et*4|(t*4|)*14tmL" and ok.json()["plan"]["mtp_layers"] == 1
+    )
+    for bad, field in (
+        (dict(plan, mtp_layers=1, pipeline_layout="Et*4|(t*4|)*14t*2mL"), "pipeline_layout"),
+        (dict(plan, framework="fsdp2", sharding="fsdp-full", pp=1, mtp_layers=1), "mtp_layers"),
+    ):
+        response = post(client, **bad)
+        assert response.status_code == 422, bad
+        assert any(i["loc"] == ["body", field] for i in response.json()["detail"]), response.json()

@@ -94,6 +94,9 @@ GRID_CASES = [
     # TP communication overlap asked where the framework cannot run it (uncompiled torchtitan, DeepSpeed)
     ("llama3.1-8b", 16, Framework.fsdp2, dict(seq_len=4096, tp_comm_overlap=True), (32,)),
     ("llama3.1-8b", 16, Framework.deepspeed, dict(seq_len=4096, tp_comm_overlap=True), (32,)),
+    # multi-token prediction asked where capplan models it for Megatron only
+    ("deepseek-v3", 64, Framework.fsdp2, dict(seq_len=4096, mtp_layers=1, max_pp=4), (128,)),
+    ("mixtral-8x7b", 32, Framework.deepspeed, dict(seq_len=4096, mtp_layers=1), (64,)),
 ]
 PER_RULE = 6  # sampled points charged to each rule (first failing), besides random accepted and rejected ones
 
@@ -155,7 +158,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     it always runs TP with sequence parallelism, which Megatron's TP overlap needs; the MoE capacity settings are
     the user's, kept fixed (the cases set none); the experts' tensor-parallel degree is the framework's default or, folded
     (Megatron), 1 — which divides tp, and the search always runs TP with sequence parallelism — so no expert_tp rule
-    fires on its grid."""
+    fires on its grid; the search lays out no pipeline layout string (it splits evenly), so no layout rule fires."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
@@ -165,7 +168,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
         "fsdp2-recompute-modules", "deepspeed-recompute-modules", "megatron-tp-overlap-sp",
         "moe-pad-without-capacity", "moe-capacity-dense-model", "torchtitan-moe-capacity", "megatron-pad-deepep",
         "expert-tp-dense-model", "expert-tp-not-dividing-tp", "expert-tp-without-sp", "torchtitan-expert-tp",
-        "deepspeed-expert-tp",
+        "deepspeed-expert-tp", "pipeline-layout", "fsdp2-pipeline-layout", "deepspeed-pipeline-layout",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -308,6 +311,13 @@ CASES: dict[str, tuple[dict, dict]] = {
     "expert-tp-without-sp": (dict(DISTOPT, tp=2, dp=4, expert_tp=1), dict(n_experts=8)),
     "torchtitan-expert-tp": (dict(tp=4, dp=2, sequence_parallel=True, expert_tp=2), dict(n_experts=8)),
     "deepspeed-expert-tp": (dict(ZERO1, tp=2, dp=4, sequence_parallel=True, expert_tp=1), dict(n_experts=8)),
+    # 80 layers on pp 2: a layout of 79 transformer layers
+    "pipeline-layout": (dict(DISTOPT, pp=2, dp=4, pipeline_layout="Et*40|t*39L"), {}),
+    "fsdp2-mtp": (dict(mtp_layers=1), {}),
+    "deepspeed-mtp": (dict(ZERO1, mtp_layers=1), {}),
+    "fsdp2-pipeline-layout": (dict(pp=2, dp=4, pipeline_layout="Et*40|t*40L"), {}),
+    "deepspeed-pipeline-layout": (dict(framework=DEEPSPEED, sharding=Sharding.zero1, pp=2, dp=4,
+                                       pipeline_layout="Et*40|t*40L"), {}),
 }  # fmt: skip
 
 

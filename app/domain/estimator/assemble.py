@@ -123,7 +123,7 @@ def plan_q(arch: Architecture, plan: Plan) -> PlanQ:
         offload_optimizer=plan.offload is Offload.optimizer_cpu, offload_params=plan.offload is Offload.params_cpu,
         offload_nvme=plan.offload is Offload.nvme, recompute_full=plan.recompute_share(arch.n_layers),
         sequence_parallel=plan.sequence_parallel, exact=exact, exact_params=e_params, exact_grads=e_grads,
-        exact_optimizer=e_opt, ep_dedup=plan.moe_dispatcher.dedup_kind, ep_a2a_overlap=plan.moe_a2a_overlap,
+        exact_optimizer=e_opt, mtp=plan.mtp_layers, ep_dedup=plan.moe_dispatcher.dedup_kind, ep_a2a_overlap=plan.moe_a2a_overlap,
         ep_capacity=plan.moe_capacity_factor or 0.0, ep_pad=plan.moe_pad_to_capacity,
         recompute_moe=RecomputeModule.moe in plan.recompute_module_set,
         recompute_selective_op=plan.recompute is Recompute.selective_op,
@@ -316,7 +316,7 @@ def evaluate_plan(
     stages: list[StageMemory] = []
     ranks: list[RankTime] = []
     times: dict[tuple, dict] = {}  # a rank's time depends only on its layers and first/last role
-    for rank in rank_layers(arch, plan.pp, plan.vpp):
+    for rank in rank_layers(arch, plan.pp, plan.vpp, plan.mtp_layers, plan.chunk_counts):
         rq = rank_q(rank)
         stages.append(_stage(rank, rank_memory(SCALAR, mq, pq, rq, kq, c), c.usable, c.workspace))
         signature = (rank.dense_layers, rank.moe_layers, rank.first, rank.last)

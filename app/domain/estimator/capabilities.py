@@ -90,6 +90,14 @@ def _expert_tp_as_tp(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, expert_tp=None)
 
 
+def _no_mtp(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, mtp_layers=0, pipeline_layout=None)
+
+
+def _no_layout(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, pipeline_layout=None)
+
+
 def _layer_recompute(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, recompute=Recompute.selective)
 
@@ -223,6 +231,27 @@ CAPABILITIES: tuple[Rule, ...] = (
         "DeepSpeed-MoE has no expert tensor-parallel degree of its own: its experts follow the model's tensor "
         "parallelism", "leave expert_tp empty (= tp), or use framework megatron", DEEPSPEED_SOURCE,
         lambda f: f.etp_given & (f.etp != f.tp), _expert_tp_as_tp,
+    ),
+    *(
+        _refusal(
+            framework, f"{framework.value}-mtp", "mtp_layers",
+            "multi-token prediction is modelled as Megatron-Core trains it (--mtp-num-layers, the modules with the "
+            f"loss on the last stage); capplan's {framework.value} export has no such setting",
+            "set mtp_layers to 0, or use framework megatron", f"capplan's {framework.value} export (no MTP setting)",
+            lambda f: f.mtp > 0, _no_mtp,
+        )
+        for framework in (Framework.fsdp2, Framework.deepspeed)
+    ),
+    *(
+        _refusal(
+            framework, f"{framework.value}-pipeline-layout", "pipeline_layout",
+            "a pipeline layout string is Megatron-Core's --pipeline-model-parallel-layout; this framework splits "
+            "the layers its own way (capplan's even split)",
+            "leave pipeline_layout empty, or use framework megatron",
+            f"capplan's {framework.value} export (its own pipeline split)",
+            lambda f: f.layout_given, _no_layout,
+        )
+        for framework in (Framework.fsdp2, Framework.deepspeed)
     ),
     _refusal(
         Framework.megatron, "megatron-fsdp2-fp16", "precision",

@@ -440,6 +440,11 @@ def _assumptions(
                    value=inflight_microbatches(0, plan.pp, plan.vpp, plan.micro_batches), source="formula",
                    note="1F1B: min(m, pp); interleaved: Megatron warm-up count"),
         Assumption(name="pipeline bubble", value="(pp−1)/vpp × t_micro-batch", source="formula"),
+        Assumption(name="pipeline layout", value=plan.pipeline_layout or "even split, remainder to the middle stages",
+                   source="override" if plan.pipeline_layout else "default",
+                   note=(f"{plan.mtp_layers} multi-token prediction layer(s) with the loss on the last stage: one more "
+                         "layer, 2h→h projection and output-head pass each (MFU counts the main model's FLOPs only)")
+                   if plan.mtp_layers else "no multi-token prediction"),
         Assumption(name="TP collectives", value=_tp_overlap_value(cluster, plan), source="formula",
                    note="with TP communication overlap (Megatron's --tp-comm-overlap, torchtitan's async TP; needs "
                    "sequence parallelism) the stack's fitted tp_overlap share hides behind the neighbouring GEMMs, "

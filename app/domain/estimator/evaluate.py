@@ -34,7 +34,7 @@ from app.domain.estimator.network import (
     group_link,
     group_shape,
 )
-from app.domain.estimator.rank_memory import bf16_optimizer_runs, local_params
+from app.domain.estimator.rank_memory import bf16_optimizer_runs, head_passes, local_params
 
 Num = Any  # a Python number or a numpy array
 
@@ -96,6 +96,7 @@ class PlanQ:
     ep_a2a_overlap: Num = False  # Megatron-Core's overlap_moe_expert_parallel_comm (1F1B all-to-all overlap)
     ep_capacity: Num = 0.0  # MoE capacity factor (0: dropless)
     ep_pad: Num = False  # MoE expert inputs padded to the capacity
+    mtp: Num = 0  # multi-token prediction modules (Plan.mtp_layers): their layers, heads and projections
     recompute_moe: Num = (
         False  # Megatron's "moe" recompute module: the layer's dispatch and combine run again
     )
@@ -400,7 +401,7 @@ def rank_time(
     dense, expert, _, _ = local_params(xp, mq, pq, rq)
     total_local = dense + expert
     compute = rq.n_dense * (kq.fwd_dense + kq.bwd_dense) + rq.n_moe * (kq.fwd_moe + kq.bwd_moe)
-    compute = compute + xp.where(rq.last, kq.head_fwd + kq.head_bwd, 0)
+    compute = compute + xp.where(rq.last, head_passes(mq, pq) * (kq.head_fwd + kq.head_bwd), 0)
     # DeepSpeed accumulates gradients in every micro-batch's backward, on its stream
     compute = compute + grad_accumulate_seconds(xp, pq, c, total_local)
     recompute = rq.n_dense * kq.rec_dense + rq.n_moe * kq.rec_moe

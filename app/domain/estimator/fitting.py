@@ -87,7 +87,7 @@ def _prepare(catalog: Catalog, runs: tuple[PublishedRun, ...]) -> tuple[_Prepare
         plan, _ = run_plan(run)
         cluster = run_cluster(run, catalog)
         metric, published, t_pub = published_iteration_s(run, cluster.accelerator.bf16_dense_tflops)
-        ranks = tuple(rank_layers(arch, plan.pp, plan.vpp))
+        ranks = tuple(rank_layers(arch, plan.pp, plan.vpp, plan.mtp_layers, plan.chunk_counts))
         mq, pq = model_q(arch, parameter_counts(arch)), plan_q(arch, plan)
         out.append(_Prepared(run, arch, plan, mq, pq, ranks, cluster, metric, published, t_pub))
     return tuple(out)

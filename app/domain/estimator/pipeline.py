@@ -1,6 +1,8 @@
 """How layers fall on pipeline ranks, and how many micro-batches each rank holds in flight.
 
-Layers split into ``pp·vpp`` chunks of consecutive layers; rank ``r`` owns chunks ``r, r+pp, r+2·pp, …``.
+Layers split into ``pp·vpp`` chunks of consecutive layers; rank ``r`` owns chunks ``r, r+pp, r+2·pp, …``. A
+multi-token prediction module (``mtp`` of them, Megatron-Core's ``--mtp-num-layers``) is one more layer of the
+model's last kind on the last rank, as Megatron-Core places it with the loss (its head passes: evaluate).
 When ``n_layers`` does not divide evenly, the extra layers go to the middle chunks first, so the first and
 last ranks (which also hold the embedding and the output layer and logits) are the lighter ones — what Llama
 3 405B did with 126 layers over 16 stages.
@@ -8,6 +10,7 @@ last ranks (which also hold the embedding and the output layer and logits) are t
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from itertools import accumulate
 
@@ -21,12 +24,13 @@ class RankLayers:
     first: bool
     last: bool
     layers: tuple[int, ...]
-    dense_layers: int
+    dense_layers: int  # including multi-token prediction layers of that kind
     moe_layers: int
+    mtp_layers: int = 0  # multi-token prediction modules' layers (the last rank's; not in ``layers``)
 
     @property
     def n_layers(self) -> int:
-        return len(self.layers)
+        return len(self.layers) + self.mtp_layers
 
     def count(self, kind: LayerKind) -> int:
         return self.dense_layers if kind == "dense" else self.moe_layers
@@ -44,31 +48,102 @@ def chunk_layer_counts(n_layers: int, chunks: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def rank_layers(arch: Architecture, pp: int, vpp: int) -> tuple[RankLayers, ...]:
-    counts = chunk_layer_counts(arch.n_layers, pp * vpp)
+class LayoutError(ValueError):
+    """A pipeline layout string that cannot be read, or does not fit the model and plan."""
+
+
+_REPEAT_GROUP = re.compile(r"\(([^()]+)\)\*(\d+)")
+_REPEAT_ONE = re.compile(r"(.)\*(\d+)")
+
+
+def layout_stages(layout: str) -> tuple[str, ...]:
+    """Megatron-Core's ``--pipeline-model-parallel-layout`` as one string of layer letters per virtual stage, in
+    layer order: ``E`` the embedding, ``t`` a transformer (decoder) layer, ``m`` a multi-token prediction layer, ``L``
+    the loss (output head); ``|`` ends a stage, ``(…)*n`` and ``x*n`` repeat, commas are cosmetic — the grammar of
+    megatron/core/transformer/pipeline_parallel_layer_layout.py (parse_str_to_list). Example: DeepSeek-V3 on 1,024
+    H100 (Megatron-Bridge's recipe) ``Et|(tt|)*30mL`` → ``Et``, 30 × ``tt``, ``mL``."""
+    text = layout.replace(",", "").replace(" ", "")
+    text = _REPEAT_GROUP.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    text = _REPEAT_ONE.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    stages = tuple(text.split("|"))
+    bad = sorted({ch for stage in stages for ch in stage} - set("EtmL"))
+    if bad:
+        raise LayoutError(f"unknown layer letter(s) {', '.join(bad)}: a layout uses E, t, m, L, | and (…)*n")
+    return stages
+
+
+def layout_problem(layout: str, n_layers: int, chunks: int, mtp: int) -> str | None:
+    """Why ``layout`` does not fit a model of ``n_layers`` on ``chunks`` = pp·vpp virtual stages with ``mtp``
+    multi-token prediction layers (Megatron-Core's checks: embedding first and loss last, once each; every decoder
+    layer once; MTP layers after every decoder layer) — and capplan's: the MTP layers sit with the loss in the last
+    stage (Megatron's standalone MTP stage is not modelled). None when it fits."""
+    try:
+        stages = layout_stages(layout)
+    except LayoutError as exc:
+        return str(exc)
+    flat = "".join(stages)
+    if len(stages) != chunks:
+        return f"{len(stages)} stages where pp·vpp = {chunks}"
+    if flat.count("E") != 1 or not stages[0].startswith("E"):
+        return "the embedding E must open the first stage, once"
+    if flat.count("L") != 1 or not stages[-1].endswith("L"):
+        return "the loss L must close the last stage, once"
+    if flat.count("t") != n_layers:
+        return f"{flat.count('t')} transformer layers t where the model has {n_layers}"
+    if flat.count("m") != mtp:
+        return f"{flat.count('m')} MTP layers m where mtp_layers = {mtp}"
+    if mtp and stages[-1].count("m") != mtp:
+        return "the MTP layers m must share the last stage with the loss (a standalone MTP stage is not modelled)"
+    if "t" in flat[flat.find("m") :] and mtp:
+        return "decoder layers t must come before the MTP layers m"
+    return None
+
+
+def layout_counts(layout: str) -> tuple[int, ...]:
+    """Transformer layers per virtual stage of a layout (see :func:`layout_stages`)."""
+    return tuple(stage.count("t") for stage in layout_stages(layout))
+
+
+def _mtp_on(arch: Architecture, rank: int, pp: int, mtp: int) -> tuple[int, int]:
+    """(dense, MoE) multi-token prediction layers on ``rank``: ``mtp`` of the model's last layer kind on the last."""
+    if rank != pp - 1 or not mtp:
+        return 0, 0
+    return (0, mtp) if arch.layer_kinds()[-1] == "moe" else (mtp, 0)
+
+
+def rank_layers(
+    arch: Architecture, pp: int, vpp: int, mtp: int = 0, counts: tuple[int, ...] | None = None
+) -> tuple[RankLayers, ...]:
+    """The layers of each pipeline rank: ``counts`` per virtual stage (a layout's, :func:`layout_counts`) or capplan's
+    even split (:func:`chunk_layer_counts`), and ``mtp`` multi-token prediction layers on the last rank."""
+    counts = counts or chunk_layer_counts(arch.n_layers, pp * vpp)
     starts = [sum(counts[:c]) for c in range(len(counts))]
     kinds = arch.layer_kinds()
     out = []
     for r in range(pp):
         layers = tuple(i for c in range(r, pp * vpp, pp) for i in range(starts[c], starts[c] + counts[c]))
         moe = sum(1 for i in layers if kinds[i] == "moe")
+        extra_dense, extra_moe = _mtp_on(arch, r, pp, mtp)
         out.append(
             RankLayers(
                 rank=r,
                 first=r == 0,
                 last=r == pp - 1,
                 layers=layers,
-                dense_layers=len(layers) - moe,
-                moe_layers=moe,
+                dense_layers=len(layers) - moe + extra_dense,
+                moe_layers=moe + extra_moe,
+                mtp_layers=extra_dense + extra_moe,
             )
         )
     return tuple(out)
 
 
-def rank_counts(arch: Architecture, pp: int, vpp: int) -> tuple[tuple[int, int, int, bool, bool], ...]:
+def rank_counts(
+    arch: Architecture, pp: int, vpp: int, mtp: int = 0, counts: tuple[int, ...] | None = None
+) -> tuple[tuple[int, int, int, bool, bool], ...]:
     """(rank, dense layers, MoE layers, first, last) of each rank of :func:`rank_layers`, without its layer lists
     (the plan search asks for every pipeline of its space)."""
-    counts = chunk_layer_counts(arch.n_layers, pp * vpp)
+    counts = counts or chunk_layer_counts(arch.n_layers, pp * vpp)
     starts = list(accumulate(counts, initial=0))
     moe_before = list(accumulate((kind == "moe" for kind in arch.layer_kinds()), initial=0))
     out = []
@@ -76,7 +151,8 @@ def rank_counts(arch: Architecture, pp: int, vpp: int) -> tuple[tuple[int, int, 
         chunks = range(r, pp * vpp, pp)
         layers = sum(counts[c] for c in chunks)
         moe = sum(moe_before[starts[c + 1]] - moe_before[starts[c]] for c in chunks)
-        out.append((r, layers - moe, moe, r == 0, r == pp - 1))
+        extra_dense, extra_moe = _mtp_on(arch, r, pp, mtp)
+        out.append((r, layers - moe + extra_dense, moe + extra_moe, r == 0, r == pp - 1))
     return tuple(out)
 
 

@@ -179,6 +179,18 @@ class Plan(Frozen):
         "each expert whole on one GPU and the expert-parallel group free to span the tensor-parallel ranks, as "
         "NVIDIA's performance recipes run MoE models",
     )  # fmt: skip
+    mtp_layers: int = Field(
+        default=0, ge=0, le=8,
+        description="multi-token prediction modules trained (Megatron-Core's --mtp-num-layers; DeepSeek-V3 trains "
+        "1): each is one more transformer layer of the model's last kind, a 2h→h projection and one more pass of the "
+        "shared output head and loss, all on the last pipeline stage",
+    )  # fmt: skip
+    pipeline_layout: str | None = Field(
+        default=None, max_length=512,
+        description="Megatron-Core's --pipeline-model-parallel-layout: the layers of each virtual pipeline stage "
+        "(E embedding, t transformer layer, m MTP layer, L loss; | ends a stage; (…)*n repeats), e.g. "
+        "'Et|(tt|)*30mL'; None = capplan's even split (the remainder to the middle stages)",
+    )  # fmt: skip
     sharding: Sharding = Sharding.fsdp_full
     shard_group_size: int | None = Field(default=None, ge=1, description="HSDP shard group (GPUs)")
     offload: Offload = Offload.none
@@ -365,6 +377,13 @@ class Plan(Frozen):
         if self.recompute_layers is None:
             return 1.0
         return min(1.0, self.recompute_layers / max(1, self.layers_per_chunk(n_layers)))
+
+    @property
+    def chunk_counts(self) -> tuple[int, ...] | None:
+        """Transformer layers per virtual stage of :attr:`pipeline_layout` (None: the even split)."""
+        from app.domain.estimator.pipeline import layout_counts
+
+        return layout_counts(self.pipeline_layout) if self.pipeline_layout else None
 
     @property
     def etp(self) -> int:

@@ -138,6 +138,8 @@ _INFERABLE = {
     "cp",
     "ep",
     "etp",
+    "mtp_layers",
+    "pipeline_layout",
     "vpp",
     "n_experts",
     "experts_top_k",
@@ -243,6 +245,16 @@ class PublishedRun(CatalogEntry):
         default=None, gt=0,
         description="the routed experts' tensor-parallel degree (Megatron's expert_tensor_parallel_size); None = tp",
     )  # fmt: skip
+    mtp_layers: int = Field(
+        default=0,
+        ge=0,
+        le=8,
+        description="multi-token prediction modules the run trained (Megatron's mtp_num_layers)",
+    )
+    pipeline_layout: str | None = Field(
+        default=None,
+        description="Megatron-Core's pipeline_model_parallel_layout the run's configuration sets",
+    )
     vpp: int | None = Field(default=None, gt=0)
     micro_batch: int | None = Field(default=None, gt=0)
     global_batch: int | None = Field(default=None, gt=0, description="sequences per optimizer step")

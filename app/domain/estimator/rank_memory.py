@@ -13,14 +13,24 @@ if TYPE_CHECKING:
     from app.domain.estimator.evaluate import Consts, KeyQ, ModelQ, Num, PlanQ, RankQ
 
 
+def head_passes(mq: ModelQ, pq: PlanQ) -> Num:
+    """Passes of the output head a micro-batch makes on the last stage: 1, plus one per multi-token prediction
+    module (DeepSeek-V3 §2.2: each module shares the output head and runs its own loss) with its 2h→h projection,
+    2h/V of a head pass in FLOPs (2·2h·h against 2·h·V a token; DeepSeek-V3: 0.11)."""
+    return 1 + pq.mtp * (1 + 2 * mq.hidden * mq.hidden / mq.embedding)
+
+
 def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, Num]:
     """(dense incl. root, expert, largest unit, root) parameters on one rank before dp sharding."""
     dense_layer = mq.dense_sharded / pq.tp + mq.dense_replicated
     moe_layer = mq.moe_sharded / pq.tp + mq.moe_replicated
     expert_layer = mq.moe_experts / (pq.ep * pq.etp)
     head = xp.where(mq.output_head > 0, mq.output_head, xp.where(pq.pp > 1, mq.embedding, 0))
+    # a multi-token prediction module adds its 2h→h projection (column-parallel) and three norms to the last stage;
+    # its transformer layer is counted with the rank's layers (pipeline.rank_layers) and it shares the head
+    mtp = pq.mtp * (2 * mq.hidden * mq.hidden / pq.tp + 3 * mq.hidden)
     root = xp.where(rq.first, mq.embedding / pq.tp + mq.pre_rest, 0) + xp.where(
-        rq.last, head / pq.tp + mq.post_rest, 0
+        rq.last, head / pq.tp + mq.post_rest + mtp, 0
     )
     dense = rq.n_dense * dense_layer + rq.n_moe * moe_layer + root
     expert = rq.n_moe * expert_layer
@@ -165,7 +175,9 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
     flight = inflight(xp, rq.rank, pq)
     activations = flight * (rq.n_dense * kq.saved_dense + rq.n_moe * kq.saved_moe) + kq.peak_extra
     activations = activations + xp.where(rq.first, flight * kq.embedding_act, 0)
-    activations = activations + xp.where(rq.last, flight * kq.head_act, 0)
+    # each multi-token prediction module saves its own head's activations for the backward (the 2h-wide
+    # projection input it also saves is left out: under 2 % of a head's logits at DeepSeek-V3's vocabulary)
+    activations = activations + xp.where(rq.last, flight * kq.head_act * (1 + pq.mtp), 0)
     logits = xp.where(rq.last, kq.logits, 0)
 
     allocated = params + grads + optimizer + activations + logits + gathered + buffers + c.workspace

@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from app.domain.estimator.pipeline import layout_problem
 from app.domain.estimator.plan import (
     Framework,
     MoeDispatcher,
@@ -152,6 +153,11 @@ class Facts:
     deepep: Any  # the DeepEP dispatcher (Megatron's flex dispatcher with the deepep backend)
     tp_overlap_asked: Any  # TP communication overlap asked for explicitly (Plan.tp_comm_overlap is True)
     compiled: Any  # torch.compile / fused kernels (Plan.uses_fused_kernels)
+    mtp: Any  # multi-token prediction layers (Plan.mtp_layers)
+    layout_why: (
+        str  # why Plan.pipeline_layout does not fit ("" when it fits or none is given; the search gives none)
+    )
+    layout_given: Any  # Plan.pipeline_layout set
     # the model and cluster (Context)
     gpus: int | None
     n_layers: int | None
@@ -191,13 +197,15 @@ def facts(
     framework: Framework, fp16: Any, sgd: Any, context: Context, fp32: Any = False, dedup_dispatcher: Any = False,
     a2a_overlap: Any = False, modules_named: Any = False, up_proj_named: Any = False, moe_modules_named: Any = False,
     tp_overlap_asked: Any = False, compiled: Any = False, capacity: Any = 0.0, pad_capacity: Any = False,
-    deepep: Any = False, etp: Any = None, etp_given: Any = False,
+    deepep: Any = False, etp: Any = None, etp_given: Any = False, mtp: Any = 0, layout_why: str = "",
+    layout_given: Any = False,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike (``etp`` None: tp)."""
     per_step = micro_batch * _at_least_1(dp)
     n_layers = context.n_layers
     return Facts(
-        tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, etp=tp if etp is None else etp, etp_given=etp_given,
+        tp=tp, pp=pp, vpp=vpp, dp=dp, cp=cp, ep=ep, etp=tp if etp is None else etp, etp_given=etp_given, mtp=mtp,
+        layout_why=layout_why, layout_given=layout_given,
         micro_batch=micro_batch, global_batch=global_batch,
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
@@ -234,6 +242,9 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         tp_overlap_asked=plan.tp_comm_overlap is True, compiled=plan.uses_fused_kernels,
         capacity=plan.moe_capacity_factor or 0.0, pad_capacity=plan.moe_pad_to_capacity,
         deepep=plan.moe_dispatcher is MoeDispatcher.deepep, etp=plan.etp, etp_given=plan.expert_tp is not None,
+        mtp=plan.mtp_layers, layout_given=plan.pipeline_layout is not None,
+        layout_why=(layout_problem(plan.pipeline_layout, context.n_layers, plan.pp * plan.vpp, plan.mtp_layers) or "")
+        if plan.pipeline_layout and context.n_layers else "",
     )  # fmt: skip
 
 
@@ -418,6 +429,13 @@ PLAN_RULES: tuple[Rule, ...] = (
         lambda f: (f.ep > 1) & (f.n_experts > 0) & (f.n_experts % f.ep != 0),
         lambda f: f"{f.n_experts} experts are not divisible by ep={f.ep}",
         lambda f: f"use ep in {_divisors(f.n_experts, min(f.n_experts, 256))}",
+    ),
+    Rule(
+        "pipeline-layout", "pipeline_layout", "a pipeline layout that does not fit the model and plan",
+        lambda f: f.layout_why != "",
+        lambda f: f.layout_why,
+        lambda f: "write one stage per pp·vpp with every transformer layer once, E first, L last and the MTP "
+        "layers m with L, or leave it empty for the even split",
     ),
     Rule(
         "expert-tp-dense-model", "expert_tp", "an expert tensor-parallel degree on a dense model",

@@ -204,7 +204,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
     if run.fsdp_flat_params is not None:
         flat_params = run.fsdp_flat_params
     plan = Plan(
-        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, expert_tp=run.etp, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
+        tp=tp, pp=pp, vpp=run.vpp or 1, dp=dp, cp=cp, ep=ep, expert_tp=run.etp, mtp_layers=run.mtp_layers, pipeline_layout=run.pipeline_layout, shard_group_size=run.shard_group_size, offload=Offload(run.offload), sharding=sharding, micro_batch=micro,
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
         recompute_layers=run.recompute_layers if recompute is Recompute.full else None,
         sequence_parallel=run.sequence_parallel, moe_dispatcher=MoeDispatcher(run.moe_dispatcher),

@@ -22,16 +22,15 @@ from app.domain.export.text import comment_block, shell_word
 Arg = tuple[str, str | tuple[str, ...] | None]  # (flag, value); None for a switch, a tuple for nargs='+'
 
 
-def pipeline_layout(n_layers: int, pp: int, vpp: int) -> str:
+def pipeline_layout(n_layers: int, pp: int, vpp: int, mtp: int = 0) -> str:
     """Megatron's ``--pipeline-model-parallel-layout`` for capplan's split: one ``|``-separated entry per
-    virtual stage in layer order, ``E`` the embedding (first), ``t*N`` N transformer layers, ``L`` the
-    loss/output layer (last); e.g. 126 layers on 16 stages → ``Et*7|t*8|…|t*8|t*7L``."""
+    virtual stage in layer order, ``E`` the embedding (first), ``t*N`` N transformer layers, ``m`` the multi-token
+    prediction layers and ``L`` the loss/output layer (last); e.g. 126 layers on 16 stages → ``Et*7|t*8|…|t*8|t*7L``."""
     counts = chunk_layer_counts(n_layers, pp * vpp)
     stages = []
     for c, count in enumerate(counts):
-        stage = (
-            ("E" if c == 0 else "") + (f"t*{count}" if count else "") + ("L" if c == len(counts) - 1 else "")
-        )
+        last = c == len(counts) - 1
+        stage = ("E" if c == 0 else "") + (f"t*{count}" if count else "") + ("m" * mtp + "L" if last else "")
         stages.append(stage)
     return "|".join(stages)
 
@@ -39,6 +38,8 @@ def pipeline_layout(n_layers: int, pp: int, vpp: int) -> str:
 def _pipeline_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
     p, arch = doc.plan, doc.arch
     chunks = p.pp * p.vpp
+    if p.pipeline_layout:  # the plan's own layout, as the estimate read it
+        return [("--pipeline-model-parallel-layout", p.pipeline_layout)]
     if p.pp == 1:
         return []
     if arch.n_layers % chunks == 0:
@@ -47,7 +48,7 @@ def _pipeline_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
         return []
     # uneven: the explicit per-stage layout (Megatron reads --decoder-first/last-pipeline-num-layers per rank,
     # not per virtual chunk, and builds no model for splits it cannot express)
-    return [("--pipeline-model-parallel-layout", pipeline_layout(arch.n_layers, p.pp, p.vpp))]
+    return [("--pipeline-model-parallel-layout", pipeline_layout(arch.n_layers, p.pp, p.vpp, p.mtp_layers))]
 
 
 def _sharding_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
@@ -214,6 +215,7 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         ("--expert-model-parallel-size", str(p.ep)),
         *((("--expert-tensor-parallel-size", str(p.etp)),) if doc.arch.is_moe and p.etp != p.tp else ()),
         *_pipeline_args(doc, notes),
+        *((("--mtp-num-layers", str(p.mtp_layers)),) if p.mtp_layers else ()),
     ]
     if p.sequence_parallel:
         args.append(("--sequence-parallel", None))

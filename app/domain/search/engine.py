@@ -113,7 +113,7 @@ def _plan_arrays(
         exact=col(exact), exact_params=col(e_params), exact_grads=col(e_grads), exact_optimizer=col(e_opt),
         ep_dedup=spec.moe_dispatcher.dedup_kind,
         ep_a2a_overlap=col(spec.a2a_overlap(ep, pp, vpp, g["rc"] == RECOMPUTES.index(Recompute.full))),
-        ep_capacity=spec.moe_capacity_factor or 0.0, ep_pad=spec.moe_pad_to_capacity,
+        ep_capacity=spec.moe_capacity_factor or 0.0, ep_pad=spec.moe_pad_to_capacity, mtp=spec.mtp_layers,
     )  # fmt: skip
 
 
@@ -128,7 +128,7 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels, fused_loss=spec.fused_loss,
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
         grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, z_loss=spec.z_loss,
-        moe_dispatcher=spec.moe_dispatcher, expert_tp=1 if folded else spec.expert_tp,
+        moe_dispatcher=spec.moe_dispatcher, expert_tp=1 if folded else spec.expert_tp, mtp_layers=spec.mtp_layers,
         grad_accum_fp32=spec.grad_accum_fp32, tp_comm_overlap=spec.tp_comm_overlap, repeat_kv=spec.repeat_kv,
         fsdp_flat_params=spec.fsdp_flat_params,
         zero_init=spec.zero_init, moe_capacity_factor=spec.moe_capacity_factor,
@@ -197,28 +197,30 @@ def _unique_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 # The representative ranks of each (pp, vpp) per architecture object (held, so its id is not reused while cached):
 # the sizing search asks for the same few pipelines thousands of times.
-_RANK_REPS: dict[int, tuple[Architecture, dict[tuple[int, int], list[tuple[int, int, int, bool, bool]]]]] = {}
+_RANK_REPS: dict[
+    int, tuple[Architecture, dict[tuple[int, int, int], list[tuple[int, int, int, bool, bool]]]]
+] = {}
 
 
-def _rank_reps(arch: Architecture, pp: int, vpp: int) -> list[tuple[int, int, int, bool, bool]]:
+def _rank_reps(arch: Architecture, pp: int, vpp: int, mtp: int = 0) -> list[tuple[int, int, int, bool, bool]]:
     """(rank, dense layers, MoE layers, first, last) of the lowest rank of each distinct layer count and role."""
     entry = _RANK_REPS.get(id(arch))
     if entry is None or entry[0] is not arch:
         if len(_RANK_REPS) >= 32:
             _RANK_REPS.clear()
         entry = _RANK_REPS[id(arch)] = (arch, {})
-    reps = entry[1].get((pp, vpp))
+    reps = entry[1].get((pp, vpp, mtp))
     if reps is None:
         seen: dict[tuple, tuple] = {}
-        for rank, *sig in rank_counts(arch, pp, vpp):
+        for rank, *sig in rank_counts(arch, pp, vpp, mtp):
             seen.setdefault(tuple(sig), (rank, *sig))
-        reps = entry[1][(pp, vpp)] = list(seen.values())
+        reps = entry[1][(pp, vpp, mtp)] = list(seen.values())
     return reps
 
 
-def _rank_arrays(arch: Architecture, g: dict) -> RankQ:
+def _rank_arrays(arch: Architecture, g: dict, mtp: int = 0) -> RankQ:
     unique, inverse = _unique_rows([g["pp"], g["vpp"]])
-    reps = [_rank_reps(arch, pp, vpp) for pp, vpp in unique.tolist()]
+    reps = [_rank_reps(arch, pp, vpp, mtp) for pp, vpp in unique.tolist()]
     width = max(len(r) for r in reps)
     table = np.array([r + [r[0]] * (width - len(r)) for r in reps], dtype=float)  # pad with a duplicate
     rows = table[inverse.ravel()]
@@ -271,7 +273,7 @@ def _evaluate(
     mq = model_q(arch, counts)
     pq = _plan_arrays(arch, spec, cluster, gpus, batch, g)
     kq = _key_arrays(arch, spec, cluster, g)
-    rq = _rank_arrays(arch, g)
+    rq = _rank_arrays(arch, g, spec.mtp_layers)
     c = consts(cluster, _scalar_plan(spec, tp=1, pp=1, vpp=1, dp=1, cp=1, ep=1, sharding=Sharding.ddp,
                                      offload=Offload.none, micro_batch=1, batch=1, recompute=Recompute.none))  # fmt: skip
     mem = rank_memory(VECTOR, mq, pq, rq, kq, c)
@@ -339,13 +341,8 @@ def _candidate(
 def _rank(score: np.ndarray, margin: np.ndarray, g: dict, idx: np.ndarray) -> np.ndarray:
     """Order by score (desc), then headroom (desc), then the simpler plan (fewer pipeline chunks, smaller cp,
     tp, no offload) — ties are common, e.g. dp and cp splits of equal speed."""
-    simplicity = (
-        g["pp"][idx] * g["vpp"][idx]
-        + g["cp"][idx]
-        + g["tp"][idx]
-        + 4 * g["off"][idx]
-        + layout_folded(g["ep"][idx])
-    )
+    simplicity = g["pp"][idx] * g["vpp"][idx] + g["cp"][idx] + g["tp"][idx] + 4 * g["off"][idx]
+    simplicity = simplicity + layout_folded(g["ep"][idx])  # the experts at tp before folded ones
     return np.lexsort((simplicity, -np.round(margin / GIB, 3), -np.round(score, 9)))
 
 

@@ -166,7 +166,7 @@ class FastestPlanFinder:
         """The distinct (dense layers, MoE layers, last) of the pipeline ranks: what a rank's time reads."""
         if (pp, vpp) not in self._ranks:
             self._ranks[(pp, vpp)] = sorted(
-                {(d, m, last) for _, d, m, _, last in _rank_reps(self.arch, pp, vpp)}
+                {(d, m, last) for _, d, m, _, last in _rank_reps(self.arch, pp, vpp, self.spec.mtp_layers)}
             )
         return self._ranks[(pp, vpp)]
 
@@ -176,7 +176,9 @@ class FastestPlanFinder:
         its host check the worst rank's, so a plan refused here is refused there."""
         pq = _plan_arrays(self.arch, self.spec, cluster, gpus, batch, g)
         unique, inverse = _unique_rows([g["pp"], g["vpp"]])
-        firsts = [_rank_reps(self.arch, pp, vpp)[0] for pp, vpp in unique.tolist()]  # rank 0 comes first
+        firsts = [
+            _rank_reps(self.arch, pp, vpp, self.spec.mtp_layers)[0] for pp, vpp in unique.tolist()
+        ]  # rank 0
         rows = np.array(firsts, dtype=float)[inverse][:, None, :]
         rq = RankQ(rank=rows[..., 0], n_dense=rows[..., 1], n_moe=rows[..., 2], first=rows[..., 3].astype(bool),
                    last=rows[..., 4].astype(bool))  # fmt: skip

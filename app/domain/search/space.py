@@ -200,7 +200,7 @@ def _reject_masks(
         a2a_overlap=spec.a2a_overlap(ep, pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full)),
         capacity=spec.moe_capacity_factor or 0.0, pad_capacity=spec.moe_pad_to_capacity,
         deepep=spec.moe_dispatcher is MoeDispatcher.deepep, etp=layout_etp(spec, tp, layout),
-        etp_given=(spec.expert_tp is not None) | folded,
+        etp_given=(spec.expert_tp is not None) | folded, mtp=spec.mtp_layers,
         tp_overlap_asked=spec.tp_comm_overlap is True,
         compiled=fused_kernels_on(spec.framework, spec.fused_kernels),
     ))  # fmt: skip

@@ -91,6 +91,7 @@ class SearchSpec(Frozen):
     expert_tp: int | None = Field(
         default=None, ge=1, le=1024
     )  # the experts' TP of every plan (None: framework's)
+    mtp_layers: int = Field(default=0, ge=0, le=8)  # multi-token prediction modules of every plan
     moe_a2a_overlap: bool = (
         False  # where a plan allows it (ep > 1, interleaving with pp > 1, no full recompute)
     )

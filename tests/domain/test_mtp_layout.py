@@ -1,0 +1,147 @@
+"""Multi-token prediction (Plan.mtp_layers, Megatron's --mtp-num-layers) and Megatron-Core's pipeline layout
+strings (Plan.pipeline_layout, --pipeline-model-parallel-layout).
+
+Hand-worked figures (DeepSeek-V3: 61 layers, the first 3 dense, h = 7,168, V = 129,280):
+- NVIDIA's H100 layout ``Et|(tt|)*30mL`` is 32 virtual stages: ``Et`` (layer 0), 30 × ``tt`` (layers 1–60),
+  ``mL``. On pp 8 × vpp 4, rank 7 owns stages 7, 15, 23, 31: layers 13–14, 29–30, 45–46 and none — 6 MoE
+  layers, plus the MTP layer (a MoE layer, the model's last kind): 7 MoE layers.
+- An MTP module runs the shared output head once more and its 2h→h projection, 2·2h·h / (2·h·V) = 2h/V = 0.1109 of
+  a head pass: 2.1109 head passes on the last stage.
+- Its projection holds 2h² = 102,760,448 parameters (÷ tp) and three norms of h.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
+from app.domain.estimator.pipeline import layout_counts, layout_problem, layout_stages, rank_layers
+from app.domain.estimator.plan import Framework, Plan, Sharding
+from app.domain.estimator.rank_memory import head_passes
+from app.domain.export import build_plan_document
+from app.domain.export.megatron import megatron_arg_pairs
+
+H100_LAYOUT = "Et|(tt|)*30mL"
+NVIDIA_16 = "Et*4|(t*4|)*14tmL"  # Megatron-Bridge's DeepSeek-V3 layout for 16 virtual stages
+
+
+def test_layout_strings_read_as_megatron_core_reads_them() -> None:
+    stages = layout_stages(H100_LAYOUT)
+    assert len(stages) == 32 and stages[0] == "Et" and stages[1:31] == ("tt",) * 30 and stages[-1] == "mL"
+    assert layout_counts(H100_LAYOUT) == (1,) + (2,) * 30 + (0,)
+    assert layout_counts(NVIDIA_16) == (4,) * 15 + (1,)
+    assert layout_counts("Ettt|(tt|)*29,m|L") == (3,) + (2,) * 29 + (0, 0)  # commas are cosmetic
+    assert layout_problem(H100_LAYOUT, 61, 32, 1) is None
+    assert layout_problem(NVIDIA_16, 61, 16, 1) is None
+
+
+@pytest.mark.parametrize(
+    ("layout", "chunks", "mtp", "why"),
+    [
+        (H100_LAYOUT, 16, 1, "32 stages where pp·vpp = 16"),
+        (H100_LAYOUT, 32, 0, "1 MTP layers m where mtp_layers = 0"),
+        ("Et*4|(t*4|)*14tL", 16, 1, "0 MTP layers m where mtp_layers = 1"),
+        ("Et*4|(t*4|)*14t*2L", 16, 0, "62 transformer layers t where the model has 61"),
+        ("t*4E|(t*4|)*14tL", 16, 0, "the embedding E must open the first stage"),
+        ("Ettt|(tt|)*29,m|L", 32, 1, "a standalone MTP stage is not modelled"),
+        ("Et*4|(t*4|)*14txL", 16, 0, "unknown layer letter(s) x"),
+    ],
+)
+def test_a_layout_that_does_not_fit_says_why(layout, chunks, mtp, why) -> None:
+    assert why in (layout_problem(layout, 61, chunks, mtp) or "")
+
+
+def test_the_mtp_layer_sits_on_the_last_rank_of_nvidias_layout(catalog) -> None:
+    arch = catalog.architecture("deepseek-v3")
+    ranks = rank_layers(arch, 8, 4, mtp=1, counts=layout_counts(H100_LAYOUT))
+    assert [r.n_layers for r in ranks] == [7, 8, 8, 8, 8, 8, 8, 7]
+    last = ranks[-1]
+    assert last.layers == (13, 14, 29, 30, 45, 46)
+    assert (last.dense_layers, last.moe_layers, last.mtp_layers) == (0, 7, 1)
+    assert (ranks[0].dense_layers, ranks[0].moe_layers) == (1, 6)  # layers 0, 15–16, 31–32, 47–48
+    assert sum(r.n_layers for r in ranks) == 61 + 1
+    # without a layout the even split puts 1 layer in the outer stages and the MTP layer on top of the last
+    even = rank_layers(arch, 8, 4, mtp=1)
+    assert even[-1].mtp_layers == 1 and even[-1].moe_layers == 8
+
+
+def test_head_passes_by_hand() -> None:
+    mq = SimpleNamespace(hidden=7168, embedding=129_280 * 7168)
+    assert head_passes(mq, SimpleNamespace(mtp=0)) == 1
+    assert head_passes(mq, SimpleNamespace(mtp=1)) == pytest.approx(2 + 2 * 7168 / 129_280)
+    assert head_passes(mq, SimpleNamespace(mtp=1)) == pytest.approx(2.1109, abs=1e-4)
+
+
+def _b200_pp16(catalog, **kw):
+    arch = catalog.architecture("deepseek-v3")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="b200", gpus=256)
+    plan = Plan(pp=16, dp=16, ep=8, micro_batch=1, global_batch=4096, seq_len=4096, framework=Framework.megatron,
+                sharding=Sharding.megatron_distopt, **kw)  # fmt: skip
+    return estimate(arch, cluster, plan)
+
+
+def test_mtp_costs_the_last_stage_and_nvidias_layout_balances_it(catalog) -> None:
+    """DeepSeek-V3 on 256 B200, pp 16: an MTP module on the even split's last stage (4 layers + head) makes it the
+    pipeline's slowest by about a layer and a head and a half; NVIDIA's layout gives that stage 1 layer instead."""
+    plain = _b200_pp16(catalog)
+    mtp_even = _b200_pp16(catalog, mtp_layers=1)
+    mtp_nvidia = _b200_pp16(catalog, mtp_layers=1, pipeline_layout=NVIDIA_16)
+    assert mtp_even.step_time_s > 1.3 * plain.step_time_s
+    assert plain.step_time_s < mtp_nvidia.step_time_s < mtp_even.step_time_s
+    # the last stage holds the projection's parameters: 2h² (÷ tp 1) + 3h more than without MTP, and one more layer
+    last = lambda e: e.memory_by_stage[-1]  # noqa: E731
+    assert last(mtp_even).layers == last(plain).layers + 1
+
+
+def test_a_layout_and_mtp_are_refused_where_they_do_not_apply(catalog) -> None:
+    with pytest.raises(InvalidPlan, match="62 transformer layers"):
+        _b200_pp16(catalog, pipeline_layout="Et*4|(t*4|)*14t*2L")
+    arch = catalog.architecture("deepseek-v3")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="b200", gpus=256)
+    with pytest.raises(InvalidPlan, match="fsdp2: multi-token prediction"):
+        estimate(arch, cluster, Plan(dp=256, ep=8, global_batch=256, seq_len=4096, mtp_layers=1))
+
+
+def test_the_megatron_export_writes_the_layout_and_the_mtp_layers(catalog) -> None:
+    arch = catalog.architecture("deepseek-v3")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="b200", gpus=256)
+    base = dict(pp=16, dp=16, ep=8, global_batch=4096, seq_len=4096, framework=Framework.megatron,
+                sharding=Sharding.megatron_distopt, mtp_layers=1)  # fmt: skip
+
+    def build_plan_document_of(plan: Plan):
+        return build_plan_document(arch=arch, node=cluster.node, fabric=cluster.scale_out_fabric,
+                                   estimate=estimate(arch, cluster, plan), preset="deepseek-v3", hf_config=None,
+                                   tokens=None)  # fmt: skip
+
+    args = dict(megatron_arg_pairs(build_plan_document_of(Plan(**base, pipeline_layout=NVIDIA_16)))[0])
+    assert args["--pipeline-model-parallel-layout"] == NVIDIA_16 and args["--mtp-num-layers"] == "1"
+    # capplan's own uneven split (61 over 16) names the MTP layer with the loss, as Megatron checks
+    own = dict(megatron_arg_pairs(build_plan_document_of(Plan(**base)))[0])
+    layout = own["--pipeline-model-parallel-layout"]
+    assert layout.endswith("mL") and layout_problem(layout, 61, 16, 1) is None
+
+
+def test_the_search_and_the_estimate_agree_with_mtp(catalog) -> None:
+    """A Megatron search with an MTP layer: every proposed plan (pipelined ones included, whose last rank holds the
+    MTP layer and heads) has the estimate's step time and peak memory."""
+    from app.domain.estimator.compute import model_flops_per_token
+    from app.domain.model.counts import parameter_counts
+    from app.domain.search.engine import search
+    from app.domain.search.spec import SearchSpec
+
+    arch = catalog.architecture("qwen3-30b-a3b")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="h100-sxm", gpus=32)
+    spec = SearchSpec(gpus=(32,), global_batches=(256,), seq_len=4096, framework=Framework.megatron, top_k=60,
+                      shardings=(Sharding.megatron_distopt,), mtp_layers=1)  # fmt: skip
+    flops = model_flops_per_token(arch, 4096, parameter_counts(arch).matmul_weights_active).total
+    found = search(arch, {32: cluster}, spec, flops)
+    assert found.plans and any(c.plan.pp > 1 for c in found.plans)
+    for c in found.plans:
+        assert c.plan.mtp_layers == 1
+        est = estimate(arch, cluster, c.plan)
+        assert c.step_time_s == pytest.approx(est.step_time_s, rel=1e-9)
+        assert c.peak_memory_bytes == pytest.approx(est.peak_memory_bytes, rel=1e-9)
+    without = search(arch, {32: cluster}, spec.model_copy(update={"mtp_layers": 0}), flops)
+    assert found.plans[0].tokens_per_s < without.plans[0].tokens_per_s
