@@ -113,6 +113,8 @@ def print_estimate(est) -> None:
     echo(
         f"plan: tp={p.tp} pp={p.pp} vpp={p.vpp} dp={p.dp} cp={p.cp} ep={p.ep}"
         + (f" expert-tp={p.expert_tp}" if p.expert_tp is not None and p.expert_tp != p.tp else "")
+        + (f" mtp-layers={p.mtp_layers}" if p.mtp_layers else "")
+        + (f" pipeline-layout={p.pipeline_layout}" if p.pipeline_layout else "")
         + f" {p.sharding.value} "
         f"micro-batch={p.micro_batch} global-batch={p.global_batch} seq={p.seq_len} recompute={p.recompute.value}"
         + (f" ({p.recompute_layers} layers per chunk)" if p.recompute_layers is not None else "")
