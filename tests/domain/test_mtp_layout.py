@@ -145,3 +145,12 @@ def test_the_search_and_the_estimate_agree_with_mtp(catalog) -> None:
         assert c.peak_memory_bytes == pytest.approx(est.peak_memory_bytes, rel=1e-9)
     without = search(arch, {32: cluster}, spec.model_copy(update={"mtp_layers": 0}), flops)
     assert found.plans[0].tokens_per_s < without.plans[0].tokens_per_s
+
+
+@pytest.mark.parametrize(
+    "layout", ["(t*4096|)*4096L", "Et*999999999L", "E(t|)*5000L", "((t|)*2)*3", "Et*4|)*2L"]
+)
+def test_a_layout_that_would_expand_too_far_or_does_not_parse_is_refused_at_once(layout) -> None:
+    """A 30-character layout could ask for gigabytes: repeat counts and the expanded length are bounded before
+    expanding; nested or unbalanced parentheses are not Megatron's grammar."""
+    assert layout_problem(layout, 61, 16, 0) is not None

@@ -52,6 +52,9 @@ class LayoutError(ValueError):
     """A pipeline layout string that cannot be read, or does not fit the model and plan."""
 
 
+MAX_LAYOUT_LAYERS = (
+    4096  # the most a repeat may ask for; an expanded layout holds at most 4× that many letters
+)
 _REPEAT_GROUP = re.compile(r"\(([^()]+)\)\*(\d+)")
 _REPEAT_ONE = re.compile(r"(.)\*(\d+)")
 
@@ -63,8 +66,17 @@ def layout_stages(layout: str) -> tuple[str, ...]:
     megatron/core/transformer/pipeline_parallel_layer_layout.py (parse_str_to_list). Example: DeepSeek-V3 on 1,024
     H100 (Megatron-Bridge's recipe) ``Et|(tt|)*30mL`` → ``Et``, 30 × ``tt``, ``mL``."""
     text = layout.replace(",", "").replace(" ", "")
-    text = _REPEAT_GROUP.sub(lambda m: m.group(1) * int(m.group(2)), text)
-    text = _REPEAT_ONE.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    for pattern in (_REPEAT_GROUP, _REPEAT_ONE):
+        # a repeat count is bounded before anything is expanded, and so is the expanded text: a short string must
+        # not ask for gigabytes
+        if any(int(m.group(2)) > MAX_LAYOUT_LAYERS for m in pattern.finditer(text)):
+            raise LayoutError(f"a repeat count above {MAX_LAYOUT_LAYERS:,}")
+        if (
+            sum(len(m.group(1)) * int(m.group(2)) for m in pattern.finditer(text)) + len(text)
+            > MAX_LAYOUT_LAYERS * 4
+        ):
+            raise LayoutError(f"the layout expands to more than {MAX_LAYOUT_LAYERS * 4:,} letters")
+        text = pattern.sub(lambda m: m.group(1) * int(m.group(2)), text)
     stages = tuple(text.split("|"))
     bad = sorted({ch for stage in stages for ch in stage} - set("EtmL"))
     if bad:
