@@ -77,8 +77,8 @@ PLANS: dict[str, dict] = {
     "deepseek-v3-megatron-mtp-layout": dict(model="deepseek-v3", gpus=256, pp=16, dp=16, ep=8, mtp_layers=1,
                                             pipeline_layout="Et*4|(t*4|)*14tmL", framework="megatron",
                                             sharding="megatron-distopt", global_batch=4096),
-    # capplan's own uneven split of 61 layers over 8 stages with an MTP layer: the layout it writes carries the m
-    "deepseek-v3-megatron-mtp-even-split": dict(model="deepseek-v3", gpus=256, pp=8, dp=32, ep=8, mtp_layers=1,
+    # capplan's own split of 61 layers over 8 stages with an MTP layer (the last lightened): the layout carries the m
+    "deepseek-v3-megatron-mtp-own-split": dict(model="deepseek-v3", gpus=256, pp=8, dp=32, ep=8, mtp_layers=1,
                                                 framework="megatron", sharding="megatron-distopt", global_batch=4096),
     "mixtral-megatron-ep8-cp2": dict(model="mixtral-8x7b", gpus=64, tp=2, cp=2, dp=16, ep=8, framework="megatron",
                                      sharding="megatron-distopt", sequence_parallel=True, global_batch=256),

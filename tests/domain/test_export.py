@@ -21,6 +21,7 @@ import yaml
 
 from app.domain.catalog import load_catalog
 from app.domain.estimator.estimate import build_cluster, estimate
+from app.domain.estimator.pipeline import chunk_layer_counts
 from app.domain.estimator.plan import Framework, Plan, Precision, Recompute
 from app.domain.export import (
     EXPORT_FORMATS,
@@ -576,7 +577,9 @@ def test_megatron_uneven_pipeline_and_moe_pattern() -> None:
     # Llama 3 405B's own split as an explicit layout; the first/last flags are per rank, not per chunk
     assert ns.pipeline_model_parallel_layout == "Et*7|" + "t*8|" * 14 + "t*7L"
     assert ns.decoder_first_pipeline_num_layers is None and ns.num_layers_per_virtual_pipeline_stage is None
-    assert pipeline_layout(80, 8, 4).count("|") == 31  # 80 layers on 32 chunks: a model Megatron can build
+    assert (
+        pipeline_layout(chunk_layer_counts(80, 32)).count("|") == 31
+    )  # 80 layers on 32 chunks: a model Megatron can build
     ds = megatron_parser().parse_args(megatron_args(DOCS["deepseek-v3-megatron"]))
     assert ds.multi_latent_attention and ds.moe_layer_freq == "([0]*3+[1]*58)"
     assert eval(ds.moe_layer_freq) == [0] * 3 + [1] * 58  # Megatron evaluates the pattern the same way

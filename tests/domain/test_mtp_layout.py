@@ -17,7 +17,14 @@ from types import SimpleNamespace
 import pytest
 
 from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
-from app.domain.estimator.pipeline import layout_counts, layout_problem, layout_stages, rank_layers
+from app.domain.estimator.pipeline import (
+    chunk_layer_counts,
+    layout_counts,
+    layout_problem,
+    layout_stages,
+    mtp_relief,
+    rank_layers,
+)
 from app.domain.estimator.plan import Framework, Plan, Sharding
 from app.domain.estimator.rank_memory import head_passes
 from app.domain.export import build_plan_document
@@ -62,9 +69,23 @@ def test_the_mtp_layer_sits_on_the_last_rank_of_nvidias_layout(catalog) -> None:
     assert (last.dense_layers, last.moe_layers, last.mtp_layers) == (0, 7, 1)
     assert (ranks[0].dense_layers, ranks[0].moe_layers) == (1, 6)  # layers 0, 15–16, 31–32, 47–48
     assert sum(r.n_layers for r in ranks) == 61 + 1
-    # without a layout the even split puts 1 layer in the outer stages and the MTP layer on top of the last
-    even = rank_layers(arch, 8, 4, mtp=1)
-    assert even[-1].mtp_layers == 1 and even[-1].moe_layers == 8
+    # without a layout capplan's own split lightens the last stage by mtp_relief: here the same ranks
+    assert rank_layers(arch, 8, 4, mtp=1) == ranks
+
+
+def test_capplans_split_with_mtp_is_megatron_bridges_deepseek_layout(catalog) -> None:
+    """mtp_relief from active weights (DeepSeek-V3: 1 + 1.111·0.927/0.583 = 2.76 → 3 layers) reproduces the four
+    layouts Megatron-Bridge's DeepSeek-V3 helper writes (src/megatron/bridge/recipes/deepseek/deepseek_v3.py at
+    067f987df) — derived, not copied: the split is of 61 + 3 layers and the last stage gives 3 up."""
+    arch = catalog.architecture("deepseek-v3")
+    assert mtp_relief(arch, 1) == 3 and mtp_relief(arch, 0) == 0
+    nvidia = {
+        32: H100_LAYOUT, 16: NVIDIA_16, 8: "Et*8|(t*8|)*6t*5mL", 4: "Et*16|t*16|t*16|t*13mL",
+    }  # fmt: skip
+    for chunks, layout in nvidia.items():
+        assert chunk_layer_counts(61, chunks, mtp_relief(arch, 1)) == layout_counts(layout), chunks
+    # no MTP: the split is unchanged (the remainder to the middle stages)
+    assert chunk_layer_counts(61, 16) == (3,) + (4,) * 13 + (3, 3)
 
 
 def test_head_passes_by_hand() -> None:
@@ -82,15 +103,18 @@ def _b200_pp16(catalog, **kw):
     return estimate(arch, cluster, plan)
 
 
-def test_mtp_costs_the_last_stage_and_nvidias_layout_balances_it(catalog) -> None:
-    """DeepSeek-V3 on 256 B200, pp 16: an MTP module on the even split's last stage (4 layers + head) makes it the
-    pipeline's slowest by about a layer and a head and a half; NVIDIA's layout gives that stage 1 layer instead."""
+def test_mtp_costs_the_last_stage_and_a_lightened_stage_balances_it(catalog) -> None:
+    """DeepSeek-V3 on 256 B200, pp 16: an MTP module on an even split's last stage (3 layers + head, capplan's split
+    without relief, written as a layout) makes it the pipeline's slowest by about two layers and a head; capplan's
+    own split with MTP gives that stage 1 layer, as NVIDIA's layout does, and is that layout's estimate."""
     plain = _b200_pp16(catalog)
-    mtp_even = _b200_pp16(catalog, mtp_layers=1)
+    mtp_even = _b200_pp16(catalog, mtp_layers=1, pipeline_layout="Et*3|(t*4|)*13t*3|t*3mL")
     mtp_nvidia = _b200_pp16(catalog, mtp_layers=1, pipeline_layout=NVIDIA_16)
+    mtp_default = _b200_pp16(catalog, mtp_layers=1)
     assert mtp_even.step_time_s > 1.3 * plain.step_time_s
     assert plain.step_time_s < mtp_nvidia.step_time_s < mtp_even.step_time_s
-    # the last stage holds the projection's parameters: 2h² (÷ tp 1) + 3h more than without MTP, and one more layer
+    assert mtp_default.step_time_s == pytest.approx(mtp_nvidia.step_time_s, rel=1e-12)
+    # the even split's last stage holds one more (MTP) layer than without MTP
     last = lambda e: e.memory_by_stage[-1]  # noqa: E731
     assert last(mtp_even).layers == last(plain).layers + 1
 
@@ -117,10 +141,11 @@ def test_the_megatron_export_writes_the_layout_and_the_mtp_layers(catalog) -> No
 
     args = dict(megatron_arg_pairs(build_plan_document_of(Plan(**base, pipeline_layout=NVIDIA_16)))[0])
     assert args["--pipeline-model-parallel-layout"] == NVIDIA_16 and args["--mtp-num-layers"] == "1"
-    # capplan's own uneven split (61 over 16) names the MTP layer with the loss, as Megatron checks
+    # capplan's own split (61 + 3 over 16, the last stage lightened) names the MTP layer with the loss
     own = dict(megatron_arg_pairs(build_plan_document_of(Plan(**base)))[0])
     layout = own["--pipeline-model-parallel-layout"]
-    assert layout.endswith("mL") and layout_problem(layout, 61, 16, 1) is None
+    assert layout.endswith("t*1mL") and layout_problem(layout, 61, 16, 1) is None
+    assert layout_counts(layout) == layout_counts(NVIDIA_16)
 
 
 def test_the_search_and_the_estimate_agree_with_mtp(catalog) -> None:

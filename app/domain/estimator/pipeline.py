@@ -36,16 +36,45 @@ class RankLayers:
         return self.dense_layers if kind == "dense" else self.moe_layers
 
 
-def chunk_layer_counts(n_layers: int, chunks: int) -> tuple[int, ...]:
-    """Layers per chunk; the remainder goes to the middle chunks first."""
+def chunk_layer_counts(n_layers: int, chunks: int, last_relief: int = 0) -> tuple[int, ...]:
+    """Layers per chunk; the remainder goes to the middle chunks first. ``last_relief``: layers' worth of other work
+    the last chunk holds (multi-token prediction, :func:`mtp_relief`): the split is of ``n_layers + last_relief``
+    and the last chunk gives that many up — down to none, the rest then off the outermost other chunks."""
     if chunks < 1 or chunks > n_layers:
         raise ValueError(f"{chunks} chunks for {n_layers} layers")
-    base, extra = divmod(n_layers, chunks)
+    relief = last_relief if chunks > 1 else 0
+    base, extra = divmod(n_layers + relief, chunks)
     order = sorted(range(chunks), key=lambda c: (abs(c - (chunks - 1) / 2), c))
     counts = [base] * chunks
     for c in order[:extra]:
         counts[c] += 1
+    short = relief - min(relief, counts[-1])
+    counts[-1] -= relief - short
+    for c in reversed(order):
+        if short and c != chunks - 1 and counts[c] > 0:
+            counts[c] -= 1
+            short -= 1
     return tuple(counts)
+
+
+def mtp_relief(arch: Architecture, mtp: int) -> int:
+    """Decoder layers the last stage gives up in capplan's split for ``mtp`` multi-token prediction modules: each
+    module's layer plus its pass of the shared output head and its 2h→h projection, in units of one layer of the
+    model's last kind by active weights (FLOPs a token ∝ weights), rounded: mtp·(1 + (1 + 2h/V)·V·h / W_layer).
+    DeepSeek-V3: W = 0.583·10⁹, V·h = 0.927·10⁹ → 2.76 → 3 — the three layers Megatron-Bridge's DeepSeek-V3 layouts
+    take off the stage holding MTP and the loss (4 → 1 of 16 stages, 8 → 5 of 8, 2 → 0 of 32)."""
+    if not mtp:
+        return 0
+    from app.domain.model.counts import parameter_counts
+
+    counts = parameter_counts(arch)
+    layer = counts.moe_layer if arch.layer_kinds()[-1] == "moe" else counts.dense_layer
+    active = layer.attention + layer.mlp + layer.shared_experts
+    if arch.n_experts:
+        active += layer.experts * arch.experts_top_k / arch.n_experts
+    h = arch.hidden_size
+    vocab = counts.embedding / h
+    return round(mtp * (1 + (1 + 2 * h / vocab) * vocab * h / active))
 
 
 class LayoutError(ValueError):
@@ -128,7 +157,7 @@ def rank_layers(
 ) -> tuple[RankLayers, ...]:
     """The layers of each pipeline rank: ``counts`` per virtual stage (a layout's, :func:`layout_counts`) or capplan's
     even split (:func:`chunk_layer_counts`), and ``mtp`` multi-token prediction layers on the last rank."""
-    counts = counts or chunk_layer_counts(arch.n_layers, pp * vpp)
+    counts = counts or chunk_layer_counts(arch.n_layers, pp * vpp, mtp_relief(arch, mtp))
     starts = [sum(counts[:c]) for c in range(len(counts))]
     kinds = arch.layer_kinds()
     out = []
@@ -155,7 +184,7 @@ def rank_counts(
 ) -> tuple[tuple[int, int, int, bool, bool], ...]:
     """(rank, dense layers, MoE layers, first, last) of each rank of :func:`rank_layers`, without its layer lists
     (the plan search asks for every pipeline of its space)."""
-    counts = counts or chunk_layer_counts(arch.n_layers, pp * vpp)
+    counts = counts or chunk_layer_counts(arch.n_layers, pp * vpp, mtp_relief(arch, mtp))
     starts = list(accumulate(counts, initial=0))
     moe_before = list(accumulate((kind == "moe" for kind in arch.layer_kinds()), initial=0))
     out = []

@@ -7,7 +7,7 @@ size is not an argument — Megatron derives it as world size / (tp · pp · cp)
 
 from __future__ import annotations
 
-from app.domain.estimator.pipeline import chunk_layer_counts
+from app.domain.estimator.pipeline import chunk_layer_counts, mtp_relief
 from app.domain.estimator.plan import Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import (
@@ -22,11 +22,11 @@ from app.domain.export.text import comment_block, shell_word
 Arg = tuple[str, str | tuple[str, ...] | None]  # (flag, value); None for a switch, a tuple for nargs='+'
 
 
-def pipeline_layout(n_layers: int, pp: int, vpp: int, mtp: int = 0) -> str:
-    """Megatron's ``--pipeline-model-parallel-layout`` for capplan's split: one ``|``-separated entry per
-    virtual stage in layer order, ``E`` the embedding (first), ``t*N`` N transformer layers, ``m`` the multi-token
-    prediction layers and ``L`` the loss/output layer (last); e.g. 126 layers on 16 stages → ``Et*7|t*8|…|t*8|t*7L``."""
-    counts = chunk_layer_counts(n_layers, pp * vpp)
+def pipeline_layout(counts: tuple[int, ...], mtp: int = 0) -> str:
+    """Megatron's ``--pipeline-model-parallel-layout`` for capplan's split (``counts`` layers per virtual stage): one
+    ``|``-separated entry per virtual stage in layer order, ``E`` the embedding (first), ``t*N`` N transformer
+    layers, ``m`` the multi-token prediction layers and ``L`` the loss/output layer (last); e.g. 126 layers on 16
+    stages → ``Et*7|t*8|…|t*8|t*7L``."""
     stages = []
     for c, count in enumerate(counts):
         last = c == len(counts) - 1
@@ -42,13 +42,15 @@ def _pipeline_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
         return [("--pipeline-model-parallel-layout", p.pipeline_layout)]
     if p.pp == 1:
         return []
-    if arch.n_layers % chunks == 0:
+    counts = chunk_layer_counts(arch.n_layers, chunks, mtp_relief(arch, p.mtp_layers))
+    if len(set(counts)) == 1:
         if p.vpp > 1:
-            return [("--num-layers-per-virtual-pipeline-stage", str(arch.n_layers // chunks))]
+            return [("--num-layers-per-virtual-pipeline-stage", str(counts[0]))]
         return []
-    # uneven: the explicit per-stage layout (Megatron reads --decoder-first/last-pipeline-num-layers per rank,
-    # not per virtual chunk, and builds no model for splits it cannot express)
-    return [("--pipeline-model-parallel-layout", pipeline_layout(arch.n_layers, p.pp, p.vpp, p.mtp_layers))]
+    # uneven (a remainder, or a last stage lightened for MTP): the explicit per-stage layout (Megatron reads
+    # --decoder-first/last-pipeline-num-layers per rank, not per virtual chunk, and builds no model for splits it
+    # cannot express)
+    return [("--pipeline-model-parallel-layout", pipeline_layout(counts, p.mtp_layers))]
 
 
 def _sharding_args(doc: PlanDocument, notes: list[str]) -> list[Arg]:
