@@ -210,7 +210,9 @@ def _run_search(
         notes.append(f"days after failures (goodput) and dollars of {request.price_option.value} on {node}, with "
                      "storage and your price overrides, as the cost table states them; cost per token in $/M tokens")  # fmt: skip
     spec = search_spec(request, sizes, usd_gpu_h, max_plans)
-    flops = model_flops_per_token(arch, request.seq_len, parameter_counts(arch).matmul_weights_active).total
+    flops = model_flops_per_token(
+        arch, request.seq_len, parameter_counts(arch).matmul_weights_active, mtp_layers=request.mtp_layers
+    ).total
     try:
         result = search(arch, clusters, spec, flops, should_stop, pricing=pricing)
     except SearchTooLarge as exc:

@@ -179,3 +179,18 @@ def test_a_layout_that_would_expand_too_far_or_does_not_parse_is_refused_at_once
     """A 30-character layout could ask for gigabytes: repeat counts and the expanded length are bounded before
     expanding; nested or unbalanced parentheses are not Megatron's grammar."""
     assert layout_problem(layout, 61, 16, 0) is not None
+
+
+def test_model_flops_count_the_mtp_module_as_nvidia_does(catalog) -> None:
+    """NVIDIA's tables: model TFLOP/s ÷ tokens/s is 249–250 GFLOP a token on DeepSeek-V3 rows "w/o MTP" (25.11,
+    GB200: 1,003·10¹²/4,018 = 249.6) and 260 on rows with it (26.04, B200: 732·10¹²/2,815 = 260.0); capplan's model
+    FLOPs at 4,096 tokens, causal, within 0.5 % of both."""
+    from app.domain.estimator.compute import model_flops_per_token
+    from app.domain.model.counts import parameter_counts
+
+    arch = catalog.architecture("deepseek-v3")
+    active = parameter_counts(arch).matmul_weights_active
+    without = model_flops_per_token(arch, 4096, active).total
+    with_mtp = model_flops_per_token(arch, 4096, active, mtp_layers=1).total
+    assert without == pytest.approx(1003e12 / 4018, rel=0.005)
+    assert with_mtp == pytest.approx(732e12 / 2815, rel=0.005)

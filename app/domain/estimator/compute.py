@@ -42,7 +42,7 @@ from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.plan import Plan, Precision, Recompute, RecomputeModule
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture, LayerKind
-from app.domain.model.counts import attention_projection_weights, kv_dim, q_dim
+from app.domain.model.counts import attention_projection_weights, kv_dim, layer_parameter_counts, q_dim
 from app.domain.provenance import Frozen
 
 # HBM bytes moved per activation element in the forward, by op, with fused kernels vs eager PyTorch.
@@ -95,16 +95,29 @@ def attention_flops_per_token(arch: Architecture, seq_len: int, causal: bool = T
 
 
 def model_flops_per_token(
-    arch: Architecture, seq_len: int, matmul_weights_active: int, causal: bool = True
+    arch: Architecture, seq_len: int, matmul_weights_active: int, causal: bool = True, mtp_layers: int = 0
 ) -> FlopsPerToken:
+    """Model FLOPs a token trains with; each multi-token prediction module adds one layer of the model's last kind
+    (its matmul weights and attention core), one more pass of the shared output head (V·h) and its 2h→h projection
+    — 6 FLOPs a weight — as NVIDIA's model TFLOP/s count it (DeepSeek-V3: 260 GFLOP a token with MTP, 250 without)."""
     matmul = 6.0 * matmul_weights_active
     attention = attention_flops_per_token(arch, seq_len, causal)
+    if mtp_layers:
+        layer = layer_parameter_counts(arch, arch.layer_kinds()[-1]).matmul_weights_active
+        h = arch.hidden_size
+        matmul += 6.0 * mtp_layers * (layer + arch.vocab_size * h + 2 * h * h)
+        attention += mtp_layers * attention / arch.n_layers
     return FlopsPerToken(
         matmul=matmul,
         attention=attention,
         total=matmul + attention,
         formula="6·N_matmul_active + 6·L·s·a·(d_qk+d_v)"
-        + (" × 1/2 for the attention term (causal)" if causal else " (non-causal attention)"),
+        + (" × 1/2 for the attention term (causal)" if causal else " (non-causal attention)")
+        + (
+            f", + {mtp_layers} MTP module(s): a layer, a head pass and a 2h→h projection each"
+            if mtp_layers
+            else ""
+        ),
     )
 
 

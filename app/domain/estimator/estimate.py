@@ -363,7 +363,9 @@ def estimate(
     host_fits = host <= host_cap and nvme <= nvme_cap
     tokens_per_step = plan.global_batch * plan.seq_len
     tps = tokens_per_step / step.step_s
-    flops = model_flops_per_token(arch, plan.seq_len, counts.matmul_weights_active)
+    flops = model_flops_per_token(
+        arch, plan.seq_len, counts.matmul_weights_active, mtp_layers=plan.mtp_layers
+    )
     head = arch.vocab_size * arch.hidden_size
     hw_flops = hardware_flops_per_token(flops, arch, plan, head)
     peak_flops = cluster.peak_flops
@@ -443,7 +445,7 @@ def _assumptions(
         Assumption(name="pipeline layout", value=plan.pipeline_layout or "even split, remainder to the middle stages",
                    source="override" if plan.pipeline_layout else "default",
                    note=(f"{plan.mtp_layers} multi-token prediction layer(s) with the loss on the last stage: one more "
-                         "layer, 2h→h projection and output-head pass each (MFU counts the main model's FLOPs only)")
+                         "layer, 2h→h projection and output-head pass each, counted in MFU's model FLOPs as NVIDIA counts them)")
                    if plan.mtp_layers else "no multi-token prediction"),
         Assumption(name="TP collectives", value=_tp_overlap_value(cluster, plan), source="formula",
                    note="with TP communication overlap (Megatron's --tp-comm-overlap, torchtitan's async TP; needs "
