@@ -16,12 +16,13 @@ from app.domain.cost.inputs import CostInputError, CostOption
 from app.domain.estimator.calibration import calibration_assumption
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import model_flops_per_token
-from app.domain.estimator.plan import Plan, folds_experts
+from app.domain.estimator.plan import Plan
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
 from app.domain.reliability.formulas import plan_checkpoint_bytes_per_param
 from app.domain.search.engine import search
 from app.domain.search.run_pricing import CurvePricing, RunFigures
+from app.domain.search.space import tries_folding
 from app.domain.search.spec import Candidate, SearchCancelled, SearchResult, SearchSpec, SearchTooLarge
 from app.schemas import CostRequest, EstimateRequest, PlanSearchRequest, parse_range
 from app.services.errors import InputError, field_error
@@ -191,7 +192,7 @@ def _run_search(
             + (" (MoE parallel folding)" if request.expert_tp == 1 else "")
             + ": the search keeps it"
         )
-    elif arch.is_moe and folds_experts(request.framework):
+    elif tries_folding(arch, request.framework, request.expert_tp):
         notes.append(
             "expert TP: every plan is tried with its routed experts at the plan's tp and at 1 (MoE parallel "
             "folding: EP carved out of tp·dp·cp); give expert_tp to keep one"

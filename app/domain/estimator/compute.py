@@ -42,7 +42,7 @@ from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.plan import Plan, Precision, Recompute, RecomputeModule
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture, LayerKind
-from app.domain.model.counts import attention_projection_weights, kv_dim, layer_parameter_counts, q_dim
+from app.domain.model.counts import attention_projection_weights, kv_dim, mtp_module_matmul_weights, q_dim
 from app.domain.provenance import Frozen
 
 # HBM bytes moved per activation element in the forward, by op, with fused kernels vs eager PyTorch.
@@ -103,9 +103,7 @@ def model_flops_per_token(
     matmul = 6.0 * matmul_weights_active
     attention = attention_flops_per_token(arch, seq_len, causal)
     if mtp_layers:
-        layer = layer_parameter_counts(arch, arch.layer_kinds()[-1]).matmul_weights_active
-        h = arch.hidden_size
-        matmul += 6.0 * mtp_layers * (layer + arch.vocab_size * h + 2 * h * h)
+        matmul += 6.0 * mtp_layers * mtp_module_matmul_weights(arch)
         attention += mtp_layers * attention / arch.n_layers
     return FlopsPerToken(
         matmul=matmul,

@@ -65,11 +65,10 @@ def mtp_relief(arch: Architecture, mtp: int) -> int:
     take off the stage holding MTP and the loss (4 → 1 of 16 stages, 8 → 5 of 8, 2 → 0 of 32)."""
     if not mtp:
         return 0
-    from app.domain.model.counts import layer_parameter_counts
+    from app.domain.model.counts import layer_parameter_counts, mtp_module_matmul_weights
 
-    active = layer_parameter_counts(arch, arch.layer_kinds()[-1]).matmul_weights_active
-    h, vocab = arch.hidden_size, arch.vocab_size
-    return round(mtp * (1 + (1 + 2 * h / vocab) * vocab * h / active))
+    layer = layer_parameter_counts(arch, arch.layer_kinds()[-1]).matmul_weights_active
+    return round(mtp * mtp_module_matmul_weights(arch) / layer)
 
 
 class LayoutError(ValueError):

@@ -235,6 +235,14 @@ def layer_parameter_counts(arch: Architecture, kind: LayerKind) -> LayerParamete
     )
 
 
+def mtp_module_matmul_weights(arch: Architecture) -> int:
+    """GEMM weights a token multiplies through in one multi-token prediction module (DeepSeek-V3 §2.2): a layer of
+    the model's last kind, the shared output head once more (V·h) and the module's 2h→h projection."""
+    layer = layer_parameter_counts(arch, arch.layer_kinds()[-1]).matmul_weights_active
+    h = arch.hidden_size
+    return layer + arch.vocab_size * h + 2 * h * h
+
+
 def parameter_counts(arch: Architecture) -> ParameterCounts:
     """Exact parameter counts (total, active per token, by component and by layer kind)."""
     h = arch.hidden_size

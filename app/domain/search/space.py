@@ -77,13 +77,17 @@ def expert_degrees(arch: Architecture) -> list[int]:
     return [e for e in _divisors(arch.n_experts) if e <= 64] if arch.is_moe else [1]
 
 
+def tries_folding(arch: Architecture, framework: Framework, expert_tp: int | None) -> bool:
+    """Whether the search lays every expert degree out a second time with the experts' TP 1: an MoE model, a
+    framework that folds experts (Megatron) and no ``expert_tp`` given."""
+    return arch.is_moe and expert_tp is None and folds_experts(framework)
+
+
 def expert_layouts(arch: Architecture, framework: Framework, expert_tp: int | None) -> list[int]:
-    """The expert layouts the search lays out (see :data:`FOLDED`): every expert degree, and where ``framework``
-    folds experts (Megatron) and no ``expert_tp`` is given, each again with the experts' TP 1."""
+    """The expert layouts the search lays out (see :data:`FOLDED`): every expert degree, and where
+    :func:`tries_folding`, each again with the experts' TP 1."""
     eps = expert_degrees(arch)
-    if arch.is_moe and expert_tp is None and folds_experts(framework):
-        return eps + [e + FOLDED for e in eps]
-    return eps
+    return eps + [e + FOLDED for e in eps] if tries_folding(arch, framework, expert_tp) else eps
 
 
 def layout_ep(layout: Any) -> Any:
