@@ -42,14 +42,16 @@ class DeferredCatalog(Catalog):
     them (directly, or through ``replace``, ``==`` or ``repr``) unpickles them all once. Every figure is the
     catalog's own: only the moment they are read back differs."""
 
-    def __getattr__(self, name: str) -> Any:  # called only for attributes the instance does not hold
-        state = self.__dict__
-        if name in DEFERRED and "_deferred" in state:
-            for field_name, value in pickle.loads(state["_deferred"]).items():
-                object.__setattr__(self, field_name, value)
-            object.__delattr__(self, "_deferred")
-            return state[name]
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    def __getattribute__(self, name: str) -> Any:
+        # Not __getattr__: a deferred field with a class-level default (``fit = None``) would be found on the
+        # class, and read as that default, before __getattr__ was ever asked.
+        if name in DEFERRED:
+            state = object.__getattribute__(self, "__dict__")
+            if "_deferred" in state:
+                for field_name, value in pickle.loads(state["_deferred"]).items():
+                    object.__setattr__(self, field_name, value)
+                object.__delattr__(self, "_deferred")
+        return object.__getattribute__(self, name)
 
     @classmethod
     def wrap(cls, catalog: Catalog) -> DeferredCatalog:

@@ -208,6 +208,8 @@ def print_estimate(est) -> None:
         f"MFU {est.mfu:.1%}, HFU {est.hfu:.1%}; {est.achieved_tflops_per_gpu:.0f} TFLOP/s per GPU"
     )
     echo(f"model FLOPs per token: {est.model_flops_per_token:.4g} ({est.flops_formula})")
+    if est.track_record is not None:
+        echo(f"track record: {est.track_record.summary}")
     if est.time_to_train_days is not None:
         echo(
             f"time to train {est.tokens_to_train:.3g} tokens: {est.time_to_train_days:,.1f} days (before failures)"

@@ -21,6 +21,7 @@ from app.domain.estimator.estimate import (
 )
 from app.domain.estimator.overrides import OverrideError, apply_overrides
 from app.domain.estimator.plan import Plan
+from app.domain.estimator.track_record import TrackRecord, track_record
 from app.domain.model.architecture import Architecture
 from app.domain.model.hf_config import ArchitectureImportError
 from app.domain.model.hf_import import architecture_from_hf_config
@@ -110,11 +111,13 @@ class Calibration:
 
 
 def calibrated_estimate(
-    catalog: Catalog, request: EstimateRequest, *, node: str | None = None
+    catalog: Catalog, request: EstimateRequest, *, node: str | None = None, track: bool = True
 ) -> tuple[Estimate, Calibration]:
     """Estimate ``request`` (on ``node`` with that node's own fabric, when given) and say how it is calibrated.
     With ``request.calibrated`` and ``catalog.calibrations`` (fitted from shipped and stored benchmark runs),
-    the accelerator's calibrated figures replace the catalog defaults."""
+    the accelerator's calibrated figures replace the catalog defaults. With ``track`` the estimate carries its
+    track record (the published runs and the fit record are read for it; the plan search's re-estimate of its
+    winner skips it)."""
     arch = resolve_architecture(catalog, request)
     cluster, changes = scenario_cluster(catalog, request, node=node)
     plan = plan_from_request(request)
@@ -134,7 +137,22 @@ def calibrated_estimate(
     except ArithmeticError:  # a figure so small or large that a division fails (0, overflow)
         raise _non_finite(request, "a division by zero or an overflow") from None
     note = calibration_assumption(cluster.accelerator.slug, list(changes), enabled=request.calibrated)
+    if track:
+        result = result.model_copy(
+            update={
+                "track_record": plan_track_record(catalog, plan, cluster.accelerator.slug, arch.n_experts > 0)
+            }
+        )
     return result, Calibration(assumption=note, changes=changes)
+
+
+def plan_track_record(catalog: Catalog, plan: Plan, accelerator: str, moe: bool) -> TrackRecord:
+    """capplan's out-of-sample record on the published runs comparable to ``plan`` (data/fitted.toml)."""
+    fit = catalog.fit
+    return track_record(
+        plan.framework.value, accelerator, plan.cp, plan.seq_len, moe, catalog.published_runs,
+        fit.cv_errors if fit else {}, fit.date if fit else None,
+    )  # fmt: skip
 
 
 def run_estimate(catalog: Catalog, request: EstimateRequest) -> Estimate:

@@ -193,7 +193,7 @@ def run_scenario(
         overrides = overrides if overrides is not None else request.overrides
         options = options if options is not None else request.options
     o = overrides or CostOverrides()
-    est, calibration = calibrated_estimate(catalog, request)
+    est, calibration = calibrated_estimate(catalog, request, track=cost or document)
     runs = 1
     cloud = own = None
     training: TrainingCost | None = None

@@ -176,6 +176,17 @@ def _gib(b: float) -> str:
     return f"{b / GIB:,.1f} GiB"
 
 
+def _track_note(est: Estimate) -> Note:
+    """How far off capplan has been, out of sample, on published runs like this plan (track_record.py)."""
+    rec = est.track_record
+    value = (
+        f"±{rec.typical_abs_error:.0%} typical" if rec and rec.typical_abs_error is not None else "unknown"
+    )
+    return Note("Track record", value, rec.summary if rec else "no out-of-sample record",
+                f"cross-validated errors of the last fit ({rec.fit_date if rec else '—'}, data/fitted.toml): each "
+                "run's throughput predicted with its source family left out; see /accuracy")  # fmt: skip
+
+
 def _notes(
     est: Estimate, catalog: Catalog, cost: TrainingCost | None, rel: ReliabilityReport | None
 ) -> dict[str, Note]:
@@ -210,6 +221,7 @@ def _notes(
                     f"{est.tokens_per_s:,.0f} ÷ ({est.gpus} × peak); FLOPs/token: {est.flops_formula}; "
                     f"HFU (with recompute) {est.hfu:.1%}; {est.achieved_tflops_per_gpu:.0f} TFLOP/s per GPU",
                     "peak: " + peak_prov),
+        "track": _track_note(est),
         "params": Note("Parameters", f"{est.parameters_total / 1e9:,.1f} B ({est.parameters_active / 1e9:,.1f} B active)",
                        "counted layer by layer from the architecture (embedding, attention, MLP/experts, norms, "
                        "output head unless tied); active = per token (top-k routed + shared experts)"),

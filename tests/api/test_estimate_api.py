@@ -191,3 +191,19 @@ def test_mtp_and_a_pipeline_layout_over_the_api(client: TestClient) -> None:
         response = post(client, **bad)
         assert response.status_code == 422, bad
         assert any(i["loc"] == ["body", field] for i in response.json()["detail"]), response.json()
+
+
+def test_estimate_carries_the_track_record_of_comparable_published_runs(client: TestClient) -> None:
+    """The answer says how far off capplan has been, out of sample, on published runs like the plan: a
+    torchtitan plan at 128K tokens with cp 4 gets the CP-at-32K+ group, whose median error is the typical one."""
+    response = post(client, model="llama3.1-8b", gpus=8, tp=1, cp=4, seq_len=131072, global_batch=2)
+    assert response.status_code == 200, response.text
+    record = response.json()["track_record"]
+    labels = [g["label"] for g in record["groups"]]
+    assert labels == [
+        "PyTorch FSDP / torchtitan",
+        "on h100-sxm",
+        "with context parallelism at 32K tokens or more",
+    ]
+    assert record["typical_abs_error"] == max(g["median_abs_error"] for g in record["groups"])
+    assert record["groups"][2]["runs"] >= 3 and record["fit_date"]

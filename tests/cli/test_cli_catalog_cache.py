@@ -96,3 +96,16 @@ def test_deferred_fields_read_back_equal_the_catalog(cache: Path) -> None:
     assert derived.published_runs == fresh.published_runs and derived.fit == fresh.fit
     with pytest.raises(AttributeError):
         _ = again.no_such_field
+
+
+def test_a_deferred_field_with_a_default_read_first_is_the_catalogs(cache: Path) -> None:
+    """``fit`` has a class-level default (None): read before any other deferred field, it must still be the
+    catalog's fit record, not that default (it was None until 2026-12-07, so the CLI's track record was empty)."""
+    from app.cli.catalog_cache import cached
+    from app.domain.catalog import load_catalog
+
+    fresh = load_catalog(REPO_ROOT / "data")
+    cached(REPO_ROOT / "data", False, lambda: fresh)
+    again = cached(REPO_ROOT / "data", False, _no_reading)
+    assert fresh.fit is not None
+    assert again.fit == fresh.fit

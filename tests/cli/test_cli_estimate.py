@@ -251,3 +251,11 @@ def test_recompute_modules_are_comma_separated_and_checked(monkeypatch, capsys) 
     assert code == 0 and "recompute=selective (mla_up_proj, mlp)" in out
     code, out, err = run_cli(monkeypatch, capsys, *args, "--recompute-modules", "mla_up_proj,bogus")
     assert code == 2 and "error: --recompute-modules: choose from core_attn" in err and "Traceback" not in err
+
+
+def test_estimate_prints_its_track_record(monkeypatch, capsys) -> None:
+    """The table ends with capplan's out-of-sample record on comparable published runs (stack, GPU)."""
+    code, out, err = run_cli(monkeypatch, capsys, *ARGS)
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("track record: typical error ±"))
+    assert "Megatron-Core / NeMo: median" in line and "on a100-80gb: median" in line

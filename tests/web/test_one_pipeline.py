@@ -126,12 +126,12 @@ def test_a_priced_node_that_cannot_run_the_plan_is_an_error(catalog: Catalog, mo
     """No silent fallback to the base node's throughput: the cost names the node and the reason."""
     real = estimate_service.calibrated_estimate
 
-    def refuse_on_instance(catalog, request, *, node=None):
+    def refuse_on_instance(catalog, request, *, node=None, track=True):
         if node == "p5.48xlarge":
             raise InputError(
                 [{"loc": ["body", "tp"], "msg": "tp 8 exceeds the NVLink domain", "type": "plan.x"}]
             )
-        return real(catalog, request, node=node)
+        return real(catalog, request, node=node, track=track)
 
     monkeypatch.setattr("app.services.scenario.calibrated_estimate", refuse_on_instance)
     request = CostRequest(model="llama3.1-8b", gpu="h100-sxm", node="dgx-h100", gpus=8, seq_len=4096,

@@ -352,3 +352,9 @@ def test_reliability_is_shown_for_a_gpu_no_offer_prices(client: TestClient) -> N
     assert "Job MTBF" in rel and "Checkpoint interval" in rel and "Goodput" in rel
     assert "not priced" in rel and "gb200" in rel
     assert "Cost not available" in html
+
+
+def test_the_results_show_the_track_record_of_comparable_published_runs(client: TestClient) -> None:
+    """Next to the throughput: how far off capplan has been out of sample on published runs like this plan."""
+    html = client.get("/", headers=PARTIAL).text
+    assert "Track record" in html and "typical" in html and "Out of sample on published runs" in html

@@ -35,6 +35,7 @@ from app.domain.estimator.plan import (
     plan_violations,
 )
 from app.domain.estimator.step import StepTime
+from app.domain.estimator.track_record import TrackRecord
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture
 from app.domain.model.counts import parameter_counts
@@ -174,6 +175,10 @@ class Estimate(Frozen):
     time_to_train_days: float | None
     memory_formulas: dict[str, str]
     assumptions: tuple[Assumption, ...]
+    track_record: TrackRecord | None = Field(
+        default=None,
+        description="capplan's out-of-sample error on published runs like this plan (the service adds it)",
+    )
 
 
 def _bf16_optimizer_note(plan: Plan) -> str:

@@ -1,0 +1,145 @@
+"""How far off capplan has been, out of sample, on published runs like a plan: the estimate's own error bar.
+
+The last fit (data/fitted.toml, written by ``capplan calibrate-published``) records for every scored run its
+cross-validated error: predicted / published − 1 of the run's throughput with the run's source family left out of
+the fit (README, Accuracy). The runs comparable to a plan are grouped by the aspects the estimator handles with
+different mechanisms and constants:
+
+* the software stack its framework belongs to (Megatron-Core/NeMo, PyTorch FSDP/torchtitan, DeepSpeed);
+* the GPU it runs on;
+* the regimes where the estimator is known to behave differently, when the plan is in one: context parallelism
+  (cp > 1) and sequences of 32K tokens or more — the runs that share the plan's side of both (cp > 1 at 128K
+  tokens is compared with CP runs at 32K+, not with CP runs at 8K) — and mixture-of-experts models.
+
+Each group reports its median |error|, its median signed error (the bias: positive = capplan predicted faster
+than published) and its worst |error|. The plan's ``typical_abs_error`` is the largest group median: a plan is as
+uncertain as its least-understood aspect. A group with fewer than :data:`MIN_RUNS` scored runs is *thin* — too few
+runs to say — and a GPU with none says that its efficiencies are assumed, not fitted.
+
+Hand-worked example (``tests/domain/test_track_record.py``): errors +0.10, −0.20, +0.05 on three H100 runs give a
+median |error| of 0.10, a median signed error of +0.05 and a worst of 0.20.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING
+
+from app.domain.provenance import Frozen
+
+if (
+    TYPE_CHECKING
+):  # the Estimate model holds a TrackRecord: importing it must not load the published runs' module
+    from app.domain.estimator.published import PublishedRun
+
+MIN_RUNS = 3  # fewer scored runs than this in a group: too few to state a typical error
+LONG_SEQUENCE_TOKENS = 32768  # "long sequence" regime: the attention term dominates a layer's time
+
+STACK_OF_PLAN_FRAMEWORK = {"megatron": "megatron", "fsdp2": "fsdp", "deepspeed": "deepspeed"}
+STACK_LABEL = {
+    "megatron": "Megatron-Core / NeMo",
+    "fsdp": "PyTorch FSDP / torchtitan",
+    "deepspeed": "DeepSpeed",
+    "composer": "Composer",
+}
+
+
+class ComparableRuns(Frozen):
+    """One group of published runs comparable to the plan, with capplan's out-of-sample errors on them."""
+
+    aspect: str  # "stack", "gpu" or "regime"
+    label: str
+    runs: int
+    median_abs_error: float | None
+    median_error: float | None  # the bias: + = capplan predicted faster than published
+    worst_abs_error: float | None
+
+    @property
+    def thin(self) -> bool:
+        return self.runs < MIN_RUNS
+
+
+class TrackRecord(Frozen):
+    """capplan's out-of-sample record on published runs like the plan (see the module docstring)."""
+
+    fit_date: str | None
+    groups: tuple[ComparableRuns, ...]
+    typical_abs_error: float | None
+    thin: bool
+    summary: str
+
+
+def _group(aspect: str, label: str, errors: Sequence[float]) -> ComparableRuns:
+    if not errors:
+        return ComparableRuns(aspect=aspect, label=label, runs=0, median_abs_error=None, median_error=None,
+                              worst_abs_error=None)  # fmt: skip
+    return ComparableRuns(
+        aspect=aspect, label=label, runs=len(errors), median_abs_error=statistics.median(abs(e) for e in errors),
+        median_error=statistics.median(errors), worst_abs_error=max(abs(e) for e in errors),
+    )  # fmt: skip
+
+
+def _describe(g: ComparableRuns) -> str:
+    if g.runs == 0:
+        return f"{g.label}: no published run scored"
+    runs = f"{g.runs} run{'s' if g.runs != 1 else ''}"
+    bias = "faster" if (g.median_error or 0) > 0 else "slower"
+    return (
+        f"{g.label}: median {g.median_abs_error:.1%} over {runs} (capplan {bias} by a median "
+        f"{abs(g.median_error or 0):.1%}, worst {g.worst_abs_error:.1%})"
+    )
+
+
+def track_record(
+    framework: str,
+    accelerator: str,
+    cp: int,
+    seq_len: int,
+    moe: bool,
+    runs: Sequence[PublishedRun],
+    cv_errors: Mapping[str, float],
+    fit_date: str | None = None,
+) -> TrackRecord:
+    """The out-of-sample record of the published runs comparable to a plan of ``framework`` on ``accelerator``
+    with context parallelism ``cp``, sequences of ``seq_len`` tokens and a MoE (``moe``) or dense model.
+    ``cv_errors``: run slug → cross-validated error (data/fitted.toml); runs without one are not scored."""
+    scored = [(r, cv_errors[r.slug]) for r in runs if r.slug in cv_errors]
+
+    def errors(keep: Callable[[PublishedRun], bool]) -> list[float]:
+        return [e for r, e in scored if keep(r)]
+
+    stack = STACK_OF_PLAN_FRAMEWORK.get(framework, framework)
+    groups = [
+        _group("stack", STACK_LABEL.get(stack, stack), errors(lambda r: r.stack == stack)),
+        _group("gpu", f"on {accelerator}", errors(lambda r: r.accelerator == accelerator)),
+    ]
+    long_k = f"{LONG_SEQUENCE_TOKENS // 1024}K"
+    long = seq_len >= LONG_SEQUENCE_TOKENS
+    if cp > 1 or long:
+        label = ("with context parallelism" if cp > 1 else "without context parallelism") + (
+            f" at {long_k} tokens or more" if long else f" under {long_k} tokens"
+        )
+        groups.append(_group("regime", label, errors(
+            lambda r: ((r.cp or 1) > 1) == (cp > 1) and (r.seq_len >= LONG_SEQUENCE_TOKENS) == long
+        )))  # fmt: skip
+    if moe:
+        groups.append(_group("regime", "mixture-of-experts models", errors(lambda r: r.n_experts > 0)))
+    known = [g.median_abs_error for g in groups if g.median_abs_error is not None and not g.thin]
+    typical = max(known) if known else None
+    thin = any(g.thin for g in groups)
+    if not scored:
+        summary = "no out-of-sample record: the fit (data/fitted.toml) holds no cross-validated errors"
+    else:
+        head = (
+            f"typical error ±{typical:.0%} (the largest median below)" if typical is not None
+            else "no typical error: too few comparable published runs"
+        )  # fmt: skip
+        tail = "; ".join(_describe(g) for g in groups)
+        summary = f"{head}. Out of sample on published runs — {tail}"
+        if any(g.aspect == "gpu" and g.runs == 0 for g in groups):
+            summary += f"; no published run on {accelerator}: its efficiencies are assumed, not fitted"
+        elif thin:
+            summary += f"; groups under {MIN_RUNS} runs are too thin to state a typical error"
+    return TrackRecord(fit_date=fit_date, groups=tuple(groups), typical_abs_error=typical, thin=thin,
+                       summary=summary)  # fmt: skip

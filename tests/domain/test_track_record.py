@@ -1,0 +1,75 @@
+"""The estimate's track record: capplan's out-of-sample error on the published runs comparable to a plan
+(app/domain/estimator/track_record.py), from the cross-validated errors data/fitted.toml records."""
+
+from __future__ import annotations
+
+import statistics
+
+import pytest
+
+from app.domain.catalog import Catalog
+from app.domain.estimator.track_record import LONG_SEQUENCE_TOKENS, MIN_RUNS, track_record
+
+
+def _runs(catalog: Catalog, keep) -> list:  # noqa: ANN001
+    return [r for r in catalog.published_runs if keep(r)]
+
+
+def test_hand_worked_medians_bias_and_worst(catalog: Catalog) -> None:
+    """Three Megatron H100 runs scored +0.10, −0.20, +0.05 (and no other run scored): median |error|
+    median(0.10, 0.20, 0.05) = 0.10, median signed error median(+0.10, −0.20, +0.05) = +0.05 (capplan faster),
+    worst 0.20; the stack and GPU groups both hold exactly these three runs, so the typical error is 0.10."""
+    three = _runs(catalog, lambda r: r.stack == "megatron" and r.accelerator == "h100-sxm" and (r.cp or 1) == 1
+                  and r.seq_len < LONG_SEQUENCE_TOKENS and r.n_experts == 0)[:3]  # fmt: skip
+    errors = dict(zip((r.slug for r in three), (0.10, -0.20, 0.05), strict=True))
+    rec = track_record("megatron", "h100-sxm", 1, 8192, False, catalog.published_runs, errors, "2026-12-07")
+    assert [g.aspect for g in rec.groups] == ["stack", "gpu"]  # dense, cp 1, 8K tokens: no regime group
+    for g in rec.groups:
+        assert g.runs == 3
+        assert g.median_abs_error == pytest.approx(0.10)
+        assert g.median_error == pytest.approx(0.05)
+        assert g.worst_abs_error == pytest.approx(0.20)
+    assert rec.typical_abs_error == pytest.approx(0.10) and not rec.thin
+    assert "typical error ±10%" in rec.summary and "capplan faster by a median 5.0%" in rec.summary
+
+
+def test_the_regime_group_is_the_runs_on_the_plans_side_of_cp_and_sequence_length(catalog: Catalog) -> None:
+    """CP at 128K is compared with CP runs at 32K tokens or more, CP at 8K with CP runs under 32K, and a long
+    sequence without CP with long runs without CP; a MoE plan adds the MoE runs."""
+    cv = catalog.fit.cv_errors
+    cases = {
+        (4, 131072): lambda r: (r.cp or 1) > 1 and r.seq_len >= LONG_SEQUENCE_TOKENS,
+        (2, 8192): lambda r: (r.cp or 1) > 1 and r.seq_len < LONG_SEQUENCE_TOKENS,
+        (1, 65536): lambda r: (r.cp or 1) == 1 and r.seq_len >= LONG_SEQUENCE_TOKENS,
+    }
+    for (cp, seq), keep in cases.items():
+        rec = track_record("fsdp2", "h100-sxm", cp, seq, True, catalog.published_runs, cv)
+        regime, moe = rec.groups[2], rec.groups[3]
+        expected = [cv[r.slug] for r in _runs(catalog, keep) if r.slug in cv]
+        assert regime.runs == len(expected) >= MIN_RUNS
+        assert regime.median_abs_error == pytest.approx(statistics.median(abs(e) for e in expected))
+        assert moe.runs == sum(1 for r in catalog.published_runs if r.n_experts > 0 and r.slug in cv)
+        assert rec.typical_abs_error == max(g.median_abs_error for g in rec.groups)
+
+
+def test_long_context_parallel_plans_say_how_far_off_capplan_has_been(catalog: Catalog) -> None:
+    """The published CP runs at 32K+ tokens are where capplan is furthest off (README: the long-sequence block):
+    a CP plan at 128K tokens must carry that group's larger error, not the stack's or the GPU's smaller one."""
+    cv = catalog.fit.cv_errors
+    rec = track_record("megatron", "h100-sxm", 8, 131072, False, catalog.published_runs, cv)
+    stack, gpu, regime = rec.groups
+    assert regime.median_abs_error > max(stack.median_abs_error, gpu.median_abs_error)
+    assert rec.typical_abs_error == regime.median_abs_error
+
+
+def test_a_gpu_with_no_published_run_is_said_to_be_assumed(catalog: Catalog) -> None:
+    rec = track_record("megatron", "l40s", 1, 4096, False, catalog.published_runs, catalog.fit.cv_errors)
+    gpu = rec.groups[1]
+    assert gpu.runs == 0 and gpu.median_abs_error is None and gpu.thin and rec.thin
+    assert "no published run on l40s: its efficiencies are assumed, not fitted" in rec.summary
+    assert rec.typical_abs_error == rec.groups[0].median_abs_error  # the stack's, the only group with runs
+
+
+def test_no_fit_no_record(catalog: Catalog) -> None:
+    rec = track_record("megatron", "h100-sxm", 1, 4096, False, catalog.published_runs, {})
+    assert rec.typical_abs_error is None and "no out-of-sample record" in rec.summary
