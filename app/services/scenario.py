@@ -161,11 +161,13 @@ def estimate_on_priced_node(
     catalog: Catalog, request: EstimateRequest, base: Estimate, node: str, *, what: str, field_name: str
 ) -> Estimate:
     """The same plan on ``node`` (its own fabric): ``base`` when it is already there. A plan the priced node
-    cannot run is an InputError naming the node and the reason, never a silent fallback."""
+    cannot run is an InputError naming the node and the reason, never a silent fallback. The track record is
+    ``base``'s: it depends on the plan and the GPU, not on the node."""
     if node == base.node:
         return base
     try:
-        return calibrated_estimate(catalog, request, node=node)[0]
+        on_node = calibrated_estimate(catalog, request, node=node, track=False)[0]
+        return on_node.model_copy(update={"track_record": base.track_record})
     except InputError as exc:
         reasons = "; ".join(e["msg"] for e in exc.errors)
         raise InputError(

@@ -73,3 +73,12 @@ def test_a_gpu_with_no_published_run_is_said_to_be_assumed(catalog: Catalog) -> 
 def test_no_fit_no_record(catalog: Catalog) -> None:
     rec = track_record("megatron", "h100-sxm", 1, 4096, False, catalog.published_runs, {})
     assert rec.typical_abs_error is None and "no out-of-sample record" in rec.summary
+
+
+def test_wide_is_a_typical_error_above_fifteen_percent_or_none(catalog: Catalog) -> None:
+    cv = catalog.fit.cv_errors
+    long_cp = track_record("megatron", "h100-sxm", 8, 131072, False, catalog.published_runs, cv)
+    assert long_cp.typical_abs_error > 0.15 and long_cp.wide
+    short = track_record("megatron", "h100-sxm", 1, 4096, False, catalog.published_runs, cv)
+    assert short.typical_abs_error <= 0.15 and not short.wide
+    assert track_record("megatron", "h100-sxm", 1, 4096, False, catalog.published_runs, {}).wide

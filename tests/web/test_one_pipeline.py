@@ -143,6 +143,17 @@ def test_a_priced_node_that_cannot_run_the_plan_is_an_error(catalog: Catalog, mo
     assert "p5.48xlarge" in str(info.value) and "NVLink domain" in str(info.value)
 
 
+def test_the_estimate_on_the_priced_node_carries_the_plans_track_record(catalog: Catalog) -> None:
+    """The cloud option's estimate (p5.48xlarge for a DGX H100 plan) is the same plan on the same GPU: its track
+    record is the base estimate's, not absent and not recomputed to something else."""
+    request = CostRequest(model="llama3.1-8b", gpu="h100-sxm", node="dgx-h100", gpus=8, seq_len=4096,
+                          global_batch=8, tokens=1e10)  # fmt: skip
+    scenario = run_scenario(catalog, request)
+    assert scenario.cloud_estimate is not None and scenario.cloud_estimate.node != scenario.estimate.node
+    assert scenario.estimate.track_record is not None
+    assert scenario.cloud_estimate.track_record == scenario.estimate.track_record
+
+
 ONE_NODE = {"gpu": "l40s", "model": "llama3.1-8b", "tp": "1"}  # an instance, and no server to build
 NO_INSTANCE = {"gpu": "gb200", "gpus": "72", "global_batch": "72"}  # no AWS instance to price: no cost table
 

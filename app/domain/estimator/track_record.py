@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING
 
 from app.domain.provenance import Frozen
 
-if (
-    TYPE_CHECKING
-):  # the Estimate model holds a TrackRecord: importing it must not load the published runs' module
+# The Estimate model holds a TrackRecord: importing this module must not load the published runs' module.
+if TYPE_CHECKING:
     from app.domain.estimator.published import PublishedRun
 
 MIN_RUNS = 3  # fewer scored runs than this in a group: too few to state a typical error
+WIDE_ERROR = 0.15  # a typical error above this (or none known) is marked on the planner
 LONG_SEQUENCE_TOKENS = 32768  # "long sequence" regime: the attention term dominates a layer's time
 
 STACK_OF_PLAN_FRAMEWORK = {"megatron": "megatron", "fsdp2": "fsdp", "deepspeed": "deepspeed"}
@@ -68,6 +68,11 @@ class TrackRecord(Frozen):
     typical_abs_error: float | None
     thin: bool
     summary: str
+
+    @property
+    def wide(self) -> bool:
+        """No typical error known, or one above :data:`WIDE_ERROR`: read the estimate with care."""
+        return self.typical_abs_error is None or self.typical_abs_error > WIDE_ERROR
 
 
 def _group(aspect: str, label: str, errors: Sequence[float]) -> ComparableRuns:
