@@ -562,3 +562,85 @@ def test_eager_z_loss_keeps_the_fp32_logits_and_peaks_at_20_bytes_a_logit() -> N
     assert 0 <= live.peak - gemm - peak <= small, (live.peak, gemm, peak)
     # a fused or compiled loss computes the z-loss in its pass: nothing more
     assert logits_bytes(arch, micro_batch=b, seq_len=s, fused_loss=True, z_loss=True) == b * s * v * 2
+
+
+@pytest.mark.parametrize("mode", ["none", "selective"])
+def test_dtensor_tensor_parallel_keeps_the_gathered_linear_inputs_whole(mode: str) -> None:
+    """torchtitan's tensor parallelism (DTensor, sequence parallel on): its TP plan for a Llama block —
+    SequenceParallel norms, PrepareModuleInput(Shard(1) → Replicate()) before the attention and the MLP,
+    ColwiseParallel wq/wk/wv/w1/w3, RowwiseParallel(output Shard(1)) wo/w2 — applied to app/bench/model.py's block
+    on a fake 2-rank process group (one process; the collectives only shape their outputs). Autograd keeps the
+    all-gathered attention and MLP inputs whole, T·h·B each (shared by wq/wk/wv and by w1/w3), where Megatron keeps
+    the T/t shard. Tiny Llama (h = 256), b = 2, s = 128, t = 2: T = 256 tokens, so the two gathered inputs hold
+    2 · 256 · 256 · 2 = 262,144 B against 131,072 B sharded, and the formula with ``gathered_tp_inputs`` is
+    exact (1,297,408 B with no recompute, 1,295,360 B with the attention core recomputed)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard
+    from torch.distributed.tensor.parallel import (
+        ColwiseParallel,
+        PrepareModuleInput,
+        RowwiseParallel,
+        SequenceParallel,
+        parallelize_module,
+    )
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    arch, t, b, s = tiny(), 2, 2, 128
+    dist.init_process_group("fake", rank=0, world_size=t, store=FakeStore())
+    try:
+        mesh = init_device_mesh("cpu", (t,))
+        model = build_model(arch, dtype=torch.bfloat16, checkpoint=mode, max_seq_len=512)
+        block = model.layers[0]
+        plan = {
+            "attention_norm": SequenceParallel(),
+            "attention": PrepareModuleInput(
+                input_layouts=(Shard(1), None, None), desired_input_layouts=(Replicate(), None, None)
+            ),
+            "attention.wq": ColwiseParallel(),
+            "attention.wk": ColwiseParallel(),
+            "attention.wv": ColwiseParallel(),
+            "attention.wo": RowwiseParallel(output_layouts=Shard(1)),
+            "ffn_norm": SequenceParallel(),
+            "feed_forward": PrepareModuleInput(
+                input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),)
+            ),
+            "feed_forward.w1": ColwiseParallel(),
+            "feed_forward.w2": RowwiseParallel(output_layouts=Shard(1)),
+            "feed_forward.w3": ColwiseParallel(),
+        }
+        parallelize_module(block, mesh, plan)
+        block.attention.n_heads //= (
+            t  # the local heads, as torchtitan's view(bs, seqlen, -1, head_dim) infers
+        )
+        block.attention.n_kv_heads //= t
+
+        def local(x: torch.Tensor) -> torch.Tensor:
+            return x._local_tensor if isinstance(x, DTensor) else x
+
+        cos, sin = model.rope_cos[:s], model.rope_sin[:s]
+        state = {local(p).untyped_storage().data_ptr() for p in block.parameters()}
+        state |= {cos.untyped_storage().data_ptr(), sin.untyped_storage().data_ptr()}
+        saved: dict[int, tuple[tuple[int, ...], int]] = {}
+
+        def pack(x: torch.Tensor) -> torch.Tensor:
+            storage = local(x).untyped_storage()
+            if storage.data_ptr() not in state:
+                saved.setdefault(storage.data_ptr(), (tuple(local(x).shape), storage.nbytes()))
+            return x
+
+        x = torch.randn(b, s // t, arch.hidden_size, dtype=torch.bfloat16, requires_grad=True)
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda x: x):
+            block(x, cos, sin)
+    finally:
+        dist.destroy_process_group()
+    measured = sum(nbytes for _, nbytes in saved.values())
+    args = dict(micro_batch=b, seq_len=s, tp=t, sequence_parallel=True, recompute=Recompute(mode))
+    gathered = layer_activation_bytes(arch, "dense", **args, gathered_tp_inputs=True)
+    sharded = layer_activation_bytes(arch, "dense", **args)
+    whole = (b * s, arch.hidden_size)
+    assert sum(1 for shape, _ in saved.values() if shape == whole) == 2, saved  # the two gathered inputs
+    assert measured == gathered.saved_bytes == {"none": 1_297_408, "selective": 1_295_360}[mode], (
+        gathered.formula
+    )
+    assert gathered.saved_bytes - sharded.saved_bytes == 2 * (b * s - b * s // t) * arch.hidden_size * 2

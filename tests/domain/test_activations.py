@@ -354,3 +354,48 @@ def test_fused_swiglu_saves_gate_and_up_and_writes_their_gradients_in_place() ->
     assert layer_activation_bytes(
         LLAMA31_8B, "dense", **megatron, fused_swiglu=True
     ) == layer_activation_bytes(LLAMA31_8B, "dense", **megatron)
+
+
+def test_dtensor_tensor_parallel_keeps_the_gathered_attention_and_mlp_inputs_whole():
+    """PyTorch DTensor TP (torchtitan) all-gathers the sequence-parallel shard before wq/wk/wv and w1/w3 and
+    autograd keeps the gathered tensor; Megatron / Transformer Engine keep the shard and gather again in the
+    backward. Llama 3.1 8B, b = 1, s = 8192, tp 8 with SP: the shards are 2 · 1024 · 4096 · 2 = 16,777,216 B, the
+    gathered inputs 2 · 8192 · 4096 · 2 = 134,217,728 B — 117,440,512 B (112 MiB) more per layer; the output GEMM's
+    input adds 8192 · 4096 · 2 − 1024 · 4096 · 2 = 58,720,256 B on the last stage. Without TP nothing changes.
+    (Measured against torch on a fake 2-rank mesh in tests/bench/test_activation_ground_truth.py.)"""
+    from app.domain.estimator.memory import layer_terms
+    from app.domain.estimator.plan import Framework, Plan
+
+    kw = dict(micro_batch=1, seq_len=8192, tp=8, sequence_parallel=True)
+    sharded = layer_activation_bytes(LLAMA31_8B, "dense", **kw)
+    gathered = layer_activation_bytes(LLAMA31_8B, "dense", **kw, gathered_tp_inputs=True)
+    assert gathered.saved_bytes - sharded.saved_bytes == 117_440_512
+    assert "qkv input[T·h·B=" in gathered.formula and "mlp input[T·h·B=" in gathered.formula
+    full = dict(
+        kw, recompute=Recompute.full
+    )  # full recompute re-materialises the whole layer in the backward
+    assert (
+        layer_activation_bytes(LLAMA31_8B, "dense", **full, gathered_tp_inputs=True).peak_extra_bytes
+        - layer_activation_bytes(LLAMA31_8B, "dense", **full).peak_extra_bytes
+        == 117_440_512
+    )
+    head = dict(micro_batch=1, seq_len=8192, tp=8, sequence_parallel=True)
+    assert (
+        head_activation_bytes(LLAMA31_8B, **head, gathered_tp_inputs=True)
+        - head_activation_bytes(LLAMA31_8B, **head)
+        == 58_720_256
+    )
+    no_tp = dict(micro_batch=1, seq_len=8192)
+    assert (
+        layer_activation_bytes(LLAMA31_8B, "dense", **no_tp, gathered_tp_inputs=True).saved_bytes
+        == layer_activation_bytes(LLAMA31_8B, "dense", **no_tp).saved_bytes
+    )
+    # the estimator applies it to FSDP2 (torchtitan) plans only
+    plans = {
+        fw: Plan(
+            tp=8, dp=1, micro_batch=1, global_batch=1, seq_len=8192, sequence_parallel=True, framework=fw
+        )
+        for fw in (Framework.fsdp2, Framework.deepspeed)
+    }
+    saved = {fw: layer_terms(LLAMA31_8B, plan)["dense"].saved_bytes for fw, plan in plans.items()}
+    assert saved[Framework.fsdp2] - saved[Framework.deepspeed] == 117_440_512

@@ -84,6 +84,7 @@ class Shape:
         sp: bool,
         act_bytes: int,
         etp: int | None = None,
+        gathered_inputs: bool = False,
     ) -> None:
         self.arch = arch
         self.b, self.t, self.c, self.sp = micro_batch, tp, cp, sp
@@ -100,6 +101,14 @@ class Shape:
         # replicated-across-TP tensors (norm inputs, linear inputs) are split over the sequence with SP
         self.tokens_rep = micro_batch * ceil_div(self.s_local, tp) if sp and tp > 1 else self.tokens
         self.tr = "T/t" if sp and tp > 1 else "T"
+        # the input a column-parallel linear saves for its weight gradient: Megatron and Transformer Engine keep
+        # the sequence-parallel shard and all-gather it again in the backward (T/t with SP); PyTorch DTensor's
+        # tensor parallelism (torchtitan: PrepareModuleInput(Shard(1) -> Replicate()) before wq/wk/wv and
+        # w1/w3) all-gathers the shard into a plain tensor that autograd keeps whole (T), once for the
+        # linears that share it (``gathered_inputs``)
+        gathered = gathered_inputs and tp > 1
+        self.tokens_in = self.tokens if gathered else self.tokens_rep
+        self.tin = "T" if gathered else self.tr
         self.B = act_bytes
         self.heads = ceil_div(arch.n_heads, tp)
         self.kv_heads = ceil_div(arch.n_kv_heads, tp)

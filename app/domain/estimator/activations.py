@@ -74,7 +74,7 @@ def _attention_terms(
 ) -> None:
     arch = sh.arch
     T, B = sh.tokens, sh.B
-    terms.add("attention", "qkv input", f"{sh.tr}·h·B", sh.tokens_rep * arch.hidden_size * B)
+    terms.add("attention", "qkv input", f"{sh.tin}·h·B", sh.tokens_in * arch.hidden_size * B)
     if arch.attention == "mla":
         _mla_terms(terms, sh, style, recompute, flash)
         return
@@ -192,7 +192,7 @@ def _mlp_terms(
     arch = sh.arch
     f_l = sh.sharded(width)
     if with_input:
-        terms.add(component, "mlp input", f"{sh.tr}·h·B", sh.tokens_rep * arch.hidden_size * sh.B)
+        terms.add(component, "mlp input", f"{sh.tin}·h·B", sh.tokens_in * arch.hidden_size * sh.B)
     if arch.activation == "swiglu" and _fused_swiglu(style, fused_swiglu):
         n, what = 3, "gate out, up out, product (fused SwiGLU)"
     elif arch.activation == "swiglu":
@@ -407,13 +407,17 @@ def layer_activation_bytes(
     fp8_linear_inputs: bool = False,
     fused_swiglu: bool = False,
     expert_tp: int | None = None,
+    gathered_tp_inputs: bool = False,
 ) -> ActivationTerms:
     """Bytes one ``kind`` layer keeps between forward and backward for one micro-batch, on one rank.
 
     ``tp`` divides the head- and FFN-sharded tensors; norms, residual stream and linear inputs are replicated
     over TP unless ``sequence_parallel`` (then everything is ÷t). ``cp`` divides every sequence dimension
     (the ``s²`` scores keep all keys: ``(s/c)·s``). ``dropout`` (Megatron style only) adds 1-byte masks;
-    ``None`` = on for GELU models, off for SwiGLU ones.
+    ``None`` = on for GELU models, off for SwiGLU ones. ``gathered_tp_inputs`` (PyTorch DTensor TP, i.e.
+    torchtitan): the attention and dense-MLP inputs are all-gathered over TP and kept whole (T·h·B each) even
+    with SP, where Megatron keeps the T/t shard and gathers it again in the backward. (torchtitan's MoE input
+    stays sequence-sharded under expert parallelism, so the router input keeps the T/t convention.)
 
     Examples (GPT-3 layer, h=12288, a=96, s=2048, b=1, Megatron style, no flash) — see
     ``tests/domain/test_activations.py`` for the hand-worked numbers.
@@ -422,7 +426,7 @@ def layer_activation_bytes(
         arch, kind, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sequence_parallel=sequence_parallel,
         flash_attention=flash_attention, act_bytes=act_bytes, framework_style=framework_style, dropout=dropout,
         recompute_modules=recompute_modules, fp8_linear_inputs=fp8_linear_inputs, fused_swiglu=fused_swiglu,
-        expert_tp=expert_tp,
+        expert_tp=expert_tp, gathered_tp_inputs=gathered_tp_inputs,
     )  # fmt: skip
     sh = layer.sh
     kept, again = layer.kept(recompute)
@@ -466,10 +470,11 @@ class LayerActivations:
         fp8_linear_inputs: bool = False,
         fused_swiglu: bool = False,
         expert_tp: int | None = None,
+        gathered_tp_inputs: bool = False,
     ) -> None:
         self.sh, self.style, self.dropout = _setup(
             arch, kind, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, framework_style, dropout,
-            expert_tp,
+            expert_tp, gathered_tp_inputs,
         )  # fmt: skip
         self.kind, self.flash, self.modules = kind, flash_attention, recompute_modules
         self.fp8 = fp8_linear_inputs and self.style == "megatron"  # Transformer Engine's FP8 linears
@@ -527,6 +532,7 @@ def _setup(
     style: FrameworkStyle,
     dropout: bool | None,
     expert_tp: int | None = None,
+    gathered_tp_inputs: bool = False,
 ) -> tuple[Shape, FrameworkStyle, bool]:
     """The checked arguments of :func:`layer_activation_bytes`: the rank's shape, the style and the dropout."""
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
@@ -538,7 +544,10 @@ def _setup(
         raise ValueError("the torch reference model has no dropout; use framework_style='megatron'")
     if expert_tp is not None and (expert_tp < 1 or tp % expert_tp):
         raise ValueError(f"expert_tp must divide tp ({tp}), got {expert_tp}")
-    return Shape(arch, micro_batch, seq_len, tp, cp, sp, act_bytes, expert_tp), style, dropout
+    shape = Shape(
+        arch, micro_batch, seq_len, tp, cp, sp, act_bytes, expert_tp, gathered_inputs=gathered_tp_inputs
+    )
+    return shape, style, dropout
 
 
 _FORMULAS = {

@@ -165,7 +165,8 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
         head_act=head_activation_bytes(
-            arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
+            arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style,
+            gathered_tp_inputs=plan.framework is Framework.fsdp2,
         ),
         logits=logits_bytes(
             arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, fused_loss=plan.uses_fused_loss,

@@ -59,14 +59,22 @@ def head_activation_bytes(
     sequence_parallel: bool = False,
     act_bytes: int = 2,
     framework_style: FrameworkStyle = "torch",
+    gathered_tp_inputs: bool = False,
 ) -> int:
     """Saved by the last stage after its last layer, *excluding* the ``b·s·V`` tensors (see
     :func:`logits_bytes`): the final-norm input (+ stats in torch), the output-GEMM input and the int64
-    targets. The output-GEMM input is replicated over TP unless SP."""
+    targets. The output-GEMM input is replicated over TP unless SP, and kept whole under PyTorch DTensor TP
+    (``gathered_tp_inputs``: torchtitan's ColwiseParallel(input_layouts=Shard(1)) all-gathers it)."""
     check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
-    sh = Shape(arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes)
+    sh = Shape(
+        arch, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, gathered_inputs=gathered_tp_inputs
+    )
     stat = (2 * FP32_BYTES if arch.norm == "layernorm" else FP32_BYTES) if framework_style == "torch" else 0
-    return sh.tokens_rep * (2 * arch.hidden_size * act_bytes + stat) + sh.tokens * INDEX_BYTES
+    return (
+        sh.tokens_rep * (arch.hidden_size * act_bytes + stat)
+        + sh.tokens_in * arch.hidden_size * act_bytes
+        + sh.tokens * INDEX_BYTES
+    )
 
 
 def logits_bytes(

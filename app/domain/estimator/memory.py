@@ -179,6 +179,7 @@ def _activation_args(plan: Plan) -> dict:
         recompute_modules=None if plan.recompute_modules is None else frozenset(plan.recompute_modules),
         fp8_linear_inputs=plan.precision is Precision.fp8, fused_swiglu=plan.fused_swiglu,
         expert_tp=None if plan.etp == plan.tp else plan.etp,
+        gathered_tp_inputs=plan.framework is Framework.fsdp2,  # torchtitan's DTensor TP keeps gathered inputs
     )  # fmt: skip
 
 
