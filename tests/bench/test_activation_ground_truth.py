@@ -644,3 +644,62 @@ def test_dtensor_tensor_parallel_keeps_the_gathered_linear_inputs_whole(mode: st
         gathered.formula
     )
     assert gathered.saved_bytes - sharded.saved_bytes == 2 * (b * s - b * s // t) * arch.hidden_size * 2
+
+
+class _LiveExcept(LiveBytes):
+    """Live bytes of what runs under the mode, not counting the storages in ``inputs`` (views of the inputs are
+    not new memory) nor funcol's AsyncCollectiveTensor before it is waited (it has no storage yet)."""
+
+    def __init__(self, inputs: set[int]) -> None:
+        super().__init__()
+        self._inputs = inputs
+
+    def _track(self, t: torch.Tensor) -> None:
+        try:
+            key = t.untyped_storage().data_ptr()
+        except RuntimeError:
+            return
+        if key not in self._inputs:
+            super()._track(t)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads"), [(8, 2), (8, 8), (16, 2)])
+def test_torch_ring_attention_backward_working_set_is_the_formula(heads: int, kv_heads: int) -> None:
+    """PyTorch's ring-attention backward (``_templated_ring_attention_backward``: all-gather rotation, fp32
+    accumulation, round-robin load balancing — torchtitan's context parallelism) run on CPU over a fake process
+    group at every rank of cp 2, 4 and 8, with a stand-in for the attention kernel's backward that returns its
+    dQ, dK, dV in bf16. The peak of what it allocates (its inputs excluded), on the busiest rank, is
+    ``torch_ring_backward_bytes`` + the kernel's own (q + kv) · B, exactly: b = 1, 256 tokens a rank, head dim 64."""
+    import torch.distributed as dist
+    from torch.distributed.tensor.experimental._context_parallel import _attention as ring
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    from app.domain.estimator.context_parallel import torch_ring_backward_bytes
+
+    b, s_local, d = 1, 256, 64
+
+    def kernel_backward(query, key, value, out, logsumexp, is_causal, grad_out, **kwargs):  # noqa: ANN001, ANN003, ARG001
+        return torch.empty_like(query), torch.empty_like(key), torch.empty_like(value)
+
+    for cp in (2, 4, 8):
+        peaks = []
+        for rank in range(cp):
+            dist.init_process_group("fake", rank=rank, world_size=cp, store=FakeStore())
+            try:
+                q = torch.randn(b, heads, s_local, d, dtype=torch.bfloat16)
+                k = torch.randn(b, kv_heads, s_local, d, dtype=torch.bfloat16)
+                v = torch.randn(b, kv_heads, s_local, d, dtype=torch.bfloat16)
+                out, grad_out = torch.randn_like(q), torch.randn_like(q)
+                lse = torch.randn(b, heads, s_local, dtype=torch.float32)
+                live = _LiveExcept({x.untyped_storage().data_ptr() for x in (q, k, v, out, grad_out, lse)})
+                with live:
+                    grads = ring._templated_ring_attention_backward(
+                        dist.group.WORLD, 2, kernel_backward, grad_out, "grad_out", q, k, v, out, lse, True
+                    )
+                assert [g.shape for g in grads[:3]] == [q.shape, k.shape, v.shape]
+                peaks.append(live.peak)
+            finally:
+                dist.destroy_process_group()
+        q_elems, kv_elems, rows = b * s_local * heads * d, 2 * b * s_local * kv_heads * d, b * s_local * heads
+        beyond = torch_ring_backward_bytes(cp, q_elems, kv_elems, rows, 2)
+        assert max(peaks) == beyond + (q_elems + kv_elems) * 2, (cp, peaks)

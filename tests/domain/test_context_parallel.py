@@ -224,3 +224,44 @@ def test_repeated_kv_multiplies_the_rings_kv_traffic(catalog: Catalog) -> None:
     runs = {r.slug: r for r in catalog.published_runs}
     assert run_plan(runs["torchtitan-llama3.1-8b-8gpu-cp8-seq256k"])[0].repeat_kv
     assert not run_plan(runs["nemo-longseq-llama2-7b-h100-256k-cp8"])[0].repeat_kv
+
+
+def test_torch_ring_backward_bytes_hand_worked() -> None:
+    """The docstring's example (measured on CPU against torch's own function in
+    tests/bench/test_activation_ground_truth.py): q = 131,072 elements, K + V = 65,536, 2,048 log-sum-exp rows, cp 4,
+    bf16: the all-gathered K/V 4 · 65,536 · 2 = 524,288 B; the partial-update moment 9 · 131,072 + 16 · 65,536 +
+    2 · 2,048 = 2,232,320 B beats the other, 4 · 131,072 + 20 · 65,536 = 1,835,008 B; 2,756,608 B in all, 2,363,392 B
+    beyond the kernel's own dQ, dK, dV. K/V-heavy shapes take the other moment: q = 131,072, K + V = 262,144, cp 2 →
+    2 · 262,144 · 2 + 4 · 131,072 + 20 · 262,144 − (131,072 + 262,144) · 2 = 6,029,312 B. No ring, no buffers."""
+    from app.domain.estimator.context_parallel import torch_ring_backward_bytes
+
+    assert torch_ring_backward_bytes(4, 131_072, 65_536, 2_048, 2) == 2_363_392
+    assert torch_ring_backward_bytes(2, 131_072, 262_144, 2_048, 2) == 6_029_312
+    assert torch_ring_backward_bytes(1, 131_072, 65_536, 2_048, 2) == 0
+    arrays = torch_ring_backward_bytes(
+        np.array([4, 2, 1]), 131_072, np.array([65_536, 262_144, 65_536]), 2_048, 2
+    )
+    assert arrays.tolist() == [2_363_392, 6_029_312, 0]
+
+
+def test_torchtitans_ring_buffers_count_where_they_outgrow_the_freed_mlp(catalog: Catalog) -> None:
+    """Llama 3.1 405B, tp 8, cp 8, one 262,144-token sequence (32,768 tokens a rank), K/V repeated to the 16 query
+    heads a rank (torchtitan before 2026-01): q = 32,768 · 16 · 128 = 67,108,864 elements, K + V twice that. The
+    ring's backward holds 8 · 134,217,728 · 2 = 2,147,483,648 B of gathered K/V and the 4·q + 20·kv moment
+    (2,952,790,016 B), minus the kernel's own 402,653,184 B: 4,697,620,480 B. By then the layer's MLP backward has
+    freed the MLP's tensors: its gathered input 32,768 · 16,384 · 2 = 1,073,741,824 B and four 6,656-wide tensors
+    4 · 32,768 · 6,656 · 2 = 1,744,830,464 B, 2,818,572,288 B; the rest, 1,879,048,192 B, adds to the layer's
+    backward working set. Megatron's ring (Transformer Engine) is not modelled and adds nothing."""
+    from app.domain.estimator.assemble import key_q, key_work
+
+    arch = catalog.architecture("llama3.1-405b")
+    cluster = _cluster(catalog, "h100-sxm", 512)
+    plan = Plan(tp=8, pp=8, cp=8, dp=1, global_batch=8, micro_batch=1, seq_len=262_144, sequence_parallel=True,
+                recompute=Recompute.full, repeat_kv=True)  # fmt: skip
+    work = key_work(arch, plan, cluster)
+    assert work.cp_bwd_bytes == 4_697_620_480
+    assert work.activations["dense"].mlp_bytes() == 2_818_572_288
+    no_ring = key_q(arch, plan.model_copy(update={"cp": 1, "seq_len": 32_768}), cluster)
+    assert key_q(arch, plan, cluster).peak_extra - no_ring.peak_extra == 1_879_048_192
+    te = plan.model_copy(update=dict(framework=Framework.megatron, sharding=Sharding.megatron_distopt))
+    assert key_work(arch, te, cluster).cp_bwd_bytes == 0

@@ -482,6 +482,11 @@ class LayerActivations:
         self.full = self._layer(Recompute.none)
         self.grads = _grad_working_set(arch, kind, self.sh, self.fused_swiglu)
 
+    def mlp_bytes(self) -> int:
+        """The MLP (or MoE) side of the layer with nothing recomputed: what the layer's MLP backward has freed, or
+        not yet re-materialised, by the time its attention backward runs (the backward visits the MLP first)."""
+        return sum(v for k, v in self.full.by_component().items() if k in MLP_COMPONENTS)
+
     def totals(self, recompute: Recompute) -> tuple[int, int]:
         """(saved_bytes, peak_extra_bytes) of :func:`layer_activation_bytes` with ``recompute``."""
         kept, again = self.kept(recompute)
@@ -549,6 +554,8 @@ def _setup(
     )
     return shape, style, dropout
 
+
+MLP_COMPONENTS = frozenset({"mlp", "router", "experts", "shared_experts"})
 
 _FORMULAS = {
     Recompute.full: "full recompute: {kept}; peak re-materialises {again} + grads {grads}",

@@ -12,7 +12,12 @@ from dataclasses import dataclass
 from app.domain.estimator.activations import LayerActivations, framework_style_for
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import LayerWork, head_times, layer_work
-from app.domain.estimator.context_parallel import ring_fixed_seconds, ring_for, ring_merge_bytes
+from app.domain.estimator.context_parallel import (
+    ring_fixed_seconds,
+    ring_for,
+    ring_merge_bytes,
+    torch_ring_backward_bytes,
+)
 from app.domain.estimator.evaluate import (
     Consts,
     KeyQ,
@@ -143,6 +148,7 @@ class KeyWork:
     head_bwd: float
     cp_fwd: float
     cp_bwd: float
+    cp_bwd_bytes: float  # the ring backward's working set beyond the single attention kernel's (torch_ring_backward_bytes)
     embedding_act: float
     head_act: float
     logits: float
@@ -157,6 +163,7 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
     head_fwd, head_bwd = head_times(arch, plan, cluster)
     cp_fwd, cp_bwd = ring_layer_seconds(arch, plan, cluster)
     return KeyWork(
+        cp_bwd_bytes=ring_backward_bytes(arch, plan, act_bytes),
         activations=layer_activations(arch, plan),
         dense=layer_work(arch, "dense", plan, cluster) if arch.n_dense_layers else None,
         moe=layer_work(arch, "moe", plan, cluster) if arch.n_moe_layers else None,
@@ -206,6 +213,13 @@ def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share:
         return share * totals[kind][0] + (1 - share) * kept[kind][0]
 
     peak_extra = max(t[1] for t in (*totals.values(), *kept.values()))
+    # the ring's backward buffers live while the layer's attention backward runs, after its MLP backward has freed
+    # the MLP's tensors (saved or re-materialised): they add only what exceeds those
+    ring = max(
+        (t[1] + max(0.0, w.cp_bwd_bytes - w.activations[kind].mlp_bytes()) for kind, t in totals.items()),
+        default=0.0,
+    )
+    peak_extra = max(peak_extra, ring)
     # The last stage's loss term: the saved logits, or the eager loss's backward peak where that is larger than
     # the saved logits plus a layer's recompute transient (the two never coexist: the loss's tensors are freed
     # before the first layer's backward runs).
@@ -227,6 +241,23 @@ def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share:
         attn_moe=moe.attention_fwd_s if moe else zero,
         head_fwd=w.head_fwd, head_bwd=w.head_bwd, cp_fwd=w.cp_fwd, cp_bwd=w.cp_bwd, cp_forwards=cp_forwards,
     )  # fmt: skip
+
+
+def ring_backward_bytes(arch: Architecture, plan: Plan, act_bytes: int) -> float:
+    """Bytes one layer's ring-attention backward holds beyond the single attention kernel's gradients, one
+    micro-batch on one rank (:func:`app.domain.estimator.context_parallel.torch_ring_backward_bytes`): PyTorch's ring
+    (FSDP2 / torchtitan plans with CP); 0 without CP and for Transformer Engine's ring, whose buffers are not
+    modelled."""
+    if plan.cp <= 1 or plan.framework is not Framework.fsdp2:
+        return 0.0
+    rows = plan.micro_batch * plan.seq_len / plan.cp  # the rank's tokens
+    heads = math.ceil(arch.n_heads / plan.tp)
+    kv_heads = (
+        heads if plan.repeat_kv else math.ceil(arch.n_kv_heads / plan.tp)
+    )  # K/V repeated to every query head
+    q = rows * heads * arch.qk_head_dim
+    kv = rows * kv_heads * (arch.qk_head_dim + arch.value_head_dim)
+    return float(torch_ring_backward_bytes(plan.cp, q, kv, rows * heads, act_bytes))
 
 
 def ring_layer_seconds(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float, float]:

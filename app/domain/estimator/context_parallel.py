@@ -204,3 +204,31 @@ def torch_ring_exposed_s(
     on = cp > 1
     exposed = forwards * fwd + bwd
     return xp.where(on, exposed, 0.0), xp.where(on, total - exposed, 0.0)
+
+
+def torch_ring_backward_bytes(cp: Num, q_elems: Num, kv_elems: Num, heads_rows: Num, act_b: float) -> Num:
+    """Bytes PyTorch's ring-attention backward holds at its peak beyond what the single attention kernel's backward
+    holds (its dQ, dK, dV in the activation dtype), on the busiest CP rank, per layer and micro-batch; 0 for cp = 1.
+
+    Read from ``_templated_ring_attention_backward`` (torch 2.13, ``torch/distributed/tensor/experimental/
+    _context_parallel/_attention.py``; default options: all-gather rotation of K/V, fp32 accumulation,
+    round-robin load balancing) with ``q_elems`` = the rank's query elements, ``kv_elems`` = its key + value
+    elements (b · s/cp · width / tp; K/V repeated to every query head where the model repeats them) and
+    ``heads_rows`` = b · s/cp · heads / tp (the log-sum-exp's fp32 rows). The all-gathered K/V of every rank stay
+    for the whole loop: cp · kv · B. On top, the larger of two moments:
+
+    * a step that updates half of dQ (``_partial_update``): the fp32 dQ and its concatenated copy (8 · q), the step's
+      dQ for half the queries (q · B/2), the received fp32 dK/dV, their concatenation and the permute's output
+      (12 · kv), the step's dK/dV and the K/V concatenation in the activation dtype (2 · kv · B), half the fp32
+      log-sum-exp made contiguous (2 · rows);
+    * the fp32 dQ (4 · q) beside four fp32 dK/dV buffers (16 · kv) and two activation-dtype ones (2 · kv · B).
+
+    Measured on CPU through torch's own function with a fake process group (every rank of cp 2, 4, 8; tests/bench/
+    test_activation_ground_truth.py): exact. Minus the single kernel's (q + kv) · B. Hand-worked (B = 2): q = 131,072,
+    kv = 65,536, 2,048 rows, cp 4 — gathered 524,288 B; moments 9 · 131,072 + 16 · 65,536 + 4,096 = 2,232,320 B and
+    4 · 131,072 + 20 · 65,536 = 1,835,008 B; 2,756,608 B at the peak, 2,363,392 B beyond the single kernel."""
+    gathered = cp * kv_elems * act_b
+    partial_update = 8 * q_elems + q_elems * act_b / 2 + 12 * kv_elems + 2 * kv_elems * act_b + 2 * heads_rows
+    step = 4 * q_elems + 16 * kv_elems + 2 * kv_elems * act_b
+    peak = gathered + partial_update + (step - partial_update) * (step > partial_update)
+    return (peak - (q_elems + kv_elems) * act_b) * (cp > 1)
