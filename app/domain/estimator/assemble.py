@@ -215,11 +215,9 @@ def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share:
     peak_extra = max(t[1] for t in (*totals.values(), *kept.values()))
     # the ring's backward buffers live while the layer's attention backward runs, after its MLP backward has freed
     # the MLP's tensors (saved or re-materialised): they add only what exceeds those
-    ring = max(
-        (t[1] + max(0.0, w.cp_bwd_bytes - w.activations[kind].mlp_bytes()) for kind, t in totals.items()),
-        default=0.0,
-    )
-    peak_extra = max(peak_extra, ring)
+    if w.cp_bwd_bytes:
+        ring = max(t[1] + max(0.0, w.cp_bwd_bytes - w.activations[k].mlp_bytes()) for k, t in totals.items())
+        peak_extra = max(peak_extra, ring)
     # The last stage's loss term: the saved logits, or the eager loss's backward peak where that is larger than
     # the saved logits plus a layer's recompute transient (the two never coexist: the loss's tensors are freed
     # before the first layer's backward runs).
