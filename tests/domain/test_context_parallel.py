@@ -265,3 +265,10 @@ def test_torchtitans_ring_buffers_count_where_they_outgrow_the_freed_mlp(catalog
     assert key_q(arch, plan, cluster).peak_extra - no_ring.peak_extra == 1_879_048_192
     te = plan.model_copy(update=dict(framework=Framework.megatron, sharding=Sharding.megatron_distopt))
     assert key_work(arch, te, cluster).cp_bwd_bytes == 0
+    # the memory formula says so (4,697,620,480 B = 4.375 GiB)
+    formula = estimate(arch, cluster, plan, allow_tp_across_nodes=True).memory_formulas["activations"]
+    assert "ring-attention backward holds 4.38 GiB a layer" in formula
+    assert (
+        "ring-attention"
+        not in estimate(arch, cluster, te, allow_tp_across_nodes=True).memory_formulas["activations"]
+    )

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import Field
 
-from app.domain.estimator.assemble import evaluate_plan
+from app.domain.estimator.assemble import evaluate_plan, ring_backward_bytes
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
 from app.domain.estimator.efficiency import EfficiencyCatalog
@@ -297,6 +297,17 @@ def _logits_formula(plan: Plan) -> str:
     )
 
 
+def _ring_formula(arch: Architecture, plan: Plan) -> str:
+    ring = ring_backward_bytes(arch, plan, 4 if plan.precision is Precision.fp32 else 2)
+    if not ring:
+        return ""
+    return (
+        f"; PyTorch's ring-attention backward holds {ring / 2**30:.2f} GiB a layer beyond the attention kernel's "
+        "gradients (every rank's K/V all-gathered, fp32 dQ/dK/dV with their copies), counted where it exceeds the "
+        "MLP tensors the layer's MLP backward has freed by then"
+    )
+
+
 def _memory_formulas(
     arch: Architecture, cluster: Cluster, plan: Plan, stages: tuple[StageMemory, ...] = ()
 ) -> dict[str, str]:
@@ -312,7 +323,7 @@ def _memory_formulas(
         "layer parameters ÷ tp (norms and routers replicated), experts ÷ ep·tp; the first stage adds the "
         "embedding ÷ tp, the last the output layer ÷ tp (a tied embedding is copied there when pp > 1)",
         "activations": "per layer × layers on the rank × in-flight micro-batches (+ one layer's backward working "
-        "set): " + " | ".join(f"{k}: {t.formula}" for k, t in terms.items()),
+        "set): " + " | ".join(f"{k}: {t.formula}" for k, t in terms.items()) + _ring_formula(arch, plan),
         "logits": _logits_formula(plan),
         "gathered params": "FSDP/ZeRO-3: 2 units (current + prefetch) in 16-bit + one unit's unsharded gradient; "
         "FSDP2 keeps the root unit (embedding, output) gathered; SHARD_GRAD_OP keeps all units gathered",
