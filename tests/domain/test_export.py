@@ -1022,3 +1022,13 @@ def test_megatron_bf16_gradient_reduce_flag() -> None:
     bf16 = megatron_parser().parse_args(megatron_args(make_doc(**fields, grad_reduce_bf16=True)))
     assert bf16.grad_reduce_in_bf16
     assert "--grad-reduce-in-bf16" not in megatron_args(make_doc(**fields))
+
+
+def test_readmes_export_example_names_the_plan_hash_the_commands_compute() -> None:
+    """README's "Export and launch" example (Llama 3.1 70B on 64 H100, tp 8, FSDP over the rest, 64 × 8K tokens, full
+    recompute, 1e11 tokens) shows the Slurm job name and the Kubernetes config map that `capplan export` writes for
+    it; both carry the plan hash, which moves whenever a plan field is added, so the example is checked here."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    doc = make_doc(tokens=1e11)
+    assert f"#SBATCH --job-name={unique_name(doc)}" in readme
+    assert f"kubectl create configmap {k8s_name(doc.name, plan_hash(doc))}-config" in readme
