@@ -416,8 +416,9 @@ def layer_activation_bytes(
     (the ``s²`` scores keep all keys: ``(s/c)·s``). ``dropout`` (Megatron style only) adds 1-byte masks;
     ``None`` = on for GELU models, off for SwiGLU ones. ``gathered_tp_inputs`` (PyTorch DTensor TP, i.e.
     torchtitan): the attention and dense-MLP inputs are all-gathered over TP and kept whole (T·h·B each) even
-    with SP, where Megatron keeps the T/t shard and gathers it again in the backward. (torchtitan's MoE input
-    stays sequence-sharded under expert parallelism, so the router input keeps the T/t convention.)
+    with SP, where Megatron keeps the T/t shard and gathers it again in the backward. (The router input keeps
+    T/t: torchtitan 0.3 has no expert TP — FSDP2 plans run every expert whole on T/t tokens, ``Plan.etp`` = 1 —
+    and torchtitan redistributes the MoE input to Replicate only when the experts are TP-sharded.)
 
     Examples (GPT-3 layer, h=12288, a=96, s=2048, b=1, Megatron style, no flash) — see
     ``tests/domain/test_activations.py`` for the hand-worked numbers.
