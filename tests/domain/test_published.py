@@ -437,6 +437,24 @@ def test_every_run_is_consistent(all_runs):
             assert run.n_experts and run.n_experts % run.ep == 0, run.id
 
 
+def test_grand_teton_h100s_run_at_their_stated_hbm_bandwidth(all_runs, sources):
+    """Meta's Grand Teton H100s (torchtitan's benchmark files: "96GB HBM2e with 2.4 TB/sec peak memory bandwidth",
+    500 W) are not the catalog's 80 GB HBM3 SKU (3.35 TB/s): every such run states the bandwidth, and the cluster
+    its estimate runs on has it (and the catalog SKU keeps its own). Llama 3's Grand Teton H100s are the 80 GB HBM3
+    SKU at 700 W and state nothing."""
+    from app.domain.catalog import load_catalog
+    from app.domain.estimator.validation import run_cluster
+
+    teton = [r for r in all_runs.values() if "96GB HBM2e" in r.gpu_name and "Grand Teton" in r.gpu_name]
+    assert len(teton) >= 20
+    assert {r.gpu_memory_bandwidth_gb_per_s for r in teton} == {2400.0}
+    catalog = load_catalog(DATA)
+    cluster = run_cluster(teton[0], catalog)
+    assert cluster.accelerator.memory_bandwidth_gb_per_s == 2400.0
+    assert cluster.accelerator.provenance["memory_bandwidth_gb_per_s"].source == "override"
+    assert catalog.hardware.accelerator("h100-sxm").memory_bandwidth_gb_per_s == 3350.0
+
+
 def test_a_duplicate_slug_across_family_files_is_a_catalog_error(tmp_path, sources):
     shutil.copytree(DATA, tmp_path / "data")
     family = tmp_path / "data" / "published_runs" / "copy.toml"

@@ -218,6 +218,11 @@ class PublishedRun(CatalogEntry):
     gpu_memory_gb: float | None = Field(
         default=None, gt=0, description="when the card differs from the catalog SKU"
     )
+    gpu_memory_bandwidth_gb_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="HBM bandwidth as the source states it, when the card differs from the catalog SKU",
+    )
     gpu_power_limit_w: int | None = Field(default=None, gt=0)
     gpu_peak_tflops_16bit: float | None = Field(
         default=None, gt=0, description="peak the source used for MFU"

@@ -242,8 +242,9 @@ def published_iteration_s(run: PublishedRun, peak_tflops: float) -> tuple[str, f
 
 
 def run_cluster(run: PublishedRun, catalog: Catalog) -> Cluster:
-    """The cluster the run ran on: its node (or its GPU's reference server) with the catalog's efficiencies, and
-    the scale-out bandwidth the source states when it differs from the node's (spread over the node's NICs)."""
+    """The cluster the run ran on: its node (or its GPU's reference server) with the catalog's efficiencies, the
+    scale-out bandwidth the source states when it differs from the node's (spread over the node's NICs), and the
+    card's HBM bandwidth when the source states one other than the catalog SKU's."""
     cluster = build_cluster(
         catalog.hardware, catalog.efficiency, accelerator=run.accelerator, gpus=run.n_gpus,
         node=run.node or DEFAULT_NODE.get(run.accelerator), power_limit_w=run.gpu_power_limit_w,
@@ -251,6 +252,10 @@ def run_cluster(run: PublishedRun, catalog: Catalog) -> Cluster:
     if run.scale_out_gbit_per_s_per_node:
         per_nic = run.scale_out_gbit_per_s_per_node / cluster.node.scale_out_nics
         cluster = apply_overrides(cluster, {"node.scale_out_gbit_per_s_per_nic": per_nic})
+    if run.gpu_memory_bandwidth_gb_per_s:  # e.g. Meta's Grand Teton H100 with 96 GB of HBM2e at 2.4 TB/s
+        cluster = apply_overrides(
+            cluster, {"accelerator.memory_bandwidth_gb_per_s": run.gpu_memory_bandwidth_gb_per_s}
+        )
     return cluster
 
 
