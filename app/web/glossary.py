@@ -88,7 +88,8 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
     ("HFU", "hfu", "Hardware FLOPs utilisation: like MFU but counting the FLOPs actually executed, recomputation "
      "included."),
     ("track record", "track-record", "How far off capplan has been, out of sample, on published training runs like "
-     "the plan (same stack, same GPU, same context-parallel and sequence-length regime, MoE): each run predicted "
+     "the plan (same stack, same GPU, same context-parallel and sequence-length regime, MoE, and the stack's runs "
+     "of the last 12 months, today's software): each run predicted "
      "with its own source left out of the fit. The typical error is the largest of those groups' median errors; "
      "read the throughput, step time and days as ± that much."),
     ("goodput", "goodput", "The share of wall-clock time that trains: time lost to failures, restarts and "

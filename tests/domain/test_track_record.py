@@ -82,3 +82,33 @@ def test_wide_is_a_typical_error_above_fifteen_percent_or_none(catalog: Catalog)
     short = track_record("megatron", "h100-sxm", 1, 4096, False, catalog.published_runs, cv)
     assert short.typical_abs_error <= 0.15 and not short.wide
     assert track_record("megatron", "h100-sxm", 1, 4096, False, catalog.published_runs, {}).wide
+
+
+def test_todays_software_is_the_stacks_runs_of_the_last_twelve_months(catalog: Catalog) -> None:
+    """The fit of 2026-12-07 counts runs published since 2025-12 as today's software (a year-only date counts from
+    January: "2026" is recent, "2025" is not). Megatron has at least three such runs, so a Megatron plan gets the
+    group — exactly those runs' errors — and its median enters the typical error; FSDP has none, so an FSDP plan
+    gets no group and a sentence saying the stack's newer releases are not measured."""
+    from app.domain.estimator.track_record import recent_cutoff
+
+    assert recent_cutoff("2026-12-07") == "2025-12"
+    assert recent_cutoff("2026-01-15") == "2025-01"
+    assert recent_cutoff("2026-03-01", months=3) == "2025-12"
+    assert "2026" >= recent_cutoff("2026-12-07") > "2025"
+    cv = catalog.fit.cv_errors
+    rec = track_record("megatron", "h100-sxm", 1, 8192, False, catalog.published_runs, cv, "2026-12-07")
+    software = next(g for g in rec.groups if g.aspect == "software")
+    expected = [cv[r.slug] for r in _runs(catalog, lambda r: r.stack == "megatron" and r.as_of >= "2025-12")
+                if r.slug in cv]  # fmt: skip
+    assert software.runs == len(expected) >= MIN_RUNS
+    assert software.median_error == pytest.approx(statistics.median(expected))
+    assert "since 2025-12 (today's software)" in software.label
+    assert rec.typical_abs_error == max(g.median_abs_error for g in rec.groups)
+    fsdp = track_record("fsdp2", "h100-sxm", 1, 8192, False, catalog.published_runs, cv, "2026-12-07")
+    assert all(g.aspect != "software" for g in fsdp.groups)
+    assert (
+        "published since 2025-12: how the stack's newer releases move the figures is not measured"
+        in fsdp.summary
+    )
+    undated = track_record("megatron", "h100-sxm", 1, 8192, False, catalog.published_runs, cv)  # no fit date
+    assert all(g.aspect != "software" for g in undated.groups)

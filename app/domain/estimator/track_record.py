@@ -9,7 +9,12 @@ different mechanisms and constants:
 * the GPU it runs on;
 * the regimes where the estimator is known to behave differently, when the plan is in one: context parallelism
   (cp > 1) and sequences of 32K tokens or more — the runs that share the plan's side of both (cp > 1 at 128K
-  tokens is compared with CP runs at 32K+, not with CP runs at 8K) — and mixture-of-experts models.
+  tokens is compared with CP runs at 32K+, not with CP runs at 8K) — and mixture-of-experts models;
+* the stack's runs published in the :data:`RECENT_MONTHS` months before the fit — the software a plan made today
+  runs. The estimator has no software-version term and each stack's releases keep getting faster (NVIDIA's
+  Llama 3.1 405B FP8 on GB200: 665 tokens/s a GPU with NeMo 25.04, 843 with NeMo 26.06, where capplan's plan
+  difference accounts for +4 %), so this group's bias says how far the fit, spread over years of releases, trails
+  the current ones. A stack with fewer recent runs than :data:`MIN_RUNS` gets no group, only a sentence saying so.
 
 Each group reports its median |error|, its median signed error (the bias: positive = capplan predicted faster
 than published) and its worst |error|. The plan's ``typical_abs_error`` is the largest group median: a plan is as
@@ -33,6 +38,7 @@ if TYPE_CHECKING:
     from app.domain.estimator.published import PublishedRun
 
 MIN_RUNS = 3  # fewer scored runs than this in a group: too few to state a typical error
+RECENT_MONTHS = 12  # "today's software": runs published within this many months before the fit
 WIDE_ERROR = 0.15  # a typical error above this (or none known) is marked on the planner
 LONG_SEQUENCE_TOKENS = 32768  # "long sequence" regime: the attention term dominates a layer's time
 
@@ -96,6 +102,14 @@ def _describe(g: ComparableRuns) -> str:
     )
 
 
+def recent_cutoff(fit_date: str, months: int = RECENT_MONTHS) -> str:
+    """The "YYYY-MM" ``months`` before the fit's month: "2026-12-07" → "2025-12". A run dated by its year alone
+    counts from January (as_of "2026" ≥ "2025-12"), its month unknown."""
+    year, month = int(fit_date[:4]), int(fit_date[5:7])
+    total = year * 12 + (month - 1) - months
+    return f"{total // 12:04d}-{total % 12 + 1:02d}"
+
+
 def track_record(
     framework: str,
     accelerator: str,
@@ -130,6 +144,13 @@ def track_record(
         )))  # fmt: skip
     if moe:
         groups.append(_group("regime", "mixture-of-experts models", errors(lambda r: r.n_experts > 0)))
+    since = recent_cutoff(fit_date) if fit_date else None
+    recent = errors(lambda r: r.stack == stack and r.as_of >= since) if since else []
+    stack_label = STACK_LABEL.get(stack, stack)
+    if since and len(recent) >= MIN_RUNS:
+        groups.append(
+            _group("software", f"{stack_label} runs published since {since} (today's software)", recent)
+        )
     known = [g.median_abs_error for g in groups if g.median_abs_error is not None and not g.thin]
     typical = max(known) if known else None
     thin = any(g.thin for g in groups)
@@ -146,5 +167,11 @@ def track_record(
             summary += f"; no published run on {accelerator}: its efficiencies are assumed, not fitted"
         elif thin:
             summary += f"; groups under {MIN_RUNS} runs are too thin to state a typical error"
+        if since and len(recent) < MIN_RUNS:
+            summary += (
+                f"; {len(recent) or 'no'} {stack_label} run{'s' if len(recent) != 1 else ''} scored "
+                f"{'was' if len(recent) == 1 else 'were'} published since {since}: how the stack's newer releases "
+                "move the figures is not measured"
+            )
     return TrackRecord(fit_date=fit_date, groups=tuple(groups), typical_abs_error=typical, thin=thin,
                        summary=summary)  # fmt: skip
