@@ -39,6 +39,7 @@ from app.domain.estimator.memory import (
     STARTUP_TERM,
     StageMemory,
     exact_fsdp2,
+    keeps_gathered_tp_inputs,
     layer_activations,
     state_bytes_per_param,
 )
@@ -163,17 +164,17 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
     head_fwd, head_bwd = head_times(arch, plan, cluster)
     cp_fwd, cp_bwd = ring_layer_seconds(arch, plan, cluster)
     return KeyWork(
-        cp_bwd_bytes=ring_backward_bytes(arch, plan, act_bytes),
         activations=layer_activations(arch, plan),
         dense=layer_work(arch, "dense", plan, cluster) if arch.n_dense_layers else None,
         moe=layer_work(arch, "moe", plan, cluster) if arch.n_moe_layers else None,
         head_fwd=head_fwd, head_bwd=head_bwd, cp_fwd=cp_fwd, cp_bwd=cp_bwd,
+        cp_bwd_bytes=ring_backward_bytes(arch, plan, act_bytes),
         embedding_act=embedding_activation_bytes(
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style
         ),
         head_act=head_activation_bytes(
             arch, **shape, sequence_parallel=plan.sequence_parallel, act_bytes=act_bytes, framework_style=style,
-            gathered_tp_inputs=plan.framework is Framework.fsdp2,
+            gathered_tp_inputs=keeps_gathered_tp_inputs(plan),
         ),
         logits=logits_bytes(
             arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, fused_loss=plan.uses_fused_loss,
@@ -250,9 +251,8 @@ def ring_backward_bytes(arch: Architecture, plan: Plan, act_bytes: int) -> float
         return 0.0
     rows = plan.micro_batch * plan.seq_len / plan.cp  # the rank's tokens
     heads = math.ceil(arch.n_heads / plan.tp)
-    kv_heads = (
-        heads if plan.repeat_kv else math.ceil(arch.n_kv_heads / plan.tp)
-    )  # K/V repeated to every query head
+    # K/V repeated to every query head where the model repeats them before attention
+    kv_heads = heads if plan.repeat_kv else math.ceil(arch.n_kv_heads / plan.tp)
     q = rows * heads * arch.qk_head_dim
     kv = rows * kv_heads * (arch.qk_head_dim + arch.value_head_dim)
     return float(torch_ring_backward_bytes(plan.cp, q, kv, rows * heads, act_bytes))

@@ -179,8 +179,14 @@ def _activation_args(plan: Plan) -> dict:
         recompute_modules=None if plan.recompute_modules is None else frozenset(plan.recompute_modules),
         fp8_linear_inputs=plan.precision is Precision.fp8, fused_swiglu=plan.fused_swiglu,
         expert_tp=None if plan.etp == plan.tp else plan.etp,
-        gathered_tp_inputs=plan.framework is Framework.fsdp2,  # torchtitan's DTensor TP keeps gathered inputs
+        gathered_tp_inputs=keeps_gathered_tp_inputs(plan),
     )  # fmt: skip
+
+
+def keeps_gathered_tp_inputs(plan: Plan) -> bool:
+    """The plan's tensor parallelism is PyTorch DTensor's (FSDP2 / torchtitan), which keeps the all-gathered inputs
+    of its column-parallel linears whole (:func:`layer_activation_bytes`' ``gathered_tp_inputs``)."""
+    return plan.framework is Framework.fsdp2
 
 
 def host_bytes_per_node(stages: tuple[StageMemory, ...], plan: Plan, gpus_per_node: int) -> tuple[int, int]:

@@ -54,7 +54,7 @@ STACK_LABEL = {
 class ComparableRuns(Frozen):
     """One group of published runs comparable to the plan, with capplan's out-of-sample errors on them."""
 
-    aspect: str  # "stack", "gpu" or "regime"
+    aspect: str  # "stack", "gpu", "regime" or "software"
     label: str
     runs: int
     median_abs_error: float | None
