@@ -77,6 +77,11 @@ PLANS: dict[str, dict] = {
     "deepseek-v3-megatron-mtp-layout": dict(model="deepseek-v3", gpus=256, pp=16, dp=16, ep=8, mtp_layers=1,
                                             pipeline_layout="Et*4|(t*4|)*14tmL", framework="megatron",
                                             sharding="megatron-distopt", global_batch=4096),
+    # Megatron-Bridge's Llama 3.1 405B shape: the embedding and the loss in stages of their own, pp·vpp = layers + 2
+    "llama405b-megatron-embedding-loss-stages": dict(model="llama3.1-405b", gpus=512, tp=4, pp=16, vpp=8, dp=8,
+                                                     pipeline_layout="E|(t|)*126L", framework="megatron",
+                                                     sharding="megatron-distopt", sequence_parallel=True,
+                                                     global_batch=512, precision="fp8"),
     # capplan's own split of 61 layers over 8 stages with an MTP layer (the last lightened): the layout carries the m
     "deepseek-v3-megatron-mtp-own-split": dict(model="deepseek-v3", gpus=256, pp=8, dp=32, ep=8, mtp_layers=1,
                                                 framework="megatron", sharding="megatron-distopt", global_batch=4096),

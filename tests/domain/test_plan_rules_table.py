@@ -387,6 +387,22 @@ def test_structural_rules_are_the_ones_the_search_does_not_count() -> None:
     }  # fmt: skip
 
 
+def test_a_layout_may_give_the_embedding_and_the_loss_stages_of_their_own() -> None:
+    """Megatron-Bridge's Llama 3.1 405B recipes set account_for_embedding/loss_in_pipeline_split: 126 layers, the
+    embedding and the loss are 128 units, one per chunk of pp 16 × vpp 8. The even split cannot place 126 layers in
+    128 chunks (refused, with the layout named in the fix); the layout ``E|(t|)*126L`` can."""
+    context = Context(**{**BASE_CONTEXT, "gpus": 128, "n_layers": 126})
+    even = Plan(**{**BASE_PLAN, **DISTOPT, "pp": 16, "vpp": 8, "dp": 8, "global_batch": 128})
+    (v,) = _violations_in(even, context)
+    assert v.code == "chunks-exceed-layers" and "pipeline layout" in v.fix
+    laid_out = even.model_copy(update={"pipeline_layout": "E|(t|)*126L"})
+    assert _violations_in(laid_out, context) == []
+    assert laid_out.chunk_counts == (0, *(1,) * 126, 0)
+    # one stage too many is still refused, by the layout's own rule
+    too_many = even.model_copy(update={"pipeline_layout": "E|(t|)*127L"})
+    assert {x.code for x in _violations_in(too_many, context)} == {"pipeline-layout"}
+
+
 # -- HSDP with one replica: refused on both sides ------------------------------------------------------------------
 
 

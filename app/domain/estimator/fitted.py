@@ -40,8 +40,8 @@ GENERATIONS: dict[str, tuple[str, ...]] = {
 class Parameter:
     """One fitted constant: where it lives in the efficiency catalog, its bounds, and how tight its prior is.
 
-    ``part`` is "accelerator" (``slugs`` = the generation's accelerators), "stack" (``slugs`` = one framework)
-    or "scale". ``prior_sigma`` is the prior's width in the unbounded (logit) coordinate the fit works in.
+    ``part`` is "accelerator" (``slugs`` = the generation's accelerators), "stack" (``slugs`` = one framework),
+    "runtime" (the host side: offloaded optimizer) or "scale". ``prior_sigma`` is the prior's width in the unbounded (logit) coordinate the fit works in.
     """
 
     name: str
@@ -96,6 +96,8 @@ PARAMETERS: tuple[Parameter, ...] = (
               "fraction of the overlappable FSDP gather/reduce-scatter traffic FSDP hides"),
     Parameter("dp_overlap.deepspeed", "stack", ("deepspeed",), "dp_overlap", 0.0, 1.0, 1.0,
               "fraction of the overlappable ZeRO traffic DeepSpeed hides"),
+    Parameter("cpu_optimizer", "runtime", (), "cpu_optimizer_gb_per_s", 2.0, 80.0, 1.0,
+              "host-memory traffic a CPU Adam step (DeepSpeed's DeepSpeedCPUAdam) sustains per GPU it serves, GB/s"),
     Parameter("straggler_cv", "scale", (), "straggler_cv", 0.0, 0.1, 1.0,
               "per-rank step jitter; a synchronous step waits cv·√(2 ln N) longer"),
     Parameter("power_exponent", "scale", (), "power_exponent", 0.0, 1.5, 1.0,
@@ -116,6 +118,8 @@ def _get(efficiency: EfficiencyCatalog, p: Parameter) -> float:
         return float(getattr(efficiency.for_accelerator(p.slugs[0]), p.field))
     if p.part == "stack":
         return float(getattr(efficiency.for_stack(p.slugs[0]), p.field))
+    if p.part == "runtime":
+        return float(getattr(efficiency.runtime, p.field))
     return float(getattr(efficiency.scale, p.field))
 
 
@@ -171,6 +175,7 @@ def apply_values(
     accelerators = list(efficiency.accelerators)
     stacks = list(efficiency.stacks)
     scale = efficiency.scale
+    runtime = efficiency.runtime
     for name, value in values.items():
         p = by_name[name]
         if p.part == "accelerator":
@@ -183,10 +188,17 @@ def apply_values(
             for i, entry in enumerate(stacks):
                 if entry.slug in p.slugs:
                     stacks[i] = entry.model_copy(update={p.field: value, "provenance": provenance(entry, p)})
+        elif p.part == "runtime":
+            runtime = runtime.model_copy(update={p.field: value, "provenance": provenance(runtime, p)})
         else:
             scale = scale.model_copy(update={p.field: value, "provenance": provenance(scale, p)})
     return efficiency.model_copy(
-        update={"accelerators": tuple(accelerators), "stacks": tuple(stacks), "scale": scale}
+        update={
+            "accelerators": tuple(accelerators),
+            "stacks": tuple(stacks),
+            "scale": scale,
+            "runtime": runtime,
+        }
     )
 
 

@@ -99,6 +99,7 @@ def _step_s(p: _Prepared, efficiency: EfficiencyCatalog) -> float:
             "efficiency": efficiency.for_accelerator(p.cluster.accelerator.slug),
             "stacks": efficiency.stacks,
             "scale": efficiency.scale,
+            "runtime": efficiency.runtime,
         }
     )
     return step_seconds(p.arch, cluster, p.plan, p.mq, p.pq, p.ranks)

@@ -329,9 +329,12 @@ PLAN_RULES: tuple[Rule, ...] = (
     ),
     Rule(
         "chunks-exceed-layers", "vpp", "pp·vpp exceeds the layers",
-        lambda f: (f.pp <= f.n_layers) & (f.pp * f.vpp > f.n_layers),
+        # a pipeline layout may give the embedding and the loss stages of their own (Megatron's
+        # --account-for-embedding/loss-in-pipeline-split): the layout's own rule checks its stage count
+        lambda f: (f.pp <= f.n_layers) & (f.pp * f.vpp > f.n_layers) & no(f.layout_given),
         lambda f: f"pp·vpp = {f.pp * f.vpp} chunks exceed the model's {f.n_layers} layers",
-        lambda f: f"use vpp ≤ {f.n_layers // f.pp}", structural=True,
+        lambda f: f"use vpp ≤ {f.n_layers // f.pp}, or (Megatron) a pipeline layout whose first and last stages "
+        "hold the embedding E and the loss L alone", structural=True,
     ),
     Rule(
         "vpp-without-pp", "vpp", "interleaving (vpp > 1) without pipeline parallelism",
