@@ -19,6 +19,7 @@ from app.domain.estimator.estimate import (
     build_cluster,
     estimate,
 )
+from app.domain.estimator.hardware import precision_problem
 from app.domain.estimator.overrides import OverrideError, apply_overrides
 from app.domain.estimator.plan import Plan
 from app.domain.estimator.track_record import TrackRecord, track_record
@@ -94,6 +95,10 @@ def scenario_cluster(
             raise InputError(
                 [field_error(f"figure_overrides.{exc.key}", str(exc), "value_error.override")]
             ) from None
+    unsupported = precision_problem(cluster.accelerator, request.precision.value)
+    if unsupported:
+        raise InputError([field_error("precision", f"{unsupported}; use bf16, or another GPU",
+                                      "value_error.precision")])  # fmt: skip
     return cluster, tuple(changes)
 
 

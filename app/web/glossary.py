@@ -84,7 +84,8 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "model built whole (from_pretrained without the DeepSpeed integration) is moved to every GPU whole by "
      "deepspeed.initialize before ZeRO-3 partitions it, so each GPU holds the full 16-bit model at start-up."),
     ("MFU", "mfu", "Model FLOPs utilisation: the model's useful FLOPs per second (6 · active parameters per token plus "
-     "attention) over the GPUs' dense BF16 peak. Recomputation does not count."),
+     "attention) over the GPUs' dense BF16 peak, whatever the precision: FP8 and NVFP4 plans run their GEMMs against "
+     "2× (FP8) and 4–6× (NVFP4) that peak and can exceed 100 %. Recomputation does not count."),
     ("HFU", "hfu", "Hardware FLOPs utilisation: like MFU but counting the FLOPs actually executed, recomputation "
      "included."),
     ("track record", "track-record", "How far off capplan has been, out of sample, on published training runs like "

@@ -77,6 +77,10 @@ PLANS: dict[str, dict] = {
     "deepseek-v3-megatron-mtp-layout": dict(model="deepseek-v3", gpus=256, pp=16, dp=16, ep=8, mtp_layers=1,
                                             pipeline_layout="Et*4|(t*4|)*14tmL", framework="megatron",
                                             sharding="megatron-distopt", global_batch=4096),
+    # NVIDIA's NVFP4 Llama 3 70B on 64 GB300 (Megatron-Bridge 26.04.01: PP 4, VP 5)
+    "llama70b-megatron-nvfp4-gb300": dict(model="llama3.1-70b", gpu="gb300", node="gb300-nvl72", gpus=64, pp=4,
+                                          vpp=5, dp=16, framework="megatron", sharding="megatron-distopt",
+                                          global_batch=256, precision="nvfp4"),
     # Megatron-Bridge's Llama 3.1 405B shape: the embedding and the loss in stages of their own, pp·vpp = layers + 2
     "llama405b-megatron-embedding-loss-stages": dict(model="llama3.1-405b", gpus=512, tp=4, pp=16, vpp=8, dp=8,
                                                      pipeline_layout="E|(t|)*126L", framework="megatron",

@@ -227,6 +227,10 @@ def megatron_validate_args(args: argparse.Namespace, env: dict[str, str], world:
     args.params_dtype = torch.bfloat16 if args.bf16 else torch.half if args.fp16 else torch.float
     if args.fp8 is not None and not (args.bf16 or args.fp16):  # --fp8-format stores into args.fp8
         raise Rejected("fp8 needs --bf16 or --fp16")
+    if args.fp4 and args.fp8:  # l.660
+        raise Rejected("--fp4-format and --fp8-format cannot be used simultaneously. Please choose one.")
+    if args.fp4_param and not args.fp4:  # l.664
+        raise Rejected("--fp4-param-gather must be used together with --fp4-format.")
 
 
 def megatron_transformer_config(args: argparse.Namespace):
@@ -332,10 +336,23 @@ def check_megatron_args(argv: list[str], env: dict[str, str], entry: dict) -> st
     config = megatron_transformer_config(args)
     layers = megatron_layers_per_rank(config)
     flat = [n for rank in layers for n in rank]
-    if sum(flat) != args.num_layers or min(flat) < 1:
+    if sum(flat) != args.num_layers or min(flat) < 0:
         raise Rejected(
             f"layers built per (rank, virtual stage) {layers} do not cover {args.num_layers} layers"
         )
+    # a virtual stage without decoder layers must hold something else: with a layout, the embedding, the loss or
+    # an MTP layer (Megatron's account-for-embedding/loss splits and NVIDIA's DeepSeek-V3 layouts); else none
+    empty = [(r, v) for r, rank in enumerate(layers) for v, n in enumerate(rank) if n == 0]
+    if empty:
+        from megatron.core.transformer.pipeline_parallel_layer_layout import PipelineParallelLayerLayout
+
+        text = args.pipeline_model_parallel_layout
+        stages = PipelineParallelLayerLayout.parse_str_to_list(text) if text else None
+        pp = len(layers)
+        for r, v in empty:
+            stage = stages[v * pp + r] if stages else []
+            if not any(getattr(x, "name", str(x)) in ("embedding", "loss", "mtp") for x in stage):
+                raise Rejected(f"virtual stage {v} of pipeline rank {r} builds no layer and holds nothing else")
     return (f"{type(config).__name__}; layers per rank {'/'.join(str(sum(r)) for r in layers)}; "
             f"save every {args.save_interval} steps")  # fmt: skip
 

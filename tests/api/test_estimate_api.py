@@ -49,6 +49,23 @@ def test_unknown_gpu_is_422(client: TestClient) -> None:
     assert item["loc"] == ["body", "gpu"] and "h100-sxm" in item["msg"]
 
 
+def test_a_precision_without_its_tensor_cores_is_422_not_500(client: TestClient) -> None:
+    """FP8 on an A100 (no FP8 tensor cores) answered HTTP 500 until the twenty-second session; NVFP4 needs
+    Blackwell. The search and the sizing build their clusters the same way and refuse it the same way."""
+    for gpu, precision, words in (("a100-80gb", "fp8", "no FP8 tensor cores"),
+                                  ("h100-sxm", "nvfp4", "no FP4 (NVFP4) tensor cores")):  # fmt: skip
+        response = post(client, gpu=gpu, precision=precision)
+        assert response.status_code == 422, response.text
+        (item,) = response.json()["detail"]
+        assert item["loc"] == ["body", "precision"] and words in item["msg"]
+    search = client.post("/api/v1/plans/search", json={"model": "llama3.1-8b", "gpu": "a100-80gb", "gpus": 8,
+                                                  "global_batch": 8, "seq_len": 4096, "precision": "fp8"})  # fmt: skip
+    assert search.status_code == 422 and search.json()["detail"][0]["loc"] == ["body", "precision"]
+    ok = post(client, gpu="gb300", node="gb300-nvl72", precision="nvfp4", framework="megatron",
+              sharding="megatron-distopt", recompute="none", tp=8)  # fmt: skip
+    assert ok.status_code == 200 and ok.json()["plan"]["precision"] == "nvfp4"
+
+
 def test_invalid_plan_is_422_with_the_fix(client: TestClient) -> None:
     response = post(client, tp=3)
     assert response.status_code == 422

@@ -105,6 +105,10 @@ PLANS = {
         sharding="ddp", framework="megatron", flash_attention=False,
     ),
     "gb200-rack": dict(model="llama3.1-405b", gpu="gb200", gpus=144, tp=8, pp=2, dp=9, global_batch=144),
+    "llama70b-nvfp4-gb300": dict(
+        model="llama3.1-70b", gpu="gb300", node="gb300-nvl72", gpus=64, tp=1, pp=4, vpp=5, dp=16, global_batch=256,
+        framework="megatron", sharding="megatron-distopt", precision="nvfp4", recompute="none",
+    ),
     "llama8b-ddp-partial-hosts": dict(model="llama3.1-8b", gpus=12, tp=1, dp=12, global_batch=24, sharding="ddp"),
 }  # fmt: skip
 
@@ -497,6 +501,8 @@ MEGATRON_CHOICES = {
     "recompute-granularity": ("full", "selective"),
     "recompute-method": ("uniform", "block"),
     "fp8-format": ("e4m3", "hybrid"),
+    "fp4-format": ("e2m1",),
+    "fp4-recipe": ("nvfp4", "custom"),
     "transformer-impl": ("local", "transformer_engine"),
     "normalization": ("LayerNorm", "RMSNorm"),
     "position-embedding-type": ("learned_absolute", "rope", "none"),
@@ -558,8 +564,13 @@ def test_megatron_flags_parse_and_round_trip(doc: PlanDocument) -> None:
     assert ns.save_interval == checkpoint_interval_steps(doc)[0] and ns.save == ns.load == "checkpoints"
     if p.offload.value == "optimizer-cpu":
         assert ns.optimizer_cpu_offload and ns.use_precision_aware_optimizer and ns.use_distributed_optimizer
-    assert ns.bf16 is (p.precision.value in {"bf16", "fp8"}) and ns.fp16 is (p.precision.value == "fp16")
+    assert ns.bf16 is (p.precision.value in {"bf16", "fp8", "nvfp4"}) and ns.fp16 is (
+        p.precision.value == "fp16"
+    )
     assert ns.fp8_format == ("hybrid" if p.precision.value == "fp8" else None)
+    assert (ns.fp4_format, ns.fp4_recipe) == (
+        ("e2m1", "nvfp4") if p.precision.value == "nvfp4" else (None, None)
+    )
     if arch.position == "rotary":
         assert ns.rotary_base == round(arch.rope_theta)
     if arch.attention == "gqa" and arch.n_kv_heads != arch.n_heads:

@@ -190,11 +190,11 @@ def test_fp8_casts_by_hand() -> None:
     6·(8,192·4,096 + 4,096·14,336) = 553,648,128 B, and of the output gradient backward, 6·8,192·14,336 =
     704,643,072 B; Transformer Engine's delayed-scaling cast-transpose (4 B, weights cached over micro-batches)
     134,217,728 B and 469,762,048 B. Grouped GEMMs count each group."""
-    from app.domain.estimator.compute import fp8_cast_bytes
+    from app.domain.estimator.compute import cast_bytes
 
-    assert fp8_cast_bytes("fsdp2", 8192, 14336, 4096) == (553_648_128, 704_643_072)
-    assert fp8_cast_bytes("megatron", 8192, 14336, 4096) == (134_217_728, 469_762_048)
-    assert fp8_cast_bytes("deepspeed", 8192, 14336, 4096, groups=2) == (2 * 134_217_728, 2 * 469_762_048)
+    assert cast_bytes("fsdp2", 8192, 14336, 4096) == (553_648_128, 704_643_072)
+    assert cast_bytes("megatron", 8192, 14336, 4096) == (134_217_728, 469_762_048)
+    assert cast_bytes("deepspeed", 8192, 14336, 4096, groups=2) == (2 * 134_217_728, 2 * 469_762_048)
 
 
 @pytest.mark.parametrize("framework", ["fsdp2", "megatron"])
@@ -202,7 +202,7 @@ def test_fp8_layer_pays_its_casts_at_the_hbm_rate(framework: str) -> None:
     """An FP8 layer's memory-bound time is its 16-bit one plus the casts of every GEMM at the HBM rate: forward
     time grows by Σ forward cast bytes ÷ HBM, backward by Σ backward cast bytes ÷ HBM beside its faster FP8 GEMMs
     (an eager model: q, k, v and o are separate GEMMs, the MLP's gate‖up one)."""
-    from app.domain.estimator.compute import fp8_cast_bytes, layer_work
+    from app.domain.estimator.compute import cast_bytes, layer_work
     from app.domain.estimator.plan import Framework
     from app.domain.model.counts import kv_dim, q_dim
 
@@ -214,8 +214,8 @@ def test_fp8_layer_pays_its_casts_at_the_hbm_rate(framework: str) -> None:
     h, f, t = arch.hidden_size, arch.ffn_hidden_size, 8192
     shapes = [(t, q_dim(arch), h), (t, kv_dim(arch), h), (t, kv_dim(arch), h), (t, h, q_dim(arch)),
               (t, 2 * f, h), (t, h, f)]  # fmt: skip
-    fwd_b = sum(fp8_cast_bytes(framework, m, n, k)[0] for m, n, k in shapes)
-    bwd_b = sum(fp8_cast_bytes(framework, m, n, k)[1] for m, n, k in shapes)
+    fwd_b = sum(cast_bytes(framework, m, n, k)[0] for m, n, k in shapes)
+    bwd_b = sum(cast_bytes(framework, m, n, k)[1] for m, n, k in shapes)
     hbm = cl.hbm_bytes_per_s * cl.efficiency.hbm_efficiency
     assert fp8.memory_fwd_s - bf16.memory_fwd_s == pytest.approx(fwd_b / hbm, rel=1e-9)
 

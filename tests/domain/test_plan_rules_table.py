@@ -169,6 +169,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
         "moe-pad-without-capacity", "moe-capacity-dense-model", "torchtitan-moe-capacity", "megatron-pad-deepep",
         "expert-tp-dense-model", "expert-tp-not-dividing-tp", "expert-tp-without-sp", "torchtitan-expert-tp",
         "deepspeed-expert-tp", "pipeline-layout", "fsdp2-pipeline-layout", "deepspeed-pipeline-layout",
+        "fsdp2-nvfp4", "deepspeed-nvfp4",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -299,6 +300,8 @@ CASES: dict[str, tuple[dict, dict]] = {
     "recompute-modules-without-selective": (dict(recompute=Recompute.full, recompute_modules=("mlp",)), {}),
     "mla-up-proj-without-mla": (dict(DISTOPT, recompute=Recompute.selective, recompute_modules=("mla_up_proj",)), {}),
     "moe-modules-dense-model": (dict(DISTOPT, recompute=Recompute.selective, recompute_modules=("moe_act",)), {}),
+    "fsdp2-nvfp4": (dict(precision=Precision.nvfp4), {}),
+    "deepspeed-nvfp4": (dict(ZERO1, precision=Precision.nvfp4), {}),
     "fsdp2-recompute-modules": (dict(recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
     "deepspeed-recompute-modules": (dict(ZERO1, recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
     "moe-pad-without-capacity": (dict(ep=2, moe_pad_to_capacity=True), dict(n_experts=8)),

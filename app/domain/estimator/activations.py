@@ -49,7 +49,7 @@ from app.domain.estimator.activation_terms import (
     default_dropout,
 )
 from app.domain.estimator.plan import Recompute
-from app.domain.estimator.saved_rows import drop_recomputed, fp8_linear_inputs
+from app.domain.estimator.saved_rows import NVFP4_ELEMENT_B, drop_recomputed, quantized_linear_inputs
 from app.domain.model.architecture import Architecture, LayerKind
 
 
@@ -408,6 +408,7 @@ def layer_activation_bytes(
     fused_swiglu: bool = False,
     expert_tp: int | None = None,
     gathered_tp_inputs: bool = False,
+    fp4_linear_inputs: bool = False,
 ) -> ActivationTerms:
     """Bytes one ``kind`` layer keeps between forward and backward for one micro-batch, on one rank.
 
@@ -427,7 +428,7 @@ def layer_activation_bytes(
         arch, kind, micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sequence_parallel=sequence_parallel,
         flash_attention=flash_attention, act_bytes=act_bytes, framework_style=framework_style, dropout=dropout,
         recompute_modules=recompute_modules, fp8_linear_inputs=fp8_linear_inputs, fused_swiglu=fused_swiglu,
-        expert_tp=expert_tp, gathered_tp_inputs=gathered_tp_inputs,
+        expert_tp=expert_tp, gathered_tp_inputs=gathered_tp_inputs, fp4_linear_inputs=fp4_linear_inputs,
     )  # fmt: skip
     sh = layer.sh
     kept, again = layer.kept(recompute)
@@ -472,13 +473,20 @@ class LayerActivations:
         fused_swiglu: bool = False,
         expert_tp: int | None = None,
         gathered_tp_inputs: bool = False,
+        fp4_linear_inputs: bool = False,
     ) -> None:
         self.sh, self.style, self.dropout = _setup(
             arch, kind, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, framework_style, dropout,
             expert_tp, gathered_tp_inputs,
         )  # fmt: skip
         self.kind, self.flash, self.modules = kind, flash_attention, recompute_modules
-        self.fp8 = fp8_linear_inputs and self.style == "megatron"  # Transformer Engine's FP8 linears
+        # Transformer Engine's FP8 / NVFP4 linears save their quantized inputs: (bytes a value, label) or None
+        self.quantized = (
+            None if self.style != "megatron"
+            else (1.0, "fp8") if fp8_linear_inputs
+            else (NVFP4_ELEMENT_B, "nvfp4") if fp4_linear_inputs
+            else None
+        )  # fmt: skip
         self.fused_swiglu = _fused_swiglu(self.style, fused_swiglu)
         self.full = self._layer(Recompute.none)
         self.grads = _grad_working_set(arch, kind, self.sh, self.fused_swiglu)
@@ -521,8 +529,8 @@ class LayerActivations:
         terms = _layer_terms(
             self.sh, self.style, self.kind, recompute, self.flash, self.dropout, self.fused_swiglu
         )
-        if self.fp8:
-            terms.rows = fp8_linear_inputs(terms.rows)
+        if self.quantized:
+            terms.rows = quantized_linear_inputs(terms.rows, *self.quantized)
         return terms
 
 

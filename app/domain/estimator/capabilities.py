@@ -106,6 +106,10 @@ def _bf16(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, precision=Precision.bf16)
 
 
+def _fp8(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, precision=Precision.fp8)
+
+
 def _adam(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, optimizer=Optimizer.adamw)
 
@@ -329,6 +333,20 @@ CAPABILITIES: tuple[Rule, ...] = (
         "DeepSpeed has no TP communication overlap (its tensor parallelism, Megatron-DeepSpeed's or AutoTP, "
         "all-reduces on the critical path)", "turn TP communication overlap off, or use framework megatron",
         DEEPSPEED_SOURCE, lambda f: f.tp_overlap_asked & (f.tp > 1), _no_tp_overlap,
+    ),
+    _refusal(
+        Framework.fsdp2, "fsdp2-nvfp4", "precision",
+        "capplan models NVFP4 as Transformer Engine runs it under Megatron-Core (--fp4-format e2m1); torchtitan "
+        "0.3.0's NVFP4 converter (TorchAO's experimental nvfp4_training kernels, weights re-quantized every "
+        "micro-batch) is not modelled", "use fp8 or bf16, or framework megatron",
+        "torchtitan 0.3.0 torchtitan/components/quantization/nvfp4.py", lambda f: f.nvfp4, _fp8,
+    ),
+    _refusal(
+        Framework.deepspeed, "deepspeed-nvfp4", "precision",
+        "DeepSpeed has no precision switch beyond fp16/bf16 (FP8 or NVFP4 GEMMs come from Transformer Engine in the "
+        "model code); capplan models NVFP4 only as Megatron-Core configures it (--fp4-format e2m1)",
+        "use fp8 or bf16, or framework megatron", "DeepSpeed 0.19.8 config: fp16 and bf16 blocks only",
+        lambda f: f.nvfp4, _fp8,
     ),
     *_megatron_only(
         "recompute-modules", "recompute_modules",

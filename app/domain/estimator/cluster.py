@@ -16,7 +16,7 @@ from app.domain.estimator.efficiency import (
     ScaleTerms,
     StackProfile,
 )
-from app.domain.estimator.hardware import Accelerator, Fabric, Node
+from app.domain.estimator.hardware import PRECISION_DTYPE, Accelerator, Fabric, Node
 from app.domain.provenance import Frozen
 
 
@@ -84,7 +84,7 @@ class Cluster(Frozen):
 
     def peak_flops_for(self, precision: str) -> float:
         """Peak the kernels of ``precision`` run against, derated by a power cap."""
-        dtype = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp32": "tf32"}[precision]
+        dtype = PRECISION_DTYPE[precision]
         return self.accelerator.peak_tflops(dtype) * 1e12 * self.clock_scale
 
     @property

@@ -19,7 +19,8 @@ of one tile per SM; the last wave and the padding of edge tiles do useful work o
 split the GEMMs shrink and lose more of it) and the second term is the roofline bound of a GEMM too thin to be
 compute-bound. The backward runs each GEMM twice with transposed shapes (data gradient m×n·n×k, weight
 gradient k×m·m×n). FP8 GEMMs (precision fp8) run against the FP8 peak at fp8_gemm_ratio × gemm_efficiency and
-add the casts of their inputs (read 2 B, write 1 B per element). Fused attention's forward + backward takes
+add the casts of their inputs (read 2 B, write 1 B per element); NVFP4 GEMMs (precision nvfp4, the transformer
+layers' linears) against the FP4 peak at fp4_gemm_ratio × gemm_efficiency, with their quantization (3.125 B). Fused attention's forward + backward takes
 3F/(peak·attention_efficiency(kernel)) (:func:`attention_efficiency`; F the forward FLOPs, the backward counted
 2F as the model FLOPs count it), split between the passes by the kernel's own rates: the backward takes
 ATTENTION_BACKWARD_RATIO (2.75, FlashAttention-3's measured forward and backward rates) times the forward's time,
@@ -40,6 +41,7 @@ from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
 from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.plan import Plan, Precision, Recompute, RecomputeModule
+from app.domain.estimator.saved_rows import NVFP4_ELEMENT_B
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture, LayerKind
 from app.domain.model.counts import attention_projection_weights, kv_dim, mtp_module_matmul_weights, q_dim
@@ -196,7 +198,7 @@ class GemmRates:
 
     flops_per_s: float
     hbm_bytes_per_s: float
-    elem_bytes: int
+    elem_bytes: float
     sm_count: int | None
     overhead_s: float
     tile_fixed_k: float = 0.0
@@ -204,11 +206,13 @@ class GemmRates:
     @classmethod
     def of(cls, cluster: Cluster, precision: Precision) -> GemmRates:
         eff = cluster.efficiency
-        rate = eff.gemm_efficiency * (cluster.scale.fp8_gemm_ratio if precision is Precision.fp8 else 1.0)
+        ratio = {Precision.fp8: cluster.scale.fp8_gemm_ratio, Precision.nvfp4: cluster.scale.fp4_gemm_ratio}
+        rate = eff.gemm_efficiency * ratio.get(precision, 1.0)
+        elem = {Precision.fp8: 1.0, Precision.nvfp4: NVFP4_ELEMENT_B, Precision.fp32: 4.0}
         return cls(
             flops_per_s=_linear_peak(cluster, precision) * rate,
             hbm_bytes_per_s=cluster.hbm_bytes_per_s * eff.hbm_efficiency,
-            elem_bytes=1 if precision is Precision.fp8 else (4 if precision is Precision.fp32 else 2),
+            elem_bytes=elem.get(precision, 2.0),
             sm_count=cluster.accelerator.sm_count,
             overhead_s=eff.gemm_overhead_us * 1e-6,
             tile_fixed_k=eff.gemm_tile_fixed_k,
@@ -311,10 +315,26 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
 # reads 2 B, writes 1 + 1 B and records the amax on the way (4 B); torchao's tensorwise dynamic scaling (torchtitan,
 # OLMo-core): the scale is the tensor's current amax, a reduction that finishes before the cast, so 2 B more (6 B).
 FP8_CAST_B = {"te": 4.0, "torchao": 6.0}
+# NVFP4 (Transformer Engine's NVFP4BlockScaling): an element is 4 bits plus one E4M3 scale per 16 (0.5625 B). The
+# quantizer reads the 16-bit tensor once and writes both usages the three GEMMs need — row-wise for the forward and
+# data gradient, column-wise (after the 16×16 random Hadamard transform applied to the weight gradient's operands)
+# for the weight gradient: 2 + 2·0.5625 = 3.125 B per element. The weight's copies are made once per step, as FP8's.
+NVFP4_CAST_B = 2.0 + 2 * NVFP4_ELEMENT_B
 
 
-def fp8_cast_bytes(framework: str, m: float, n: float, k: float, groups: int = 1) -> tuple[float, float]:
-    """(forward, backward) HBM bytes of one FP8 linear's casts, for its forward GEMM (m×k)·(k×n), ``groups`` of them.
+def low_precision(precision: Precision) -> bool:
+    """The linears' GEMMs run below 16 bits (FP8 or NVFP4): the output head, attention and everything else stay
+    16-bit, the inputs are cast (:func:`cast_bytes`) and the GEMMs run at their own fraction of their own peak."""
+    return precision in (Precision.fp8, Precision.nvfp4)
+
+
+def cast_bytes(
+    framework: str, m: float, n: float, k: float, groups: int = 1, precision: Precision = Precision.fp8
+) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one FP8 (or NVFP4) linear's casts, for its forward GEMM (m×k)·(k×n),
+    ``groups`` of them. NVFP4 (Transformer Engine only): the input and the output gradient at
+    :data:`NVFP4_CAST_B` each — m = 8,192, k = 4,096, n = 14,336: 3.125·8,192·4,096 = 104,857,600 B forward,
+    3.125·8,192·14,336 = 367,001,600 B backward.
 
     Forward: the input (m·k) and the weight (k·n); backward: the output gradient (m·n), each at
     :data:`FP8_CAST_B`. Transformer Engine (Megatron, DeepSpeed) casts a weight once per step and reuses it over the
@@ -322,6 +342,8 @@ def fp8_cast_bytes(framework: str, m: float, n: float, k: float, groups: int = 1
     weight every micro-batch (FSDP2 gathers the bf16 weight for each). Example: torchao, m = 8,192 tokens,
     k = 4,096, n = 14,336: forward 6·(8,192·4,096 + 4,096·14,336) = 553,648,128 B, backward 6·8,192·14,336 =
     704,643,072 B; Transformer Engine 134,217,728 B and 469,762,048 B."""
+    if precision is Precision.nvfp4:
+        return NVFP4_CAST_B * m * k * groups, NVFP4_CAST_B * m * n * groups
     if framework == "fsdp2":
         b = FP8_CAST_B["torchao"]
         return b * (m * k + k * n) * groups, b * m * n * groups
@@ -405,8 +427,8 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         f, b = rates.fwd_bwd(m, n, kk, groups)
         gemm_fwd += f
         gemm_bwd += b
-        if plan.precision is Precision.fp8:
-            cf, cb = fp8_cast_bytes(plan.framework.value, m, n, kk, groups)
+        if low_precision(plan.precision):
+            cf, cb = cast_bytes(plan.framework.value, m, n, kk, groups, plan.precision)
             cast_fwd_b += cf
             cast_bwd_b += cb
     # the per-launch overhead is counted per GEMM shape above; eager kernels add their extra launches
@@ -507,8 +529,9 @@ def _module_recompute_seconds(
 def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float, float]:
     """(forward, backward) seconds of the output layer and cross-entropy for one micro-batch on one rank."""
     tokens = plan.micro_batch * plan.seq_len / plan.cp
-    # the output layer runs in BF16 even in FP8 recipes (Transformer Engine and torchao keep it in high precision)
-    precision = Precision.bf16 if plan.precision is Precision.fp8 else plan.precision
+    # the output layer runs in BF16 even in FP8 and NVFP4 recipes (Transformer Engine and torchao keep it in high
+    # precision)
+    precision = Precision.bf16 if low_precision(plan.precision) else plan.precision
     fwd, bwd = GemmRates.of(cluster, precision).fwd_bwd(tokens, arch.vocab_size / plan.tp, arch.hidden_size)
     # logit traffic (forward and backward together, with the z-loss's where the plan adds it) split evenly
     # between the passes

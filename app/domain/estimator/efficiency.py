@@ -122,7 +122,7 @@ class ScaleTerms(CatalogEntry):
     ``straggler_cv``: relative per-rank jitter of a step; a synchronous step waits for the slowest of N ranks,
     ≈ t·cv·√(2 ln N) longer (expected maximum of N Gaussians). ``power_exponent``: sustained clock under a
     power cap ∝ (P/TDP)^γ. ``fp8_gemm_ratio``: an FP8 GEMM's fraction of the FP8 peak relative to a BF16 GEMM's
-    fraction of the BF16 peak. ``comm_slowdown``: compute stretched by this fraction of the communication it
+    fraction of the BF16 peak; ``fp4_gemm_ratio`` the same for NVFP4 GEMMs against the FP4 peak. ``comm_slowdown``: compute stretched by this fraction of the communication it
     hides (NCCL kernels occupy SMs and HBM bandwidth). ``cudnn_attention_ratio``: cuDNN fused attention's rate
     relative to FlashAttention-2 on Hopper and Blackwell. ``attention_half_length``: the attention block length
     (tokens) at which a fused attention kernel reaches half its long-sequence rate. ``fa1_attention_ratio``:
@@ -132,6 +132,12 @@ class ScaleTerms(CatalogEntry):
     straggler_cv: float = Field(ge=0, le=0.5)
     power_exponent: float = Field(ge=0, le=2)
     fp8_gemm_ratio: float = Field(gt=0, le=1)
+    fp4_gemm_ratio: float = Field(
+        default=0.65,
+        gt=0,
+        le=1,
+        description="an NVFP4 GEMM's fraction of the FP4 peak relative to a BF16 GEMM's fraction of the BF16 peak",
+    )
     comm_slowdown: float = Field(ge=0, le=1)
     cudnn_attention_ratio: float = Field(default=1.0, ge=1, le=3)
     attention_half_length: float = Field(default=0.0, ge=0, le=65536)

@@ -14,7 +14,7 @@ from app.domain.estimator.assemble import evaluate_plan, ring_backward_bytes
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
 from app.domain.estimator.efficiency import EfficiencyCatalog
-from app.domain.estimator.hardware import HardwareCatalog
+from app.domain.estimator.hardware import HardwareCatalog, precision_problem
 from app.domain.estimator.memory import (
     StageMemory,
     host_bytes_per_node,
@@ -369,6 +369,10 @@ def estimate(
         gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, nvlink_domain_size=cluster.nvlink_domain,
         allow_tp_across_nodes=allow_tp_across_nodes, mla=arch.attention == "mla",
     )  # fmt: skip
+    unsupported = precision_problem(cluster.accelerator, plan.precision.value)
+    if unsupported:
+        violations.append(Violation(code="precision-unsupported", field="precision", message=unsupported,
+                                    fix="use bf16, or a GPU with those tensor cores"))  # fmt: skip
     if violations:
         raise InvalidPlan(violations)
     counts = parameter_counts(arch)

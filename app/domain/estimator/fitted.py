@@ -104,6 +104,8 @@ PARAMETERS: tuple[Parameter, ...] = (
               "sustained clock under a power cap ∝ (P/TDP)^γ"),
     Parameter("fp8_gemm_ratio", "scale", (), "fp8_gemm_ratio", 0.3, 1.0, 1.0,
               "FP8 GEMM fraction of FP8 peak relative to BF16 GEMM fraction of BF16 peak"),
+    Parameter("fp4_gemm_ratio", "scale", (), "fp4_gemm_ratio", 0.2, 1.0, 1.0,
+              "NVFP4 GEMM fraction of FP4 peak relative to BF16 GEMM fraction of BF16 peak"),
     Parameter("comm_slowdown", "scale", (), "comm_slowdown", 0.0, 0.6, 1.0,
               "compute stretched by this fraction of the communication it hides"),
     Parameter("fa1_attention_ratio", "scale", (), "fa1_attention_ratio", 0.2, 1.0, 1.0,

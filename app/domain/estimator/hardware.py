@@ -31,6 +31,8 @@ from app.domain.provenance import CatalogEntry, Frozen
 __all__ = [
     "GIB",
     "DTYPES",
+    "PRECISION_DTYPE",
+    "precision_problem",
     "Accelerator",
     "Node",
     "Fabric",
@@ -46,7 +48,10 @@ __all__ = [
 ]
 
 GIB = 2**30
-DTYPES = ("bf16", "fp16", "fp8", "tf32")
+DTYPES = ("bf16", "fp16", "fp8", "fp4", "tf32")
+# the tensor-core dtype a plan precision's GEMMs run in (fp32 training runs its GEMMs in TF32)
+PRECISION_DTYPE = {"bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "nvfp4": "fp4", "fp32": "tf32"}
+_DTYPE_LABEL = {"fp8": "FP8", "fp4": "FP4 (NVFP4)"}
 
 PositiveFloat = Annotated[float, Field(strict=True, gt=0)]
 PositiveInt = Annotated[int, Field(strict=True, gt=0)]
@@ -76,6 +81,10 @@ class Accelerator(CatalogEntry):
     bf16_dense_tflops: PositiveFloat
     fp16_dense_tflops: PositiveFloat
     fp8_dense_tflops: PositiveFloat | None = None
+    fp4_dense_tflops: PositiveFloat | None = Field(
+        default=None,
+        description="dense FP4 (NVFP4, block-scaled E2M1) tensor-core peak; None without FP4 tensor cores",
+    )
     tf32_dense_tflops: PositiveFloat
     memory_marketed_gb: PositiveFloat
     memory_usable_bytes: PositiveInt
@@ -105,7 +114,7 @@ class Accelerator(CatalogEntry):
         return self.nvlink_generation is not None
 
     def peak_tflops(self, dtype: str) -> float:
-        """Dense peak TFLOP/s for ``dtype`` (bf16, fp16, fp8, tf32); ValueError when unsupported."""
+        """Dense peak TFLOP/s for ``dtype`` (bf16, fp16, fp8, fp4, tf32); ValueError when unsupported."""
         key = dtype.strip().lower()
         if key not in DTYPES:
             raise ValueError(
@@ -119,12 +128,28 @@ class Accelerator(CatalogEntry):
         return value
 
 
+def precision_problem(acc: Accelerator, precision: str) -> str | None:
+    """Why ``acc`` cannot run a plan's ``precision`` (its GEMMs need tensor cores of that dtype the catalog gives
+    no peak for: FP8 before Hopper and Ada, FP4 before Blackwell), or None."""
+    dtype = PRECISION_DTYPE[precision]
+    if getattr(acc, f"{dtype}_dense_tflops") is not None:
+        return None
+    return f"the {acc.name} has no {_DTYPE_LABEL.get(dtype, dtype)} tensor cores (no dense {dtype} peak in the catalog)"
+
+
 def accelerator_problem(acc: Accelerator) -> str | None:
     """The first internal inconsistency of an accelerator's figures, or None."""
     if acc.fp8_dense_tflops is not None and acc.fp8_dense_tflops < acc.bf16_dense_tflops:
         return (
             f"fp8_dense_tflops ({acc.fp8_dense_tflops}) is below bf16_dense_tflops ({acc.bf16_dense_tflops}); "
             "fp8 is never slower than bf16 - is one of them a sparse figure?"
+        )
+    if acc.fp4_dense_tflops is not None and (
+        acc.fp8_dense_tflops is None or acc.fp4_dense_tflops < acc.fp8_dense_tflops
+    ):
+        return (
+            f"fp4_dense_tflops ({acc.fp4_dense_tflops}) without an fp8 peak at or below it ({acc.fp8_dense_tflops}); "
+            "is one of them a sparse figure?"
         )
     if acc.tf32_dense_tflops > acc.bf16_dense_tflops:
         return (

@@ -18,7 +18,7 @@ from app.domain.provenance import Confidence, FigureProvenance
 
 OVERRIDABLE: dict[str, tuple[str, ...]] = {
     "accelerator": (
-        "bf16_dense_tflops", "fp16_dense_tflops", "fp8_dense_tflops", "tf32_dense_tflops", "memory_marketed_gb",
+        "bf16_dense_tflops", "fp16_dense_tflops", "fp8_dense_tflops", "fp4_dense_tflops", "tf32_dense_tflops", "memory_marketed_gb",
         "memory_usable_bytes",
         "memory_bandwidth_gb_per_s", "nvlink_bandwidth_gb_per_s", "tdp_w",
     ),

@@ -72,6 +72,9 @@ class Precision(StrEnum):
     bf16 = "bf16"
     fp16 = "fp16"
     fp8 = "fp8"  # fp8 GEMMs (TransformerEngine / torchao); bf16 activations elsewhere, fp32 optimizer state
+    # NVFP4 GEMMs (Transformer Engine's NVFP4BlockScaling recipe, Blackwell): the transformer layers' linears in
+    # block-scaled FP4, attention, the output head and the optimizer as in bf16
+    nvfp4 = "nvfp4"
     fp32 = "fp32"
 
 

@@ -52,7 +52,7 @@ class FlopsAccounting(StrEnum):
     """The source reports throughput (tokens/s) only, no FLOP/s or MFU."""
 
 
-Precision = Literal["fp16", "bf16", "fp8"]
+Precision = Literal["fp16", "bf16", "fp8", "nvfp4"]
 Recompute = Literal["none", "selective", "full"]
 Framework = Literal[
     "megatron-lm",  # NVIDIA/Megatron-LM (Megatron-Core, Transformer Engine in recent releases)

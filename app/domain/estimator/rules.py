@@ -146,6 +146,7 @@ class Facts:
     fp16: Any
     sgd: Any
     fp32: Any
+    nvfp4: Any  # NVFP4 GEMMs (Plan.precision nvfp4)
     dedup_dispatcher: Any  # DeepEP / HybridEP token dispatcher (Plan.moe_dispatcher)
     a2a_overlap: Any  # MoE all-to-all overlap (Plan.moe_a2a_overlap)
     capacity: Any  # MoE capacity factor (Plan.moe_capacity_factor; 0: dropless)
@@ -198,7 +199,7 @@ def facts(
     a2a_overlap: Any = False, modules_named: Any = False, up_proj_named: Any = False, moe_modules_named: Any = False,
     tp_overlap_asked: Any = False, compiled: Any = False, capacity: Any = 0.0, pad_capacity: Any = False,
     deepep: Any = False, etp: Any = None, etp_given: Any = False, mtp: Any = 0, layout_why: str = "",
-    layout_given: Any = False,
+    layout_given: Any = False, nvfp4: Any = False,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike (``etp`` None: tp)."""
     per_step = micro_batch * _at_least_1(dp)
@@ -209,7 +210,7 @@ def facts(
         micro_batch=micro_batch, global_batch=global_batch,
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
-        fp32=fp32, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
+        fp32=fp32, nvfp4=nvfp4, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
         tp_overlap_asked=tp_overlap_asked, compiled=compiled, capacity=capacity, pad_capacity=pad_capacity,
         deepep=deepep, up_proj_named=up_proj_named, moe_modules_named=moe_modules_named, mla=context.mla,
         gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
@@ -236,6 +237,7 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         shard_group=plan.shard_group_size or 0, sequence_parallel=plan.sequence_parallel, framework=plan.framework,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, context=context,
         fp32=plan.precision is Precision.fp32, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
+        nvfp4=plan.precision is Precision.nvfp4,
         a2a_overlap=plan.moe_a2a_overlap, modules_named=plan.recompute_modules is not None,
         up_proj_named="mla_up_proj" in (plan.recompute_modules or ()),
         moe_modules_named=bool({"moe", "moe_act", "shared_experts"} & set(plan.recompute_modules or ())),

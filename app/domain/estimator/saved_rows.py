@@ -64,12 +64,22 @@ def drop_recomputed(rows: list[Row], modules: frozenset[str]) -> tuple[list[Row]
     return kept, dropped
 
 
+# an NVFP4 value: 4 bits and one E4M3 scale per block of 16 (Transformer Engine's NVFP4BlockScaling)
+NVFP4_ELEMENT_B = 0.5 + 1 / 16
+
+
 def fp8_linear_inputs(rows: list[Row]) -> list[Row]:
     """The rows with their linear-input share kept at 1 byte instead of 2 (``LINEAR_INPUT_SHARE``)."""
+    return quantized_linear_inputs(rows, 1.0, "fp8")
+
+
+def quantized_linear_inputs(rows: list[Row], element_bytes: float, what: str) -> list[Row]:
+    """The rows with their linear-input share kept at ``element_bytes`` a value instead of 2: Transformer Engine
+    saves a low-precision linear's input as the quantized copy its weight-gradient GEMM reads — FP8, 1 B; NVFP4,
+    the column-wise copy, 0.5 B and one E4M3 scale per 16 values (0.5625 B)."""
     out: list[Row] = []
     for component, label, expr, value in rows:
         share = LINEAR_INPUT_SHARE.get((component, label), 0.0)
-        out.append(
-            (component, label, expr + (" (fp8 inputs)" if share else ""), math.ceil(value * (1 - share / 2)))
-        )
+        kept = 1 - share * (1 - element_bytes / 2)
+        out.append((component, label, expr + (f" ({what} inputs)" if share else ""), math.ceil(value * kept)))
     return out
