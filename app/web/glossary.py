@@ -83,13 +83,18 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "Trainer / Accelerate with a ZeRO-3 config, Megatron-DeepSpeed), each parameter partitioned as it is made. Off: a "
      "model built whole (from_pretrained without the DeepSpeed integration) is moved to every GPU whole by "
      "deepspeed.initialize before ZeRO-3 partitions it, so each GPU holds the full 16-bit model at start-up."),
+    ("precision", "precision", "The number format the GEMMs run in. bf16 / fp16: 16-bit. fp8: FP8 GEMMs (Transformer "
+     "Engine or torchao; Hopper, Ada and later), the rest in bf16. nvfp4: block-scaled 4-bit GEMMs in every "
+     "transformer layer's linears (Transformer Engine's NVFP4 recipe under Megatron-Core; Blackwell GPUs only), "
+     "attention and the output head in bf16. fp32: TF32 GEMMs. A GPU without the tensor cores for it is refused."),
     ("MFU", "mfu", "Model FLOPs utilisation: the model's useful FLOPs per second (6 · active parameters per token plus "
      "attention) over the GPUs' dense BF16 peak, whatever the precision: FP8 and NVFP4 plans run their GEMMs against "
      "2× (FP8) and 4–6× (NVFP4) that peak and can exceed 100 %. Recomputation does not count."),
     ("HFU", "hfu", "Hardware FLOPs utilisation: like MFU but counting the FLOPs actually executed, recomputation "
      "included."),
     ("track record", "track-record", "How far off capplan has been, out of sample, on published training runs like "
-     "the plan (same stack, same GPU, same context-parallel and sequence-length regime, MoE, and the stack's runs "
+     "the plan (same stack, same GPU, same context-parallel and sequence-length regime, MoE, FP8 or NVFP4 GEMMs, and "
+     "the stack's runs "
      "of the last 12 months, today's software): each run predicted "
      "with its own source left out of the fit. The typical error is the largest of those groups' median errors; "
      "read the throughput, step time and days as ± that much."),
@@ -120,7 +125,7 @@ FIELD_TERMS = {
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
     "moe_capacity_factor": "MoE capacity factor", "moe_pad_to_capacity": "MoE pad to capacity",
     "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "z_loss": "z-loss",
-    "zero_init": "zero.Init",
+    "zero_init": "zero.Init", "precision": "precision",
     "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip
 """Planner form fields and option values → the glossary term their hover title explains."""

@@ -112,3 +112,22 @@ def test_todays_software_is_the_stacks_runs_of_the_last_twelve_months(catalog: C
     )
     undated = track_record("megatron", "h100-sxm", 1, 8192, False, catalog.published_runs, cv)  # no fit date
     assert all(g.aspect != "software" for g in undated.groups)
+
+
+def test_a_low_precision_plan_is_compared_with_the_runs_of_its_precision(catalog: Catalog) -> None:
+    """An NVFP4 plan adds the NVFP4 runs (NVIDIA's four Llama rows, whose GEMM ratio NVIDIA's family alone fits, so
+    out of sample it is the prior), an FP8 plan the FP8 runs; a bf16 plan has no precision group."""
+    cv = catalog.fit.cv_errors
+    for precision, label in (("nvfp4", "NVFP4 runs"), ("fp8", "FP8 runs")):
+        rec = track_record(
+            "megatron", "gb300", 1, 8192, False, catalog.published_runs, cv, "2026-12-07", precision
+        )
+        (group,) = [g for g in rec.groups if g.aspect == "precision"]
+        expected = [cv[r.slug] for r in catalog.published_runs if r.precision == precision and r.slug in cv]
+        assert group.label == label and group.runs == len(expected) >= MIN_RUNS
+        assert group.median_abs_error == pytest.approx(statistics.median(abs(e) for e in expected))
+        assert label in rec.summary
+    assert len([g for g in track_record("megatron", "gb300", 1, 8192, False, catalog.published_runs, cv).groups
+                if g.aspect == "precision"]) == 0  # fmt: skip
+    nvfp4 = [r for r in catalog.published_runs if r.precision == "nvfp4"]
+    assert len(nvfp4) == 4 and {r.accelerator for r in nvfp4} == {"gb200", "gb300"}

@@ -70,6 +70,7 @@ def test_glossary_page_and_hover_titles(client: TestClient) -> None:
     planner = client.get("/?" + to_query(SMALL)).text
     assert 'for="f-tp" title="Tensor parallel degree' in planner and 'href="/glossary"' in planner
     assert 'value="fsdp-full"' in planner and 'title="PyTorch FSDP FULL_SHARD' in planner
+    assert 'for="f-precision" title="The number format the GEMMs run in.' in planner and "nvfp4" in planner
 
 
 def test_accessible_names_and_invalid_fields(client: TestClient) -> None:

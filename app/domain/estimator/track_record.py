@@ -10,6 +10,8 @@ different mechanisms and constants:
 * the regimes where the estimator is known to behave differently, when the plan is in one: context parallelism
   (cp > 1) and sequences of 32K tokens or more — the runs that share the plan's side of both (cp > 1 at 128K
   tokens is compared with CP runs at 32K+, not with CP runs at 8K) — and mixture-of-experts models;
+* the GEMM precision, when it is below 16 bits: the FP8 runs for an FP8 plan, the NVFP4 runs for an NVFP4 one (each
+  with a fitted GEMM ratio of its own, and NVFP4's rests on few runs);
 * the stack's runs published in the :data:`RECENT_MONTHS` months before the fit — the software a plan made today
   runs. The estimator has no software-version term and each stack's releases keep getting faster (NVIDIA's
   Llama 3.1 405B FP8 on GB200: 665 tokens/s a GPU with NeMo 25.04, 843 with NeMo 26.06, where capplan's plan
@@ -42,6 +44,7 @@ RECENT_MONTHS = 12  # "today's software": runs published within this many months
 WIDE_ERROR = 0.15  # a typical error above this (or none known) is marked on the planner
 LONG_SEQUENCE_TOKENS = 32768  # "long sequence" regime: the attention term dominates a layer's time
 
+LOW_PRECISION_LABEL = {"fp8": "FP8", "nvfp4": "NVFP4"}  # GEMM precisions with a group of their own
 STACK_OF_PLAN_FRAMEWORK = {"megatron": "megatron", "fsdp2": "fsdp", "deepspeed": "deepspeed"}
 STACK_LABEL = {
     "megatron": "Megatron-Core / NeMo",
@@ -54,7 +57,7 @@ STACK_LABEL = {
 class ComparableRuns(Frozen):
     """One group of published runs comparable to the plan, with capplan's out-of-sample errors on them."""
 
-    aspect: str  # "stack", "gpu", "regime" or "software"
+    aspect: str  # "stack", "gpu", "regime", "precision" or "software"
     label: str
     runs: int
     median_abs_error: float | None
@@ -119,9 +122,11 @@ def track_record(
     runs: Sequence[PublishedRun],
     cv_errors: Mapping[str, float],
     fit_date: str | None = None,
+    precision: str = "bf16",
 ) -> TrackRecord:
     """The out-of-sample record of the published runs comparable to a plan of ``framework`` on ``accelerator``
-    with context parallelism ``cp``, sequences of ``seq_len`` tokens and a MoE (``moe``) or dense model.
+    with context parallelism ``cp``, sequences of ``seq_len`` tokens, a MoE (``moe``) or dense model and GEMMs in
+    ``precision``.
     ``cv_errors``: run slug → cross-validated error (data/fitted.toml); runs without one are not scored."""
     scored = [(r, cv_errors[r.slug]) for r in runs if r.slug in cv_errors]
 
@@ -144,6 +149,9 @@ def track_record(
         )))  # fmt: skip
     if moe:
         groups.append(_group("regime", "mixture-of-experts models", errors(lambda r: r.n_experts > 0)))
+    if precision in LOW_PRECISION_LABEL:
+        groups.append(_group("precision", f"{LOW_PRECISION_LABEL[precision]} runs",
+                             errors(lambda r: r.precision == precision)))  # fmt: skip
     since = recent_cutoff(fit_date) if fit_date else None
     recent = errors(lambda r: r.stack == stack and r.as_of >= since) if since else []
     stack_label = STACK_LABEL.get(stack, stack)
