@@ -80,7 +80,7 @@ def _print_cv(report) -> None:  # noqa: ANN001 - app.domain.fitting.CVReport, im
         )
     typer.echo("")
     for title, groups in (("stack", report.by_stack), ("accelerator", report.by_accelerator),
-                          ("source family", report.by_family)):  # fmt: skip
+                          ("precision", report.by_precision), ("source family", report.by_family)):  # fmt: skip
         typer.echo(f"by {title}: " + "; ".join(
             f"{g.group} {g.cv_median_abs_error:.1%} ({g.runs})" for g in groups))  # fmt: skip
     typer.echo(

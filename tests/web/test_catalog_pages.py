@@ -106,6 +106,7 @@ def test_accuracy_page_leads_with_out_of_sample_accuracy(client: TestClient) -> 
     assert "Fit error (in sample" in html and "stack: megatron" in html and "GPU: h100-sxm" in html
     assert "global batch and micro-batch were not published" in html  # the excluded run says why
     assert "source: RUN-TORCHTITAN2024" in html and "beyond ±20 %" in html
+    assert "precision: nvfp4" in html and "precision: fp8" in html
     # the published peak-memory figures, scored as `capplan validate` scores them
     assert 'id="memory"' in html and "torchtitan-llama3.1-405b-512gpu-4d-cp8-seq256k" in html
     assert "nvidia-smi (allocator + CUDA context + NCCL)" in html  # BLOOM's topology rows read the device
@@ -127,6 +128,15 @@ def test_accuracy_table_groups_families_and_scores_memory_as_validate_does() -> 
     assert sum(g.runs for g in table.by_family) == len(scored)
     titan = [abs(r.cv_error) for r in scored if r.family == "RUN-TORCHTITAN2024"]
     assert family["RUN-TORCHTITAN2024"].cv_median_abs_error == statistics.median(titan)
+    precision = {g.group: g for g in table.by_precision}
+    assert sum(g.runs for g in table.by_precision) == len(scored) and set(precision) >= {
+        "bf16",
+        "fp8",
+        "nvfp4",
+    }
+    nvfp4 = [abs(r.cv_error) for r in scored if r.precision == "nvfp4"]
+    assert precision["nvfp4"].runs == len(nvfp4) == 4
+    assert precision["nvfp4"].cv_median_abs_error == statistics.median(nvfp4)
     assert table.cv_within_10 == sum(1 for r in scored if abs(r.cv_error) <= 0.10)
     assert table.cv_beyond_20 == sum(1 for r in scored if abs(r.cv_error) > 0.20)
     report = validate(catalog)

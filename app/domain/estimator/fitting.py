@@ -214,6 +214,7 @@ class CVRow(Frozen):
     accelerator: str
     gpus: int
     moe: bool
+    precision: str  # the run's GEMM precision: bf16, fp16, fp8 or nvfp4
     metric: str
     published: float
     predicted_fit: float
@@ -241,6 +242,7 @@ class CVReport(Frozen):
     by_accelerator: tuple[GroupError, ...]
     by_family: tuple[GroupError, ...]
     values: dict[str, float]
+    by_precision: tuple[GroupError, ...] = ()
 
 
 def _groups(rows: list[CVRow], key) -> tuple[GroupError, ...]:
@@ -287,6 +289,7 @@ def cross_validate(catalog: Catalog, full: FitResult | None = None) -> CVReport:
                 accelerator=r.accelerator or "",
                 gpus=r.n_gpus,
                 moe=r.n_experts > 0,
+                precision=str(r.precision),
                 metric=p.metric,
                 published=p.published,
                 predicted_fit=fit_pred,
@@ -304,6 +307,7 @@ def cross_validate(catalog: Catalog, full: FitResult | None = None) -> CVReport:
         fit_max_abs_error=max(abs(r.fit_error) for r in rows),
         by_stack=_groups(rows, lambda r: r.stack), by_accelerator=_groups(rows, lambda r: r.accelerator),
         by_family=_groups(rows, lambda r: r.family), values=full.values,
+        by_precision=_groups(rows, lambda r: r.precision),
     )  # fmt: skip
 
 

@@ -336,6 +336,7 @@ class AccuracyRow(Frozen):
     run: str
     family: str
     stack: str
+    precision: str = "bf16"
     accelerator: str | None
     gpus: int
     plan: str
@@ -364,7 +365,7 @@ class MemoryRow(Frozen):
 
 class AccuracyTable(Frozen):
     """What /accuracy shows: per run the fit error (now) and the out-of-sample error (recorded by the last fit),
-    their medians by stack, GPU and source family, how many runs fall within ±10 % and beyond ±20 % out of sample,
+    their medians by stack, GPU, GEMM precision and source family, how many runs fall within ±10 % and beyond ±20 % out of sample,
     and the published peak-memory figures against the estimate's (not fitted: one error each)."""
 
     rows: tuple[AccuracyRow, ...]
@@ -376,6 +377,7 @@ class AccuracyTable(Frozen):
     by_stack: tuple[AccuracyGroup, ...]
     by_accelerator: tuple[AccuracyGroup, ...]
     by_family: tuple[AccuracyGroup, ...] = ()
+    by_precision: tuple[AccuracyGroup, ...] = ()
     cv_within_10: int = 0
     cv_beyond_20: int = 0
     memory_rows: tuple[MemoryRow, ...] = ()
@@ -401,6 +403,7 @@ def accuracy_table(catalog: Catalog) -> AccuracyTable:
             run=row.run,
             family=runs[row.run].family,
             stack=runs[row.run].stack,
+            precision=str(runs[row.run].precision),
             accelerator=row.accelerator,
             gpus=row.gpus,
             plan=row.plan,
@@ -443,7 +446,7 @@ def accuracy_table(catalog: Catalog) -> AccuracyTable:
         cv_median_abs_error=fit.cv_median_abs_error if fit else None,
         cv_max_abs_error=fit.cv_max_abs_error if fit else None, fit_median_abs_error=report.median_abs_error,
         by_stack=groups(lambda r: r.stack), by_accelerator=groups(lambda r: r.accelerator),
-        by_family=groups(lambda r: r.family),
+        by_family=groups(lambda r: r.family), by_precision=groups(lambda r: r.precision),
         cv_within_10=sum(1 for e in cv_errors if e <= 0.10), cv_beyond_20=sum(1 for e in cv_errors if e > 0.20),
         memory_rows=memory, memory_median_abs_error=report.memory_median_abs_error,
         memory_max_abs_error=report.memory_max_abs_error,
