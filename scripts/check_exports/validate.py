@@ -227,6 +227,12 @@ def megatron_validate_args(args: argparse.Namespace, env: dict[str, str], world:
     args.params_dtype = torch.bfloat16 if args.bf16 else torch.half if args.fp16 else torch.float
     if args.fp8 is not None and not (args.bf16 or args.fp16):  # --fp8-format stores into args.fp8
         raise Rejected("fp8 needs --bf16 or --fp16")
+    if args.fp8_param_gather and not (args.use_distributed_optimizer or args.use_torch_fsdp2):  # l.655
+        raise Rejected("--fp8-param-gather only supported with distributed optimizer, torch fsdp2, megatron fsdp, "
+                       "or inference mode")  # fmt: skip
+    if args.optimizer_cpu_offload and args.fp8_param_gather and args.fp8_recipe != "delayed":  # l.1195
+        raise Rejected("When `--fp8-param-gather` is enabled, the optimizer cpu offload must be used in "
+                       "conjunction with `--fp8-recipe delayed`.")  # fmt: skip
     if args.fp4 and args.fp8:  # l.660
         raise Rejected("--fp4-format and --fp8-format cannot be used simultaneously. Please choose one.")
     if args.fp4_param and not args.fp4:  # l.664

@@ -496,6 +496,7 @@ MEGATRON_SWITCHES = (
     "disable-bias-linear", "add-qkv-bias", "untie-embeddings-and-output-weights", "moe-grouped-gemm",
     "use-rope-scaling", "use-precision-aware-optimizer", "no-gradient-accumulation-fusion",
     "moe-router-enable-expert-bias", "grad-reduce-in-bf16", "tp-comm-overlap", "cross-entropy-loss-fusion",
+    "fp8-param-gather", "fp4-param-gather",
 )  # fmt: skip
 MEGATRON_CHOICES = {
     "recompute-granularity": ("full", "selective"),
@@ -571,6 +572,9 @@ def test_megatron_flags_parse_and_round_trip(doc: PlanDocument) -> None:
     assert (ns.fp4_format, ns.fp4_recipe) == (
         ("e2m1", "nvfp4") if p.precision.value == "nvfp4" else (None, None)
     )
+    distopt = p.sharding.value == "megatron-distopt"
+    assert ns.fp8_param_gather is (distopt and p.precision.value == "fp8")
+    assert ns.fp4_param_gather is (distopt and p.precision.value == "nvfp4")
     if arch.position == "rotary":
         assert ns.rotary_base == round(arch.rope_theta)
     if arch.attention == "gqa" and arch.n_kv_heads != arch.n_heads:

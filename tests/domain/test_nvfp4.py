@@ -147,3 +147,30 @@ def test_nvfp4_is_faster_than_fp8_on_gb300_and_saves_memory() -> None:
     fp4 = estimate(arch, cl, plan.model_copy(update={"precision": Precision.nvfp4}))
     assert fp4.tokens_per_s_per_gpu > 1.2 * fp8.tokens_per_s_per_gpu
     assert fp4.peak_memory_bytes < fp8.peak_memory_bytes
+
+
+def test_te_keeps_quantized_weights_by_sharding() -> None:
+    """Llama 3.1 70B, tp 4, pp 8, rank 0: 10 layers of (q 8192² + k, v 8192·1024 + o 8192² + 3·8192·28672) / 4 =
+    213,909,504 linear weights each, 2,139,095,040 on the rank. Under Megatron's distributed optimizer the quantized
+    weights are the primary ones (--fp8/--fp4-param-gather): FP8's two 1-byte copies cost what the bf16 copy did
+    (± 0), NVFP4's two 0.5625-byte copies 0.875 B less a weight (−1,871,708,160 B). Under DDP TE caches them beside
+    the bf16 weights: +2 B (FP8, +4,278,190,080 B) and +1.125 B (NVFP4). Under torch FSDP2 TE caches nothing."""
+    arch = CATALOG.architecture("llama3.1-70b")
+    cl = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="gb300", gpus=64, node="gb300-nvl72")
+    linear = 10 * (8192 * 8192 * 2 + 8192 * 1024 * 2 + 3 * 8192 * 28672) // 4
+    assert linear == 2_139_095_040
+
+    def params(sharding: Sharding, precision: Precision, pp: int = 8) -> int:
+        plan = Plan(tp=4, pp=pp, dp=64 // (4 * pp), global_batch=64, seq_len=8192, framework=Framework.megatron,
+                    sharding=sharding, precision=precision, recompute="full", sequence_parallel=True)  # fmt: skip
+        return estimate(arch, cl, plan).memory_by_stage[0].params_bytes
+
+    distopt, ddp = Sharding.megatron_distopt, Sharding.ddp
+    assert params(distopt, Precision.fp8) == params(distopt, Precision.bf16)
+    assert params(distopt, Precision.nvfp4) - params(distopt, Precision.bf16) == pytest.approx(
+        -0.875 * linear, abs=2
+    )
+    assert params(ddp, Precision.fp8) - params(ddp, Precision.bf16) == pytest.approx(2 * linear, abs=2)
+    assert params(ddp, Precision.nvfp4) - params(ddp, Precision.bf16) == pytest.approx(1.125 * linear, abs=2)
+    fsdp = Sharding.fsdp_full
+    assert params(fsdp, Precision.nvfp4, pp=1) == params(fsdp, Precision.bf16, pp=1)

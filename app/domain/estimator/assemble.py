@@ -42,6 +42,7 @@ from app.domain.estimator.memory import (
     keeps_gathered_tp_inputs,
     layer_activations,
     state_bytes_per_param,
+    te_quantized_weight_bytes,
 )
 from app.domain.estimator.network import link_speeds, plan_groups
 from app.domain.estimator.pipeline import RankLayers, rank_layers
@@ -300,6 +301,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         prefetch_bucket_params=stack.prefetch_bucket_params or 0.0, live_params=stack.live_params or 0.0, repeat_kv=plan.repeat_kv,
         unsharded_init=plan.framework is Framework.deepspeed and not plan.zero_init,
         fsdp_copy_out=plan.framework is Framework.fsdp2 and not plan.fsdp_flat_params,
+        te_quantized_b=te_quantized_weight_bytes(plan.framework.value, plan.precision.value),
     )  # fmt: skip
 
 

@@ -21,6 +21,7 @@ from app.domain.estimator.memory import (
     host_capacity_bytes,
     layer_terms,
     state_bytes_per_param,
+    te_quantized_weight_bytes,
 )
 from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.pipeline import inflight_microbatches
@@ -181,6 +182,20 @@ class Estimate(Frozen):
     )
 
 
+def _te_weights_formula(plan: Plan) -> str:
+    """The memory formula's sentence on Transformer Engine's quantized weights (memory.te_quantized_weight_bytes)."""
+    per = te_quantized_weight_bytes(plan.framework.value, plan.precision.value)
+    if not per or plan.sharding.shards_params:
+        return ""
+    kind = plan.precision.value.upper()
+    if plan.sharding.shards_optimizer:
+        return (f"; Transformer Engine's quantized weights are the primary ones (--{'fp8' if per == 2 else 'fp4'}-"
+                f"param-gather): each linear weight holds {per:g} B ({kind}, row-wise and column-wise copies) "
+                "instead of its 16-bit 2 B")  # fmt: skip
+    return (f"; Transformer Engine caches each linear weight's {kind} copies ({per:g} B, row-wise and column-wise) "
+            "beside the 16-bit one across micro-batches and steps")  # fmt: skip
+
+
 def _bf16_optimizer_note(plan: Plan) -> str:
     bf16_zero1 = (
         plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32
@@ -321,7 +336,8 @@ def _memory_formulas(
     return {
         "model states": f"{per.formula}{_bf16_optimizer_note(plan)}; {sh.value} divides {', '.join(divided) or 'nothing'} by {shard}; "
         "layer parameters ÷ tp (norms and routers replicated), experts ÷ ep·tp; the first stage adds the "
-        "embedding ÷ tp, the last the output layer ÷ tp (a tied embedding is copied there when pp > 1)",
+        "embedding ÷ tp, the last the output layer ÷ tp (a tied embedding is copied there when pp > 1)"
+        + _te_weights_formula(plan),
         "activations": "per layer × layers on the rank × in-flight micro-batches (+ one layer's backward working "
         "set): " + " | ".join(f"{k}: {t.formula}" for k, t in terms.items()) + _ring_formula(arch, plan),
         "logits": _logits_formula(plan),

@@ -188,6 +188,9 @@ class Consts:
     )
     prefetch_bucket_params: float = 0.0  # ZeRO-3: parameters fetched ahead of use (0: a whole unit, as FSDP)
     live_params: float = 0.0  # ZeRO-3: parameters kept gathered beside the module in use (0: FSDP's units)
+    te_quantized_b: float = (
+        0.0  # Megatron FP8/NVFP4: TE's quantized bytes per linear weight (te_quantized_weight_bytes)
+    )
 
 
 def _group(xp, size: Num, stride: Num, c: Consts, ring: bool = True) -> tuple[Num, Num, Num, Num, Num]:

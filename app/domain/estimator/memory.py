@@ -28,6 +28,7 @@ from pydantic import Field
 from app.domain.estimator.activation_terms import ActivationTerms
 from app.domain.estimator.activations import LayerActivations, framework_style_for, layer_activation_bytes
 from app.domain.estimator.plan import Framework, Offload, Optimizer, Plan, Precision, Sharding
+from app.domain.estimator.saved_rows import NVFP4_ELEMENT_B
 from app.domain.model.architecture import Architecture
 from app.domain.provenance import Frozen
 
@@ -203,6 +204,25 @@ def host_capacity_bytes(host_memory_gib: float | None, local_nvme_tb: float | No
     host = host_memory_gib * GIB if host_memory_gib else float("inf")
     nvme = local_nvme_tb * 1e12 if local_nvme_tb else float("inf")
     return host, nvme
+
+
+# Bytes Transformer Engine keeps per linear weight element in quantized form (row-wise and column-wise copies)
+TE_QUANTIZED_WEIGHT_B = {"fp8": 2.0, "nvfp4": 2 * NVFP4_ELEMENT_B}
+
+
+def te_quantized_weight_bytes(framework: str, precision: str) -> float:
+    """Bytes per linear weight element that Transformer Engine holds in quantized form under Megatron-Core, 0 for
+    other plans: FP8 2.0 (the row-wise copy and the column-wise one the backward GEMMs read, 1 B each), NVFP4 1.125
+    (two copies of 0.5 B and one E4M3 scale per 16 values). What it adds depends on the sharding
+    (:func:`app.domain.estimator.rank_memory.rank_memory`): with the distributed optimizer they are the primary
+    weights (``--fp8-param-gather`` / ``--fp4-param-gather``, which capplan's Megatron export sets as NVIDIA's
+    recipes do) and replace the 16-bit copy; with DDP Megatron keeps the 16-bit weights and TE caches the quantized
+    ones across micro-batches and steps (Megatron-Core passes ``is_first_microbatch``, core_v0.16.1
+    extensions/transformer_engine.py; TE keeps them in ``_fp8_workspaces``, module/linear.py at d0067d0); under
+    torch FSDP2 TE caches nothing (``is_fsdp2``). The embedding, the output head and the norms stay 16-bit."""
+    if framework != "megatron":
+        return 0.0
+    return TE_QUANTIZED_WEIGHT_B.get(precision, 0.0)
 
 
 def optimizer_step_bytes(xp, zero_optimizer_on_gpu: Any, partition_params: Any, work_b: float) -> Any:

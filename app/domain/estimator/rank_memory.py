@@ -148,6 +148,16 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
     moved_states = xp.logical_or(pq.offload_params, pq.offload_nvme)
     optimizer = xp.where(xp.logical_or(pq.offload_optimizer, moved_states), 0, optimizer)
     params = xp.where(moved_states, 0, params)
+    if (
+        c.te_quantized_b
+    ):  # Megatron FP8/NVFP4: TE's quantized linear weights (memory.te_quantized_weight_bytes)
+        linear = rq.n_dense * mq.dense_sharded / pq.tp + rq.n_moe * (
+            mq.moe_sharded / pq.tp + mq.moe_experts / (pq.ep * pq.etp)
+        )
+        # distributed optimizer: the quantized primary weights replace the 16-bit ones; DDP: cached beside them;
+        # torch FSDP2: none
+        per = xp.where(pq.shards_optimizer, c.te_quantized_b - c.weights_b, c.te_quantized_b)
+        params = params + xp.where(pq.shards_params, 0.0, per * linear)
     grads = xp.where(moved_states, 0, grads)
 
     gathered_units = (
