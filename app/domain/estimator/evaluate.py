@@ -34,7 +34,7 @@ from app.domain.estimator.network import (
     group_link,
     group_shape,
 )
-from app.domain.estimator.rank_memory import bf16_optimizer_runs, head_passes, local_params
+from app.domain.estimator.rank_memory import bf16_optimizer_runs, head_passes, linear_weights, local_params
 
 Num = Any  # a Python number or a numpy array
 
@@ -492,7 +492,12 @@ def rank_time(
         collective_seconds(xp, Collective.all_reduce, total_local * 4.0, *comm["dp"]),
         reduce_scatter,
     )
-    all_gather = collective_seconds(xp, Collective.all_gather, total_local * c.work_b, *comm["dp"])
+    # Megatron's distributed optimizer under FP8 / NVFP4 all-gathers the linears' quantized primary weights, their
+    # row-wise copy (--fp8/--fp4-param-gather: 1 B, 0.5625 B), and the rest in 16 bits
+    gathered_b = total_local * c.work_b
+    if c.te_quantized_b:
+        gathered_b = gathered_b - linear_weights(mq, pq, rq) * (c.work_b - c.te_quantized_b / 2)
+    all_gather = collective_seconds(xp, Collective.all_gather, gathered_b, *comm["dp"])
     ddp_dp = xp.where(
         pq.ddp,
         xp.where(reduce_after, all_reduce, exposed_dp(xp, all_reduce, window * compute * 2 / 3, n_layers, c)),

@@ -40,6 +40,14 @@ def local_params(xp, mq: ModelQ, pq: PlanQ, rq: RankQ) -> tuple[Num, Num, Num, N
     return dense, expert, largest, root
 
 
+def linear_weights(mq: ModelQ, pq: PlanQ, rq: RankQ) -> Num:
+    """The transformer layers' linear weights on one rank (÷ tp, the routed experts ÷ ep·etp): the weights Transformer
+    Engine quantizes under FP8 / NVFP4 (not the embedding, the output head or the norms)."""
+    return rq.n_dense * mq.dense_sharded / pq.tp + rq.n_moe * (
+        mq.moe_sharded / pq.tp + mq.moe_experts / (pq.ep * pq.etp)
+    )
+
+
 def inflight(xp, rank: Num, pq: PlanQ) -> Num:
     from app.domain.estimator.pipeline import inflight_microbatches
 
@@ -148,12 +156,8 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
     moved_states = xp.logical_or(pq.offload_params, pq.offload_nvme)
     optimizer = xp.where(xp.logical_or(pq.offload_optimizer, moved_states), 0, optimizer)
     params = xp.where(moved_states, 0, params)
-    if (
-        c.te_quantized_b
-    ):  # Megatron FP8/NVFP4: TE's quantized linear weights (memory.te_quantized_weight_bytes)
-        linear = rq.n_dense * mq.dense_sharded / pq.tp + rq.n_moe * (
-            mq.moe_sharded / pq.tp + mq.moe_experts / (pq.ep * pq.etp)
-        )
+    if c.te_quantized_b:  # Megatron FP8/NVFP4: TE's quantized weights (memory.te_quantized_weight_bytes)
+        linear = linear_weights(mq, pq, rq)
         # distributed optimizer: the quantized primary weights replace the 16-bit ones; DDP: cached beside them;
         # torch FSDP2: none
         per = xp.where(pq.shards_optimizer, c.te_quantized_b - c.weights_b, c.te_quantized_b)
