@@ -176,6 +176,17 @@ def _gib(b: float) -> str:
     return f"{b / GIB:,.1f} GiB"
 
 
+def _low_precision_peak(precision: str) -> str:
+    """The MFU note's reminder that an FP8 / NVFP4 plan's GEMMs run against a higher peak than the BF16 one MFU
+    divides by (NVIDIA's convention), so its MFU can exceed 100 %."""
+    if precision not in ("fp8", "nvfp4"):
+        return ""
+    return (
+        f"; the peak is the dense BF16 one (the convention NVIDIA's tables use): this plan's linears run in "
+        f"{precision.upper()} against {'2×' if precision == 'fp8' else '4–6×'} that, so its MFU can exceed 100 %"
+    )
+
+
 def _track_note(est: Estimate) -> Note:
     """How far off capplan has been, out of sample, on published runs like this plan (track_record.py)."""
     rec = est.track_record
@@ -219,8 +230,8 @@ def _notes(
         "mfu": Note("MFU", f"{est.mfu:.1%}",
                     f"model FLOPs/token × tokens/s ÷ (GPUs × peak) = {est.model_flops_per_token:.3g} × "
                     f"{est.tokens_per_s:,.0f} ÷ ({est.gpus} × peak); FLOPs/token: {est.flops_formula}; "
-                    f"HFU (with recompute) {est.hfu:.1%}; {est.achieved_tflops_per_gpu:.0f} TFLOP/s per GPU",
-                    "peak: " + peak_prov),
+                    f"HFU (with recompute) {est.hfu:.1%}; {est.achieved_tflops_per_gpu:.0f} TFLOP/s per GPU"
+                    + _low_precision_peak(p.precision.value), "peak: " + peak_prov),
         "track": _track_note(est),
         "params": Note("Parameters", f"{est.parameters_total / 1e9:,.1f} B ({est.parameters_active / 1e9:,.1f} B active)",
                        "counted layer by layer from the architecture (embedding, attention, MLP/experts, norms, "
