@@ -176,14 +176,15 @@ def _gib(b: float) -> str:
     return f"{b / GIB:,.1f} GiB"
 
 
-def _low_precision_peak(precision: str) -> str:
+def _low_precision_peak(precision: Precision) -> str:
     """The MFU note's reminder that an FP8 / NVFP4 plan's GEMMs run against a higher peak than the BF16 one MFU
     divides by (NVIDIA's convention), so its MFU can exceed 100 %."""
-    if precision not in ("fp8", "nvfp4"):
+    if not precision.quantized_gemms:
         return ""
     return (
         f"; the peak is the dense BF16 one (the convention NVIDIA's tables use): this plan's linears run in "
-        f"{precision.upper()} against {'2×' if precision == 'fp8' else '4–6×'} that, so its MFU can exceed 100 %"
+        f"{precision.value.upper()} against {'2×' if precision is Precision.fp8 else '4–6×'} that, so its MFU can "
+        "exceed 100 %"
     )
 
 
@@ -231,7 +232,7 @@ def _notes(
                     f"model FLOPs/token × tokens/s ÷ (GPUs × peak) = {est.model_flops_per_token:.3g} × "
                     f"{est.tokens_per_s:,.0f} ÷ ({est.gpus} × peak); FLOPs/token: {est.flops_formula}; "
                     f"HFU (with recompute) {est.hfu:.1%}; {est.achieved_tflops_per_gpu:.0f} TFLOP/s per GPU"
-                    + _low_precision_peak(p.precision.value), "peak: " + peak_prov),
+                    + _low_precision_peak(p.precision), "peak: " + peak_prov),
         "track": _track_note(est),
         "params": Note("Parameters", f"{est.parameters_total / 1e9:,.1f} B ({est.parameters_active / 1e9:,.1f} B active)",
                        "counted layer by layer from the architecture (embedding, attention, MLP/experts, norms, "

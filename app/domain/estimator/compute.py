@@ -191,6 +191,10 @@ def wave_efficiency(m: float, n: float, sm_count: int | None, groups: int = 1) -
     return best
 
 
+# bytes a GEMM operand element occupies, by precision (16-bit otherwise)
+GEMM_ELEMENT_B = {Precision.fp8: 1.0, Precision.nvfp4: NVFP4_ELEMENT_B, Precision.fp32: 4.0}
+
+
 @dataclass(frozen=True, slots=True)
 class GemmRates:
     """What every GEMM of one precision on one cluster shares: FLOP/s it reaches before wave quantisation, HBM
@@ -206,13 +210,16 @@ class GemmRates:
     @classmethod
     def of(cls, cluster: Cluster, precision: Precision) -> GemmRates:
         eff = cluster.efficiency
-        ratio = {Precision.fp8: cluster.scale.fp8_gemm_ratio, Precision.nvfp4: cluster.scale.fp4_gemm_ratio}
-        rate = eff.gemm_efficiency * ratio.get(precision, 1.0)
-        elem = {Precision.fp8: 1.0, Precision.nvfp4: NVFP4_ELEMENT_B, Precision.fp32: 4.0}
+        ratio = (
+            cluster.scale.fp8_gemm_ratio if precision is Precision.fp8
+            else cluster.scale.fp4_gemm_ratio if precision is Precision.nvfp4
+            else 1.0
+        )  # fmt: skip
+        rate = eff.gemm_efficiency * ratio
         return cls(
             flops_per_s=_linear_peak(cluster, precision) * rate,
             hbm_bytes_per_s=cluster.hbm_bytes_per_s * eff.hbm_efficiency,
-            elem_bytes=elem.get(precision, 2.0),
+            elem_bytes=GEMM_ELEMENT_B.get(precision, 2.0),
             sm_count=cluster.accelerator.sm_count,
             overhead_s=eff.gemm_overhead_us * 1e-6,
             tile_fixed_k=eff.gemm_tile_fixed_k,
@@ -322,12 +329,6 @@ FP8_CAST_B = {"te": 4.0, "torchao": 6.0}
 NVFP4_CAST_B = 2.0 + 2 * NVFP4_ELEMENT_B
 
 
-def low_precision(precision: Precision) -> bool:
-    """The linears' GEMMs run below 16 bits (FP8 or NVFP4): the output head, attention and everything else stay
-    16-bit, the inputs are cast (:func:`cast_bytes`) and the GEMMs run at their own fraction of their own peak."""
-    return precision in (Precision.fp8, Precision.nvfp4)
-
-
 def cast_bytes(
     framework: str, m: float, n: float, k: float, groups: int = 1, precision: Precision = Precision.fp8
 ) -> tuple[float, float]:
@@ -427,7 +428,7 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         f, b = rates.fwd_bwd(m, n, kk, groups)
         gemm_fwd += f
         gemm_bwd += b
-        if low_precision(plan.precision):
+        if plan.precision.quantized_gemms:
             cf, cb = cast_bytes(plan.framework.value, m, n, kk, groups, plan.precision)
             cast_fwd_b += cf
             cast_bwd_b += cb
@@ -531,7 +532,7 @@ def head_times(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float,
     tokens = plan.micro_batch * plan.seq_len / plan.cp
     # the output layer runs in BF16 even in FP8 and NVFP4 recipes (Transformer Engine and torchao keep it in high
     # precision)
-    precision = Precision.bf16 if low_precision(plan.precision) else plan.precision
+    precision = Precision.bf16 if plan.precision.quantized_gemms else plan.precision
     fwd, bwd = GemmRates.of(cluster, precision).fwd_bwd(tokens, arch.vocab_size / plan.tp, arch.hidden_size)
     # logit traffic (forward and backward together, with the z-loss's where the plan adds it) split evenly
     # between the passes

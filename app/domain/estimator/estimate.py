@@ -189,7 +189,8 @@ def _te_weights_formula(plan: Plan) -> str:
         return ""
     kind = plan.precision.value.upper()
     if plan.sharding.shards_optimizer:
-        return (f"; Transformer Engine's quantized weights are the primary ones (--{'fp8' if per == 2 else 'fp4'}-"
+        flag = "fp8" if plan.precision is Precision.fp8 else "fp4"
+        return (f"; Transformer Engine's quantized weights are the primary ones (--{flag}-"
                 f"param-gather): each linear weight holds {per:g} B ({kind}, row-wise and column-wise copies) "
                 "instead of its 16-bit 2 B")  # fmt: skip
     return (f"; Transformer Engine caches each linear weight's {kind} copies ({per:g} B, row-wise and column-wise) "

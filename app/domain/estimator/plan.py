@@ -77,6 +77,13 @@ class Precision(StrEnum):
     nvfp4 = "nvfp4"
     fp32 = "fp32"
 
+    @property
+    def quantized_gemms(self) -> bool:
+        """The linears' GEMMs run below 16 bits (FP8 or NVFP4): the output head, attention and everything else stay
+        16-bit, the GEMM inputs are cast (compute.cast_bytes) and the GEMMs run at their own fraction of their own
+        peak."""
+        return self in (Precision.fp8, Precision.nvfp4)
+
 
 class Optimizer(StrEnum):
     adamw = "adamw"

@@ -263,7 +263,7 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         # Transformer Engine's NVFP4BlockScaling (TE >= 2.7) on every transformer layer's linears, as estimated
         args += [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4"),
                  ("--transformer-impl", "transformer_engine")]  # fmt: skip
-    if p.sharding is Sharding.megatron_distopt and p.precision in (Precision.fp8, Precision.nvfp4):
+    if p.sharding is Sharding.megatron_distopt and p.precision.quantized_gemms:
         # the quantized weights are the primary ones, all-gathered as such, as NVIDIA's recipes run them and the
         # estimate counts them (memory.te_quantized_weight_bytes); Megatron allows it with the distributed optimizer
         args.append(("--fp8-param-gather" if p.precision is Precision.fp8 else "--fp4-param-gather", None))
