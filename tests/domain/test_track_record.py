@@ -130,4 +130,5 @@ def test_a_low_precision_plan_is_compared_with_the_runs_of_its_precision(catalog
     assert len([g for g in track_record("megatron", "gb300", 1, 8192, False, catalog.published_runs, cv).groups
                 if g.aspect == "precision"]) == 0  # fmt: skip
     nvfp4 = [r for r in catalog.published_runs if r.precision == "nvfp4"]
-    assert len(nvfp4) == 4 and {r.accelerator for r in nvfp4} == {"gb200", "gb300"}
+    # NVIDIA's four table rows and MLPerf's NVFP4 runs: all on Blackwell, since no earlier GPU has FP4 tensor cores
+    assert len(nvfp4) >= 8 and {r.accelerator for r in nvfp4} <= {"b200", "gb200", "b300", "gb300"}

@@ -135,7 +135,7 @@ def test_accuracy_table_groups_families_and_scores_memory_as_validate_does() -> 
         "nvfp4",
     }
     nvfp4 = [abs(r.cv_error) for r in scored if r.precision == "nvfp4"]
-    assert precision["nvfp4"].runs == len(nvfp4) == 4
+    assert precision["nvfp4"].runs == len(nvfp4) >= 8
     assert precision["nvfp4"].cv_median_abs_error == statistics.median(nvfp4)
     assert table.cv_within_10 == sum(1 for r in scored if abs(r.cv_error) <= 0.10)
     assert table.cv_beyond_20 == sum(1 for r in scored if abs(r.cv_error) > 0.20)
