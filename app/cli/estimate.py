@@ -125,6 +125,7 @@ def print_estimate(est) -> None:
         + (" fused-loss" if p.fused_loss else " eager-loss" if p.fused_loss is False else "")
         + (" fused-swiglu" if p.fused_swiglu else "")
         + (" z-loss" if p.z_loss else "")
+        + (" fp8-attention" if p.fp8_attention else "")
         + (" fsdp1-flat-params" if p.fsdp_flat_params and p.framework.value == "fsdp2" else "")
         + (" fused-cross-entropy" if p.fused_cross_entropy else "")
         + (" no-zero-init" if not p.zero_init and p.framework.value == "deepspeed" else "")

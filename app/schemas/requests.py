@@ -42,6 +42,14 @@ TpCommOverlap = Annotated[
         "needs sequence parallelism); default: on for Megatron, off otherwise",
     ),
 ]
+Fp8Attention = Annotated[
+    bool,
+    Field(
+        description="attention in FP8 (Transformer Engine's fp8_dot_product_attention, megatron-core's "
+        "TransformerConfig.fp8_dot_product_attention as NeMo / Megatron-Bridge set it): Megatron only, with precision "
+        "fp8 or nvfp4; Megatron-LM's command line has no flag for it, so the Megatron-LM exports refuse it",
+    ),
+]
 ZeroInit = Annotated[
     bool,
     Field(
@@ -199,6 +207,7 @@ class EstimateRequest(StrictNumbers):
     fused_kernels: bool | None = None
     fused_loss: FusedLoss = None
     tp_comm_overlap: TpCommOverlap = None
+    fp8_attention: Fp8Attention = False
     repeat_kv: RepeatKv = False
     fsdp_flat_params: FsdpFlatParams = False
     zero_init: ZeroInit = True
@@ -388,6 +397,7 @@ class PlanSearchRequest(StrictNumbers):
     fused_kernels: bool | None = None
     fused_loss: FusedLoss = None
     tp_comm_overlap: TpCommOverlap = None
+    fp8_attention: Fp8Attention = False
     repeat_kv: RepeatKv = False
     fsdp_flat_params: FsdpFlatParams = False
     zero_init: ZeroInit = True

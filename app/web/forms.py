@@ -69,6 +69,7 @@ DEFAULTS: dict[str, str] = {
     "grad_reduce_bf16": "off",
     "fused_swiglu": "off",
     "z_loss": "off",
+    "fp8_attention": "off",
     "zero_init": "on",
     "oversubscription": "1",
     "calibrated": "on",
@@ -103,7 +104,7 @@ FIGURE_PREFIX = "o.figure."
 
 BOOLEAN_FIELDS = (
     "sequence_parallel", "flash_attention", "moe_a2a_overlap", "moe_pad_to_capacity", "grad_reduce_bf16", "fused_swiglu",
-    "z_loss", "zero_init", "calibrated",
+    "z_loss", "fp8_attention", "zero_init", "calibrated",
 )  # fmt: skip
 INT_FIELDS = (
     "gpus",

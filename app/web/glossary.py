@@ -79,6 +79,12 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "(OLMo trains with it), to keep the softmax normaliser near 1. Free inside a fused or compiled loss; an eager "
      "PyTorch loss runs logsumexp and its gradient as extra passes over the fp32 logits, about as much again as the "
      "cross-entropy itself. Model code: the exported frameworks have no option for it."),
+    ("FP8 attention", "fp8-attention", "Megatron only, with FP8 or NVFP4 linears: the attention's two batched matmuls "
+     "(QKᵀ and softmax·V) and their backward run in FP8 too (Transformer Engine's fp8_dot_product_attention, "
+     "which NeMo / Megatron-Bridge recipes set; NVIDIA's MLPerf single-node Llama 3.1 8B runs use it — Megatron-LM's "
+     "own command line has no flag for it, so its exports refuse the plan). capplan times it by cuDNN's "
+     "own benchmark: 1.14× the BF16 kernel on B200/GB200, 1.30× on B300/GB300 (Blackwell Ultra's doubled exponent "
+     "rate), no gain assumed elsewhere; the saved inputs are still counted in 16 bits."),
     ("zero.Init", "zero-init", "DeepSpeed ZeRO-3 only. On: the model is created under deepspeed.zero.Init (Hugging Face "
      "Trainer / Accelerate with a ZeRO-3 config, Megatron-DeepSpeed), each parameter partitioned as it is made. Off: a "
      "model built whole (from_pretrained without the DeepSpeed integration) is moved to every GPU whole by "
@@ -125,6 +131,7 @@ FIELD_TERMS = {
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
     "moe_capacity_factor": "MoE capacity factor", "moe_pad_to_capacity": "MoE pad to capacity",
     "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "z_loss": "z-loss",
+    "fp8_attention": "FP8 attention",
     "zero_init": "zero.Init", "precision": "precision",
     "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip

@@ -66,6 +66,31 @@ def test_a_precision_without_its_tensor_cores_is_422_not_500(client: TestClient)
     assert ok.status_code == 200 and ok.json()["plan"]["precision"] == "nvfp4"
 
 
+def test_fp8_attention_is_422_without_fp8_linears_and_not_exported_as_megatron_lm_args(
+    client: TestClient,
+) -> None:
+    """fp8_attention with bf16 linears is refused on its own field; with FP8 under Megatron it is estimated, the plan
+    JSON carries it, and the Megatron-LM formats refuse it on plan.fp8_attention: Megatron-LM core_v0.16.1 has no
+    command-line flag for it (make check-exports fed it one and Megatron rejected it as an unrecognized argument)."""
+    megatron = dict(gpu="gb200", node="gb200-nvl72", framework="megatron", sharding="megatron-distopt",
+                    recompute="none", fp8_attention=True)  # fmt: skip
+    response = post(client, **megatron)
+    assert response.status_code == 422, response.text
+    (item,) = response.json()["detail"]
+    assert item["loc"] == ["body", "fp8_attention"] and "fp8 or nvfp4" in item["msg"]
+    ok = post(client, precision="fp8", **megatron)
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["plan"]["fp8_attention"] is True
+    body = {**BASE, "precision": "fp8", **megatron}
+    plan_json = client.post("/api/v1/plans/export?format=json", json=body)
+    assert plan_json.status_code == 200 and '"fp8_attention": true' in plan_json.text
+    for fmt in ("megatron", "torchrun", "slurm"):
+        refused = client.post(f"/api/v1/plans/export?format={fmt}", json=body)
+        assert refused.status_code == 422, (fmt, refused.text)
+        (item,) = refused.json()["detail"]
+        assert item["loc"] == ["body", "plan", "fp8_attention"] and "no command-line flag" in item["msg"]
+
+
 def test_invalid_plan_is_422_with_the_fix(client: TestClient) -> None:
     response = post(client, tp=3)
     assert response.status_code == 422

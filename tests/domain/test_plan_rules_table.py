@@ -158,7 +158,8 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     it always runs TP with sequence parallelism, which Megatron's TP overlap needs; the MoE capacity settings are
     the user's, kept fixed (the cases set none); the experts' tensor-parallel degree is the framework's default or, folded
     (Megatron), 1 — which divides tp, and the search always runs TP with sequence parallelism — so no expert_tp rule
-    fires on its grid; the search lays out no pipeline layout string (it splits evenly), so no layout rule fires."""
+    fires on its grid; the search lays out no pipeline layout string (it splits evenly), so no layout rule fires; FP8
+    attention is the user's, kept fixed (the cases ask for none)."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
@@ -169,7 +170,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
         "moe-pad-without-capacity", "moe-capacity-dense-model", "torchtitan-moe-capacity", "megatron-pad-deepep",
         "expert-tp-dense-model", "expert-tp-not-dividing-tp", "expert-tp-without-sp", "torchtitan-expert-tp",
         "deepspeed-expert-tp", "pipeline-layout", "fsdp2-pipeline-layout", "deepspeed-pipeline-layout",
-        "fsdp2-nvfp4", "deepspeed-nvfp4",
+        "fsdp2-nvfp4", "deepspeed-nvfp4", "fp8-attention-precision", "fsdp2-fp8-attention", "deepspeed-fp8-attention",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -302,6 +303,9 @@ CASES: dict[str, tuple[dict, dict]] = {
     "moe-modules-dense-model": (dict(DISTOPT, recompute=Recompute.selective, recompute_modules=("moe_act",)), {}),
     "fsdp2-nvfp4": (dict(precision=Precision.nvfp4), {}),
     "deepspeed-nvfp4": (dict(ZERO1, precision=Precision.nvfp4), {}),
+    "fp8-attention-precision": (dict(DISTOPT, fp8_attention=True), {}),
+    "fsdp2-fp8-attention": (dict(precision=Precision.fp8, fp8_attention=True), {}),
+    "deepspeed-fp8-attention": (dict(ZERO1, precision=Precision.fp8, fp8_attention=True), {}),
     "fsdp2-recompute-modules": (dict(recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
     "deepspeed-recompute-modules": (dict(ZERO1, recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
     "moe-pad-without-capacity": (dict(ep=2, moe_pad_to_capacity=True), dict(n_experts=8)),

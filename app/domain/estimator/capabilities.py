@@ -142,6 +142,10 @@ def _compiled(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, fused_kernels=True)
 
 
+def _no_fp8_attention(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, fp8_attention=False)
+
+
 def _default_modules(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, recompute_modules=None)
 
@@ -347,6 +351,12 @@ CAPABILITIES: tuple[Rule, ...] = (
         "model code); capplan models NVFP4 only as Megatron-Core configures it (--fp4-format e2m1)",
         "use fp8 or bf16, or framework megatron", "DeepSpeed 0.19.8 config: fp16 and bf16 blocks only",
         lambda f: f.nvfp4, _fp8,
+    ),
+    *_megatron_only(
+        "fp8-attention", "fp8_attention",
+        "has no FP8 attention (Transformer Engine's fp8_dot_product_attention, which megatron-core turns on with "
+        "TransformerConfig.fp8_dot_product_attention): its attention runs in 16 bits", "turn fp8_attention off, or use framework "
+        "megatron", lambda f: f.fp8_attention, _no_fp8_attention,
     ),
     *_megatron_only(
         "recompute-modules", "recompute_modules",

@@ -250,7 +250,11 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     Blackwell successor, also built for Hopper) run at their own rate, the GPU's ``fa3_attention_efficiency`` of peak
     (the FA3 paper's 493 TFLOP/s forward+backward on H100, 0.50), not a multiple of the FA2-class rate; FA3 does not
     run on Blackwell nor FA3/FA4 on Ampere, where the FA2-class rate applies. ``attention_efficiency`` is the long-sequence rate; a block of L tokens
-    runs at L/(L + ``scale.attention_half_length``) of it."""
+    runs at L/(L + ``scale.attention_half_length``) of it. FP8 attention (``plan.fp8_attention``, Transformer Engine's
+    fp8_dot_product_attention) runs ``efficiency.fp8_attention_speedup`` × faster than the same kernel in BF16 — a
+    time ratio at equal work, so the rate is expressed against the BF16 peak still (GB200 1.14, GB300 1.30 from
+    cuDNN's own benchmark; 1 where none is measured)."""
+    fp8 = cluster.efficiency.fp8_attention_speedup if plan.fp8_attention else 1.0
     # Short blocks run further from peak (per-block softmax rescaling, tails, launch): the kernel's rate grows as
     # L/(L + L½) with the block length L — the sequence, or its 1/cp chunk under context parallelism, where each
     # ring step attends one chunk to another (FlashAttention-2's forward+backward sweep: ~0.6 of its long-sequence
@@ -267,13 +271,13 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
         (kernel == "fa3" and arch.startswith("Hopper"))
         or (kernel == "fa4" and arch.startswith(("Hopper", "Blackwell")))
     ):
-        return own * short
+        return own * short * fp8
     eff = cluster.efficiency.attention_efficiency * short
     if kernel == "fa1":
         eff = eff * cluster.scale.fa1_attention_ratio
     elif kernel == "cudnn" and arch.startswith(("Hopper", "Blackwell")):
         eff = min(0.95, eff * cluster.scale.cudnn_attention_ratio)
-    return eff
+    return eff * fp8
 
 
 def _linear_peak(cluster: Cluster, precision: Precision) -> float:

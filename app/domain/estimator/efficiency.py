@@ -35,6 +35,11 @@ class AcceleratorEfficiency(CatalogEntry):
     )  # fmt: skip
     hbm_efficiency: float = Fraction
     scale_up_efficiency: float = Fraction
+    fp8_attention_speedup: float = Field(
+        default=1.0, ge=1.0, le=3.0,
+        description="forward+backward fused attention in FP8 (Transformer Engine's fp8_dot_product_attention, cuDNN) "
+        "against the same kernel in BF16: the time ratio at equal work (1: no gain measured here)",
+    )  # fmt: skip
 
 
 class NetworkEfficiency(CatalogEntry):

@@ -253,6 +253,14 @@ class Plan(Frozen):
         "parallelism. None = the framework's default: on for Megatron (NVIDIA's NeMo / Megatron-Bridge "
         "performance recipes turn it on wherever tp > 1), off for FSDP2 and DeepSpeed",
     )
+    fp8_attention: bool = Field(
+        default=False,
+        description="the attention's two batched matmuls and their backward in FP8: Transformer Engine's "
+        "fp8_dot_product_attention under an FP8 or NVFP4 recipe (megatron-core's TransformerConfig field, which NeMo / "
+        "Megatron-Bridge recipes set and Megatron-LM's command line has no flag for; NVIDIA's "
+        "MLPerf single-node Llama 3.1 8B configurations and its DeepSeek-V3 MXFP8 recipe on GB300 set it). Megatron "
+        "only; needs precision fp8 or nvfp4",
+    )
     repeat_kv: bool = Field(
         default=False,
         description="PyTorch stacks: K/V heads repeated to every query head before the attention kernel "

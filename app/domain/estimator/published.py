@@ -153,6 +153,7 @@ _INFERABLE = {
     "moe_dispatcher",
     "moe_a2a_overlap",
     "tp_comm_overlap",
+    "fp8_attention",
     "fused_loss",
     "fsdp_flat_params",
     "zero_init",
@@ -287,6 +288,11 @@ class PublishedRun(CatalogEntry):
         default=None,
         description="TP communication overlap on (Megatron's --tp-comm-overlap, torchtitan's async TP); None = "
         "from the run's optimizations and stack (app.domain.estimator.validation.run_plan)",
+    )
+    fp8_attention: bool = Field(
+        default=False,
+        description="attention in FP8 (Transformer Engine's fp8_dot_product_attention; NeMo / Megatron-Bridge's "
+        "fp8_dot_product_attention, megatron-core's TransformerConfig field)",
     )
     fused_loss: bool | None = Field(
         default=None,

@@ -147,6 +147,8 @@ class Facts:
     sgd: Any
     fp32: Any
     nvfp4: Any  # NVFP4 GEMMs (Plan.precision nvfp4)
+    fp8_attention: Any  # attention in FP8 (Plan.fp8_attention)
+    quantized: Any  # GEMMs below 16 bits: FP8 or NVFP4 (Plan.precision.quantized_gemms)
     dedup_dispatcher: Any  # DeepEP / HybridEP token dispatcher (Plan.moe_dispatcher)
     a2a_overlap: Any  # MoE all-to-all overlap (Plan.moe_a2a_overlap)
     capacity: Any  # MoE capacity factor (Plan.moe_capacity_factor; 0: dropless)
@@ -199,7 +201,7 @@ def facts(
     a2a_overlap: Any = False, modules_named: Any = False, up_proj_named: Any = False, moe_modules_named: Any = False,
     tp_overlap_asked: Any = False, compiled: Any = False, capacity: Any = 0.0, pad_capacity: Any = False,
     deepep: Any = False, etp: Any = None, etp_given: Any = False, mtp: Any = 0, layout_why: str = "",
-    layout_given: Any = False, nvfp4: Any = False,
+    layout_given: Any = False, nvfp4: Any = False, fp8_attention: Any = False, quantized: Any = False,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike (``etp`` None: tp)."""
     per_step = micro_batch * _at_least_1(dp)
@@ -210,7 +212,7 @@ def facts(
         micro_batch=micro_batch, global_batch=global_batch,
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
-        fp32=fp32, nvfp4=nvfp4, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
+        fp32=fp32, nvfp4=nvfp4, fp8_attention=fp8_attention, quantized=quantized, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
         tp_overlap_asked=tp_overlap_asked, compiled=compiled, capacity=capacity, pad_capacity=pad_capacity,
         deepep=deepep, up_proj_named=up_proj_named, moe_modules_named=moe_modules_named, mla=context.mla,
         gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
@@ -237,7 +239,8 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         shard_group=plan.shard_group_size or 0, sequence_parallel=plan.sequence_parallel, framework=plan.framework,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, context=context,
         fp32=plan.precision is Precision.fp32, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
-        nvfp4=plan.precision is Precision.nvfp4,
+        nvfp4=plan.precision is Precision.nvfp4, fp8_attention=plan.fp8_attention,
+        quantized=plan.precision.quantized_gemms,
         a2a_overlap=plan.moe_a2a_overlap, modules_named=plan.recompute_modules is not None,
         up_proj_named="mla_up_proj" in (plan.recompute_modules or ()),
         moe_modules_named=bool({"moe", "moe_act", "shared_experts"} & set(plan.recompute_modules or ())),
@@ -416,6 +419,13 @@ PLAN_RULES: tuple[Rule, ...] = (
         lambda f: f"recompute_layers={f.recompute_layers} exceeds the {f.layers_per_chunk} layers of a pipeline "
         f"chunk ({f.n_layers} layers / pp·vpp = {f.pp * f.vpp})",
         lambda f: f"use recompute_layers ≤ {f.layers_per_chunk}, or leave it empty to recompute every layer",
+    ),
+    Rule(
+        "fp8-attention-precision", "fp8_attention", "FP8 attention without FP8 or NVFP4 linears",
+        lambda f: f.fp8_attention & no(f.quantized),
+        lambda f: "FP8 attention (Transformer Engine's fp8_dot_product_attention) runs inside an FP8 recipe: it "
+        "needs precision fp8 or nvfp4",
+        lambda f: "set precision fp8 or nvfp4, or turn fp8_attention off",
     ),
     Rule(
         "sp-without-tp", "sequence_parallel", "sequence parallelism without tp",

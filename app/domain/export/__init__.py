@@ -91,6 +91,17 @@ FORMAT_FRAMEWORK: dict[ExportFormat, Framework] = {
 }
 """Formats that configure one framework; the launchers (torchrun, slurm, k8s) run the plan's own."""
 
+# Formats whose command line is Megatron-LM's pretrain_gpt.py arguments for a Megatron plan
+MEGATRON_LM_FORMATS = frozenset(
+    {ExportFormat.megatron, ExportFormat.torchrun, ExportFormat.slurm, ExportFormat.k8s, ExportFormat.k8s_v1}
+)
+MEGATRON_LM_NO_FP8_ATTENTION = (
+    "Megatron-LM core_v0.16.1's pretrain_gpt.py has no command-line flag for FP8 attention: megatron-core's "
+    "TransformerConfig.fp8_dot_product_attention is set by NeMo / Megatron-Bridge recipes (as NVIDIA's MLPerf "
+    "configurations do), not by Megatron-LM's arguments (fix: export the plan with fp8_attention off, or set "
+    "fp8_dot_product_attention in a Megatron-Bridge recipe)"
+)
+
 
 class FrameworkRefusal(PlanDocumentError):
     """The format's framework cannot run the plan (``app.domain.estimator.capabilities``)."""
@@ -107,10 +118,13 @@ def framework_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[str, 
                 f"{', '.join(TORCHTITAN_MODELS)}): register the model in torchtitan, or export megatron",
             )
         ]
-    return [
+    problems = [
         (f"plan.{v.field}", f"{v.message} (fix: {v.fix})")
         for v in capability_violations(doc.plan, fw, tied_embeddings=doc.arch.tied_embeddings)
     ]
+    if fw is Framework.megatron and key in MEGATRON_LM_FORMATS and doc.plan.fp8_attention:
+        problems.append(("plan.fp8_attention", MEGATRON_LM_NO_FP8_ATTENTION))
+    return problems
 
 
 def export_plan(doc: PlanDocument, fmt: ExportFormat | str) -> ExportedFile:

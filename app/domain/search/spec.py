@@ -74,6 +74,7 @@ class SearchSpec(Frozen):
     fused_kernels: bool | None = None
     fused_loss: bool | None = None  # None: as fused_kernels
     tp_comm_overlap: bool | None = None  # None: the framework's default (on for Megatron)
+    fp8_attention: bool = False  # Megatron: attention in FP8 (Transformer Engine's fp8_dot_product_attention)
     repeat_kv: bool = (
         False  # PyTorch: K/V repeated to every query head before attention (torchtitan < 2026-01)
     )
