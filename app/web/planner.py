@@ -390,8 +390,17 @@ def exports_for(scenario: ScenarioResult | None) -> list[dict[str, str]]:
     for fmt in EXPORT_FORMATS:
         try:
             f = export_plan(scenario.document, fmt)
-        except PlanDocumentError as exc:  # the format's framework cannot run this plan
-            out.append({"format": str(fmt), "filename": "", "content": f"# not exported: {exc}\n"})
+        except (
+            PlanDocumentError
+        ) as exc:  # the format's framework cannot run this plan, or its CLI cannot say it
+            why = (
+                "Megatron-LM's command line has no flag for this plan"
+                if exc.field == "plan.fp8_attention"
+                else "the framework cannot run this plan"
+            )
+            out.append(
+                {"format": str(fmt), "filename": "", "content": f"# not exported: {exc}\n", "why": why}
+            )
             continue
         out.append({"format": str(fmt), "filename": f.filename, "content": f.content})
     return out

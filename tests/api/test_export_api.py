@@ -187,3 +187,12 @@ def test_planner_marks_formats_the_framework_refuses() -> None:
     exports = {e["format"]: e for e in exports_for(planner_scenario(catalog, form))}
     assert exports["megatron"]["filename"] == "" and "not exported" in exports["megatron"]["content"]
     assert exports["torchtitan"]["filename"] == "torchtitan_config.py"
+    assert exports["megatron"]["why"] == "the framework cannot run this plan"
+    # FP8 attention: Megatron runs it, but Megatron-LM's command line cannot ask for it; the plan JSON carries it
+    fp8 = parse_planner({"model": "llama3.1-8b", "gpu": "gb200", "node": "gb200-nvl72", "gpus": "8", "tp": "1",
+                         "global_batch": "16", "seq_len": "8192", "framework": "megatron", "precision": "fp8",
+                         "sharding": "megatron-distopt", "recompute": "none", "fp8_attention": "on"})  # fmt: skip
+    exports = {e["format"]: e for e in exports_for(planner_scenario(catalog, fp8))}
+    assert exports["megatron"]["why"] == "Megatron-LM's command line has no flag for this plan"
+    assert "no command-line flag for FP8 attention" in exports["megatron"]["content"]
+    assert exports["json"]["filename"] and '"fp8_attention": true' in exports["json"]["content"]
