@@ -358,16 +358,20 @@ def _months_option(title: str, months: Sequence[int], series: list[dict[str, Any
 
 def accuracy_option(rows: Sequence[Any]) -> dict[str, Any]:
     """Published runs: error of the predicted throughput, one point per run — out of sample (the run's source
-    family left out of the fit: the accuracy) and in sample (the fit error) — with ±10 % and ±25 % bands."""
+    family left out of the fit: the accuracy) and in sample (the fit error) — with ±10 % and ±25 % bands. The
+    error axis spans ±80 % or, when a run is further off, the next 20 % beyond the worst: no point is drawn off the
+    chart."""
     scored = [r for r in rows if r.fit_error is not None]
     names = [r.run for r in scored]
+    worst = max((abs(e) for r in scored for e in (r.fit_error, r.cv_error) if e is not None), default=0.0)
+    bound = max(80, 20 * math.ceil(100 * worst / 20))
     option = _base("Predicted vs published throughput (error, %)")
     option.update({
         "tooltip": {"trigger": "item", "formatter": "{a} · {b}: {c} %"},
         "legend": {"top": 24},
         "xAxis": {"type": "category", "data": names, "name": "published runs (hover for the name)",
                   "nameLocation": "middle", "nameGap": 12, "axisLabel": {"show": False}},
-        "yAxis": {"type": "value", "name": "error %", "min": -80, "max": 80},
+        "yAxis": {"type": "value", "name": "error %", "min": -bound, "max": bound},
         "grid": {"left": 8, "right": 36, "top": 64, "bottom": 24, "containLabel": True},
         "series": [
             {"name": "out of sample (family left out)", "type": "scatter", "symbolSize": 7,
