@@ -17,6 +17,7 @@ from app.domain.estimator.compute import (
 from app.domain.estimator.estimate import build_cluster
 from app.domain.estimator.network import Collective, collective_time, place_group
 from app.domain.estimator.plan import Plan, Precision, Recompute
+from app.domain.estimator.xp import SCALAR
 from app.domain.model.counts import parameter_counts
 
 CATALOG = load_catalog(Path(__file__).resolve().parents[2] / "data")
@@ -42,7 +43,34 @@ def test_group_across_nodes_is_limited_by_the_nic() -> None:
     assert group.scale_out and group.nodes == 16
     assert group.bus_gb_per_s == pytest.approx(42.5)
     t = collective_time(Collective.reduce_scatter, 1e9, group)
-    assert t == pytest.approx(15 / 16 * 1e9 / 42.5e9 + 4 * 8e-6, rel=1e-9)  # log2(16) = 4 tree levels
+    assert t == pytest.approx(15 / 16 * 1e9 / 42.5e9 + 15 * 8e-6, rel=1e-9)  # a ring: 15 steps between nodes
+
+
+def test_a_rings_latency_grows_with_the_group_as_nccl_counts_it() -> None:
+    """NCCL's tuning model (src/graph/tuning.cc): a ring's steps between nodes wait the network's latency, the
+    others the NVLink's. Reduce-scatter of 336 ranks, two on each of 168 nodes (dp 336 at tp 4 on DGX H100): 167
+    steps at 8 µs (InfiniBand) + 168 at 3 µs (NVLink) = 1.84 ms of latency, linear in the group — where a tree's
+    ⌈log₂ 168⌉ = 8 levels would wait 64 µs. An all-reduce keeps NCCL's tree: 2·(1 + 8)·8 µs."""
+    group = place_group("dp", 336, 4, cluster(1344))
+    assert (group.ranks_per_domain, group.nodes, group.intra_hop_s) == (2, 168, pytest.approx(3e-6))
+    latency = collective_time(Collective.reduce_scatter, 1.0, group) - 335 / 336 / (group.bus_gb_per_s * 1e9)
+    assert latency == pytest.approx(167 * 8e-6 + 168 * 3e-6, rel=1e-9)
+    assert collective_time(Collective.all_gather, 1.0, group) == collective_time(
+        Collective.reduce_scatter, 1.0, group
+    )
+    tree = collective_time(Collective.all_reduce, 1.0, group) - 2 * 335 / 336 / (group.bus_gb_per_s * 1e9)
+    assert tree == pytest.approx(2 * (1 + 8) * 8e-6, rel=1e-9)
+
+
+def test_gradient_buckets_per_stack() -> None:
+    """Megatron-Core's bucket grows with the data-parallel group, max(4·10⁷, 10⁶·dp) parameters: GPT-3 175B at
+    tp 4, pp 8 holds 5.5·10⁹ parameters a rank → at dp 336, 17 buckets of 3.36·10⁸; at dp 16, 138 of 4·10⁷.
+    DeepSpeed's reduce_bucket_size is 5·10⁸ elements whatever dp: 11 buckets."""
+    from app.domain.estimator.evaluate import dp_buckets
+
+    assert dp_buckets(SCALAR, 5.5e9, 336, 0.0) == 17
+    assert dp_buckets(SCALAR, 5.5e9, 16, 0.0) == 138
+    assert dp_buckets(SCALAR, 5.5e9, 336, 5e8) == 11
 
 
 def test_group_of_one_costs_nothing() -> None:
