@@ -84,7 +84,7 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "which NeMo / Megatron-Bridge recipes set; NVIDIA's MLPerf single-node Llama 3.1 8B runs use it — Megatron-LM's "
      "own command line has no flag for it, so its exports refuse the plan). capplan times it by cuDNN's "
      "own benchmark: 1.14× the BF16 kernel on B200/GB200, 1.30× on B300/GB300 (Blackwell Ultra's doubled exponent "
-     "rate), no gain assumed elsewhere; the saved inputs are still counted in 16 bits."),
+     "rate), no gain assumed elsewhere; the backward keeps the FP8 Q, K and V, 1 byte a value."),
     ("zero.Init", "zero-init", "DeepSpeed ZeRO-3 only. On: the model is created under deepspeed.zero.Init (Hugging Face "
      "Trainer / Accelerate with a ZeRO-3 config, Megatron-DeepSpeed), each parameter partitioned as it is made. Off: a "
      "model built whole (from_pretrained without the DeepSpeed integration) is moved to every GPU whole by "

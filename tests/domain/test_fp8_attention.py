@@ -86,3 +86,26 @@ def test_the_runs_with_fp8_attention_are_scored_with_it() -> None:
         plan, _ = run_plan(run)
         row = validate_run(run, CATALOG)
         assert plan.fp8_attention and row.error is not None and row.skipped is None, run.slug
+
+
+def test_fp8_attention_keeps_its_fp8_q_k_v_for_the_backward() -> None:
+    """Transformer Engine's FP8 attention saves the FP8 Q, K, V it ran on: Llama 3.1 8B, one 8,192-token sequence,
+    tp 1, no recompute: Q 8,192·32·128·2 B = 67,108,864 B → 33,554,432 B and K, V 2·8,192·8·128·2 B = 33,554,432 B
+    → 16,777,216 B, 50,331,648 B a layer less; the rest of the layer (its FP8 linear inputs included) unchanged."""
+    from app.domain.estimator.activations import layer_activation_bytes
+
+    arch = CATALOG.architecture("llama3.1-8b")
+    args = dict(micro_batch=1, seq_len=8192, framework_style="megatron", fp8_linear_inputs=True)
+    off = layer_activation_bytes(arch, "dense", **args)
+    on = layer_activation_bytes(arch, "dense", **args, fp8_attention=True)
+    assert off.saved_bytes - on.saved_bytes == 50_331_648
+    assert off.by_component["attention"] - on.by_component["attention"] == 50_331_648
+    assert {k: v for k, v in on.by_component.items() if k != "attention"} == {
+        k: v for k, v in off.by_component.items() if k != "attention"
+    }
+    assert "(FP8 attention)" in on.formula
+    # a torchtitan layer has no FP8 attention to keep (the framework refuses the plan; the terms ignore the flag)
+    torch_args = dict(args, framework_style="torch")
+    assert layer_activation_bytes(arch, "dense", **torch_args, fp8_attention=True).saved_bytes == (
+        layer_activation_bytes(arch, "dense", **torch_args).saved_bytes
+    )

@@ -49,7 +49,12 @@ from app.domain.estimator.activation_terms import (
     default_dropout,
 )
 from app.domain.estimator.plan import Recompute
-from app.domain.estimator.saved_rows import NVFP4_ELEMENT_B, drop_recomputed, quantized_linear_inputs
+from app.domain.estimator.saved_rows import (
+    NVFP4_ELEMENT_B,
+    drop_recomputed,
+    fp8_attention_inputs,
+    quantized_linear_inputs,
+)
 from app.domain.model.architecture import Architecture, LayerKind
 
 
@@ -409,6 +414,7 @@ def layer_activation_bytes(
     expert_tp: int | None = None,
     gathered_tp_inputs: bool = False,
     fp4_linear_inputs: bool = False,
+    fp8_attention: bool = False,
 ) -> ActivationTerms:
     """Bytes one ``kind`` layer keeps between forward and backward for one micro-batch, on one rank.
 
@@ -429,6 +435,7 @@ def layer_activation_bytes(
         flash_attention=flash_attention, act_bytes=act_bytes, framework_style=framework_style, dropout=dropout,
         recompute_modules=recompute_modules, fp8_linear_inputs=fp8_linear_inputs, fused_swiglu=fused_swiglu,
         expert_tp=expert_tp, gathered_tp_inputs=gathered_tp_inputs, fp4_linear_inputs=fp4_linear_inputs,
+        fp8_attention=fp8_attention,
     )  # fmt: skip
     sh = layer.sh
     kept, again = layer.kept(recompute)
@@ -474,6 +481,7 @@ class LayerActivations:
         expert_tp: int | None = None,
         gathered_tp_inputs: bool = False,
         fp4_linear_inputs: bool = False,
+        fp8_attention: bool = False,
     ) -> None:
         self.sh, self.style, self.dropout = _setup(
             arch, kind, micro_batch, seq_len, tp, cp, sequence_parallel, act_bytes, framework_style, dropout,
@@ -487,6 +495,8 @@ class LayerActivations:
             else (NVFP4_ELEMENT_B, "nvfp4") if fp4_linear_inputs
             else None
         )  # fmt: skip
+        # Transformer Engine's FP8 attention keeps its FP8 Q, K, V for the backward (Megatron only)
+        self.fp8_attention = fp8_attention and self.style == "megatron"
         self.fused_swiglu = _fused_swiglu(self.style, fused_swiglu)
         self.full = self._layer(Recompute.none)
         self.grads = _grad_working_set(arch, kind, self.sh, self.fused_swiglu)
@@ -531,6 +541,8 @@ class LayerActivations:
         )
         if self.quantized:
             terms.rows = quantized_linear_inputs(terms.rows, *self.quantized)
+        if self.fp8_attention:
+            terms.rows = fp8_attention_inputs(terms.rows, self.sh.B)
         return terms
 
 

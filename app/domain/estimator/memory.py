@@ -179,7 +179,7 @@ def _activation_args(plan: Plan) -> dict:
         act_bytes=4 if plan.precision is Precision.fp32 else 2, framework_style=framework_style_for(plan.framework.value),
         recompute_modules=None if plan.recompute_modules is None else frozenset(plan.recompute_modules),
         fp8_linear_inputs=plan.precision is Precision.fp8, fp4_linear_inputs=plan.precision is Precision.nvfp4,
-        fused_swiglu=plan.fused_swiglu,
+        fp8_attention=plan.fp8_attention, fused_swiglu=plan.fused_swiglu,
         expert_tp=None if plan.etp == plan.tp else plan.etp,
         gathered_tp_inputs=keeps_gathered_tp_inputs(plan),
     )  # fmt: skip

@@ -83,3 +83,22 @@ def quantized_linear_inputs(rows: list[Row], element_bytes: float, what: str) ->
         kept = 1 - share * (1 - element_bytes / 2)
         out.append((component, label, expr + (f" ({what} inputs)" if share else ""), math.ceil(value * kept)))
     return out
+
+
+# The rows that hold the fused attention's inputs (Q after rotary, K and V), which Transformer Engine's FP8 attention
+# saves for its backward as the FP8 tensors it computed with
+ATTENTION_INPUT_ROWS = frozenset({("attention", "q"), ("attention", "k, v")})
+
+
+def fp8_attention_inputs(rows: list[Row], act_bytes: float) -> list[Row]:
+    """The rows with the attention's inputs kept at 1 B a value instead of ``act_bytes`` (FP8 attention:
+    Transformer Engine's FusedAttention saves the FP8 Q, K and V it ran on; its output is a linear's input,
+    already counted at 1 B under FP8 / NVFP4 by :func:`quantized_linear_inputs`). Llama 3.1 8B at 8,192 tokens,
+    tp 1: Q 8,192·32·128·2 = 67,108,864 B → 33,554,432 B, K and V 2·8,192·8·128·2 = 33,554,432 B → 16,777,216 B."""
+    out: list[Row] = []
+    for component, label, expr, value in rows:
+        if (component, label) in ATTENTION_INPUT_ROWS:
+            out.append((component, label, expr + " (FP8 attention)", math.ceil(value / act_bytes)))
+        else:
+            out.append((component, label, expr, value))
+    return out
