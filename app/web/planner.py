@@ -33,7 +33,7 @@ from app.domain.estimator.plan import (
 )
 from app.domain.estimator.schedule import Schedule, ScheduleError, stage_times_from_rank
 from app.domain.estimator.schedule_sample import ScheduleFigures, sampled_schedule
-from app.domain.export import EXPORT_FORMATS, ExportFormat, PlanDocumentError, export_plan
+from app.domain.export import EXPORT_FORMATS, CommandLineRefusal, ExportFormat, PlanDocumentError, export_plan
 from app.domain.model.counts import parameter_counts
 from app.domain.model.hf_import import IMPORT_AS_KEY, LLAMA_STYLE_ASSUMPTIONS
 from app.schemas import MonthlyCostRequest, load_json_text
@@ -390,12 +390,11 @@ def exports_for(scenario: ScenarioResult | None) -> list[dict[str, str]]:
     for fmt in EXPORT_FORMATS:
         try:
             f = export_plan(scenario.document, fmt)
-        except (
-            PlanDocumentError
-        ) as exc:  # the format's framework cannot run this plan, or its CLI cannot say it
+        # the framework cannot run this plan, or its command line cannot say it
+        except PlanDocumentError as exc:
             why = (
                 "Megatron-LM's command line has no flag for this plan"
-                if exc.field == "plan.fp8_attention"
+                if isinstance(exc, CommandLineRefusal)
                 else "the framework cannot run this plan"
             )
             out.append(

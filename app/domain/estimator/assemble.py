@@ -275,12 +275,6 @@ def ring_layer_seconds(arch: Architecture, plan: Plan, cluster: Cluster) -> tupl
     return tuple(ring_fixed_seconds(plan.cp, b, hbm, overhead) for b in (fwd_b, bwd_b))  # type: ignore[return-value]
 
 
-# The data-parallel reduction's bucket per stack (0: Megatron-Core's, which grows with dp; evaluate.dp_buckets):
-# DeepSpeed's reduce_bucket_size (5·10⁸ elements, its config default), PyTorch DDP's bucket_cap_mb (25 MB; in bytes,
-# divided by the gradient's bytes per element below)
-DP_BUCKET_PARAMS = {"megatron": 0.0, "deepspeed": 5e8, "fsdp2": 25e6}
-
-
 def consts(cluster: Cluster, plan: Plan) -> Consts:
     per = state_bytes_per_param(plan)
     rt = cluster.runtime
@@ -305,7 +299,8 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         bf16_optimizer=plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32,
         autograd_grad_accumulation=plan.framework is Framework.deepspeed,
         prefetch_bucket_params=stack.prefetch_bucket_params or 0.0,
-        dp_bucket_params=DP_BUCKET_PARAMS.get(plan.framework.value, 0.0) / (per.grad_reduce if plan.framework is Framework.fsdp2 else 1.0), live_params=stack.live_params or 0.0, repeat_kv=plan.repeat_kv,
+        dp_bucket_params=stack.dp_bucket_params or (stack.dp_bucket_bytes or 0.0) / per.grad_reduce,
+        live_params=stack.live_params or 0.0, repeat_kv=plan.repeat_kv,
         unsharded_init=plan.framework is Framework.deepspeed and not plan.zero_init,
         fsdp_copy_out=plan.framework is Framework.fsdp2 and not plan.fsdp_flat_params,
         te_quantized_b=te_quantized_weight_bytes(plan.framework.value, plan.precision.value),

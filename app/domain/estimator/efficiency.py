@@ -95,6 +95,19 @@ class StackProfile(CatalogEntry):
         description="sharded parameters: elements fetched ahead of their use (DeepSpeed ZeRO-3's "
         "stage3_prefetch_bucket_size); None = the whole next unit (FSDP)",
     )
+    dp_bucket_params: float | None = Field(
+        default=None,
+        gt=0,
+        description="data-parallel gradient reduction: elements a bucket holds, each bucket a collective of its own "
+        "(DeepSpeed ZeRO-1/2's reduce_bucket_size); None = by bytes (dp_bucket_bytes) or, without either, "
+        "Megatron-Core's max(4·10⁷, 10⁶·dp) elements, which grows with the data-parallel group",
+    )
+    dp_bucket_bytes: float | None = Field(
+        default=None,
+        gt=0,
+        description="data-parallel gradient reduction: bytes of gradients a bucket holds (PyTorch DDP's "
+        "bucket_cap_mb)",
+    )
     live_params: float | None = Field(
         default=None,
         gt=0,

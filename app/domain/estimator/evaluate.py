@@ -29,6 +29,7 @@ from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.network import (
     Collective,
     all_to_all_seconds,
+    collective_latency_seconds,
     collective_seconds,
     dispatch_dedups,
     group_link,
@@ -511,13 +512,16 @@ def rank_time(
     if c.te_quantized_b:
         gathered_b = gathered_b - linear_weights(mq, pq, rq) * (c.work_b - c.te_quantized_b / 2)
     all_gather = collective_seconds(xp, Collective.all_gather, gathered_b, *comm["dp"])
-    # every bucket is its own collective and waits its own ring latency (the buffers above pay it once)
+    # every bucket is its own collective and waits its own latency (the buffers above pay it once)
     extra = xp.maximum(0, dp_buckets(xp, total_local, comm["dp"][0], c.dp_bucket_params) - 1)
-    reduce_scatter = reduce_scatter + extra * collective_seconds(
-        xp, Collective.reduce_scatter, 1.0, *comm["dp"]
-    )
-    all_gather = all_gather + extra * collective_seconds(xp, Collective.all_gather, 1.0, *comm["dp"])
-    all_reduce = all_reduce + extra * collective_seconds(xp, Collective.all_reduce, 1.0, *comm["dp"])
+    size, per_domain, nodes, _, hop, intra_hop = comm["dp"]
+
+    def latency(kind: Collective) -> Num:
+        return collective_latency_seconds(xp, kind, size, per_domain, nodes, hop, intra_hop)
+
+    reduce_scatter = reduce_scatter + extra * latency(Collective.reduce_scatter)
+    all_gather = all_gather + extra * latency(Collective.all_gather)
+    all_reduce = all_reduce + extra * latency(Collective.all_reduce)
     ddp_dp = xp.where(
         pq.ddp,
         xp.where(reduce_after, all_reduce, exposed_dp(xp, all_reduce, window * compute * 2 / 3, n_layers, c)),

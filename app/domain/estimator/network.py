@@ -66,34 +66,42 @@ def group_link(xp, nodes, per_domain, scale_up_gb_per_s, scale_out_gb_per_s, hop
     return bw, xp.where(multi, hop_out_s, hop_up_s)
 
 
-def collective_seconds(
-    xp, kind: Collective, size_bytes, n, per_domain, nodes, bus_gb_per_s, hop_s, intra_hop_s=None
-):
-    """nccl-tests time of one collective; 0 for a group of one or an empty buffer.
+def collective_latency_seconds(xp, kind: Collective, n, per_domain, nodes, hop_s, intra_hop_s=None):
+    """The latency term of one collective, as NCCL's own tuning model counts it (src/graph/tuning.cc: a ring's
+    steps that cross nodes pay the network's latency, the others the NVLink's); 0 for a group of one.
 
-    Bandwidth term: the bus bytes over ``bus_gb_per_s``. Latency term, as NCCL's own tuning model counts it
-    (src/graph/tuning.cc: a ring's steps that cross nodes pay the network's latency, the others the NVLink's):
-    reduce-scatter and all-gather run a ring of n − 1 steps, ``nodes`` − 1 of them between nodes
-    (``hop_s``) and n − ``nodes`` inside one (``intra_hop_s``; ``hop_s`` when not given) — linear in the group
-    size: 336 ranks on 168 nodes at 8 µs / 3 µs a hop wait 167·8 + 168·3 = 1.84 ms per collective. An all-reduce
-    at scale runs NCCL's tree (two log₂-deep passes): 2·(per_domain − 1 + ⌈log₂ nodes⌉) hops; all-to-all the same
-    depth once; a send one hop."""
+    Reduce-scatter and all-gather run a ring of n − 1 steps, ``nodes`` − 1 of them between nodes (``hop_s``) and
+    n − ``nodes`` inside one (``intra_hop_s``; ``hop_s`` when not given) — linear in the group size: 336 ranks on
+    168 nodes at 8 µs / 3 µs a hop wait 167·8 + 168·3 = 1.84 ms per collective. An all-reduce at scale runs NCCL's
+    tree (two log₂-deep passes): 2·(per_domain − 1 + ⌈log₂ nodes⌉) hops; all-to-all the same depth once; a send one
+    hop."""
     steps_in = xp.maximum(0, per_domain - 1)
     levels = xp.where(nodes > 1, xp.ceil(xp.log2(xp.maximum(nodes, 1))), 0)
     nn = xp.maximum(n, 1)
-    frac = (nn - 1) / nn
-    bw = bus_gb_per_s * 1e9
     intra = hop_s if intra_hop_s is None else intra_hop_s
     if kind is Collective.all_reduce:
-        t = 2 * frac * size_bytes / bw + 2 * (steps_in + levels) * hop_s
+        t = 2 * (steps_in + levels) * hop_s
     elif kind is Collective.p2p:
-        t = size_bytes / bw + hop_s
+        t = hop_s
     elif kind is Collective.all_to_all:
-        t = frac * size_bytes / bw + (steps_in + levels) * hop_s
+        t = (steps_in + levels) * hop_s
     else:  # reduce-scatter, all-gather: a ring
-        multi = nodes > 1
-        ring = xp.where(multi, (nodes - 1) * hop_s + xp.maximum(0, nn - nodes) * intra, (nn - 1) * hop_s)
-        t = frac * size_bytes / bw + ring
+        t = xp.where(nodes > 1, (nodes - 1) * hop_s + xp.maximum(0, nn - nodes) * intra, (nn - 1) * hop_s)
+    return xp.where(n <= 1, 0.0, t)
+
+
+def collective_seconds(
+    xp, kind: Collective, size_bytes, n, per_domain, nodes, bus_gb_per_s, hop_s, intra_hop_s=None
+):
+    """nccl-tests time of one collective; 0 for a group of one or an empty buffer: the bus bytes over
+    ``bus_gb_per_s`` (an all-reduce moves 2·(n − 1)/n of the buffer, a reduce-scatter, all-gather or all-to-all
+    (n − 1)/n, a send all of it) plus :func:`collective_latency_seconds`."""
+    nn = xp.maximum(n, 1)
+    frac = (nn - 1) / nn
+    bytes_on_bus = {Collective.all_reduce: 2 * frac, Collective.p2p: 1.0}.get(kind, frac) * size_bytes
+    t = bytes_on_bus / (bus_gb_per_s * 1e9) + collective_latency_seconds(
+        xp, kind, n, per_domain, nodes, hop_s, intra_hop_s
+    )
     return xp.where((n <= 1) | (size_bytes <= 0), 0.0, t)
 
 

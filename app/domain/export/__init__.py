@@ -107,8 +107,25 @@ class FrameworkRefusal(PlanDocumentError):
     """The format's framework cannot run the plan (``app.domain.estimator.capabilities``)."""
 
 
+class CommandLineRefusal(FrameworkRefusal):
+    """The framework runs the plan, but the format's command line cannot ask for it (:func:`command_line_problems`)."""
+
+
+def command_line_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[str, str]]:
+    """What the format's command line cannot express of a plan its framework runs: (dotted field, message)."""
+    fw = FORMAT_FRAMEWORK.get(key, doc.plan.framework)
+    if fw is Framework.megatron and key in MEGATRON_LM_FORMATS and doc.plan.fp8_attention:
+        return [("plan.fp8_attention", MEGATRON_LM_NO_FP8_ATTENTION)]
+    return []
+
+
 def framework_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[str, str]]:
-    """What the format's framework refuses in this plan: (dotted field, message with the nearest plan)."""
+    """What the format's framework refuses in this plan: (dotted field, message with the nearest plan); then what
+    its command line cannot express (:func:`command_line_problems`)."""
+    return _capability_problems(doc, key) + command_line_problems(doc, key)
+
+
+def _capability_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[str, str]]:
     fw = FORMAT_FRAMEWORK.get(key, doc.plan.framework)
     if key is ExportFormat.torchtitan and doc.arch.slug not in TORCHTITAN_MODELS:
         return [
@@ -118,13 +135,10 @@ def framework_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[str, 
                 f"{', '.join(TORCHTITAN_MODELS)}): register the model in torchtitan, or export megatron",
             )
         ]
-    problems = [
+    return [
         (f"plan.{v.field}", f"{v.message} (fix: {v.fix})")
         for v in capability_violations(doc.plan, fw, tied_embeddings=doc.arch.tied_embeddings)
     ]
-    if fw is Framework.megatron and key in MEGATRON_LM_FORMATS and doc.plan.fp8_attention:
-        problems.append(("plan.fp8_attention", MEGATRON_LM_NO_FP8_ATTENTION))
-    return problems
 
 
 def export_plan(doc: PlanDocument, fmt: ExportFormat | str) -> ExportedFile:
@@ -139,9 +153,12 @@ def export_plan(doc: PlanDocument, fmt: ExportFormat | str) -> ExportedFile:
     problems = plan_document_problems(doc)
     if problems:
         raise PlanDocumentError(*problems[0])
-    refused = framework_problems(doc, key)
-    if refused:
-        raise FrameworkRefusal(*refused[0])
+    for refused, error in (
+        (_capability_problems(doc, key), FrameworkRefusal),
+        (command_line_problems(doc, key), CommandLineRefusal),
+    ):
+        if refused:
+            raise error(*refused[0])
     filename, media_type, write = _WRITERS[key]
     content, notes = write(doc)
     return ExportedFile(filename=filename, media_type=media_type, content=content, notes=tuple(notes))
@@ -154,6 +171,7 @@ __all__ = [
     "ExportFormat",
     "ExportedFile",
     "FORMAT_FRAMEWORK",
+    "CommandLineRefusal",
     "FrameworkRefusal",
     "HardwareSection",
     "ModelSection",
@@ -161,6 +179,7 @@ __all__ = [
     "PlanDocumentError",
     "build_plan_document",
     "export_plan",
+    "command_line_problems",
     "framework_problems",
     "layout",
     "megatron_args",
