@@ -64,7 +64,13 @@ def validate(
     if fit is not None and fit.cv_median_abs_error is not None:
         typer.echo(
             f"accuracy (leave-one-source-family-out, fit of {fit.date}): median |error| "
-            f"{fit.cv_median_abs_error:.1%}, max {fit.cv_max_abs_error:.1%} — `capplan validate --cv` recomputes it"
+            f"{fit.cv_median_abs_error:.1%}, max {fit.cv_max_abs_error:.1%}"
+            + (
+                f"; {fit.cv_distinct_median_abs_error:.1%} over its {fit.configurations} distinct configurations"
+                if fit.cv_distinct_median_abs_error is not None
+                else ""
+            )
+            + " — `capplan validate --cv` recomputes it"
         )
 
 
@@ -86,8 +92,9 @@ def _print_cv(report) -> None:  # noqa: ANN001 - app.domain.fitting.CVReport, im
     typer.echo(
         f"\n{len(report.rows)} runs, {report.families} source families. ACCURACY (out of sample, each family "
         f"left out of the fit): median |error| {report.cv_median_abs_error:.1%}, max {report.cv_max_abs_error:.1%} "
-        f"({report.cv_worst_run}). Fit error (in sample): median {report.fit_median_abs_error:.1%}, "
-        f"max {report.fit_max_abs_error:.1%}."
+        f"({report.cv_worst_run}); over the {report.configurations} distinct configurations (a configuration "
+        f"measured more than once counted once, at its median) {report.cv_median_abs_error_distinct:.1%}. "
+        f"Fit error (in sample): median {report.fit_median_abs_error:.1%}, max {report.fit_max_abs_error:.1%}."
     )
 
 

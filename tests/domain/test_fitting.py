@@ -4,6 +4,7 @@ what the code produces, and the cross-validated error does not rise above what R
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import replace
 
 import pytest
@@ -14,9 +15,16 @@ from app.domain.estimator.compute import GemmRates, wave_efficiency
 from app.domain.estimator.estimate import build_cluster
 from app.domain.estimator.evaluate import straggler_factor
 from app.domain.estimator.fitted import PARAMETERS, apply_values, fit_record_toml
-from app.domain.estimator.fitting import cross_validate, fit, scorable_runs
+from app.domain.estimator.fitting import (
+    configuration_key,
+    cross_validate,
+    distinct_median_abs,
+    fit,
+    scorable_runs,
+)
 from app.domain.estimator.plan import Precision
-from app.domain.estimator.validation import validate_run
+from app.domain.estimator.published import architecture_for_run
+from app.domain.estimator.validation import run_cluster, run_plan, validate_run
 from app.domain.estimator.xp import SCALAR
 from app.settings import REPO_ROOT
 
@@ -104,6 +112,34 @@ def test_fitted_toml_round_trips(tmp_path) -> None:
     assert load_fit_record(tmp_path) == record
 
 
+def test_distinct_median_counts_a_repeated_configuration_once() -> None:
+    """Hand-worked: errors +0.01, +0.03 (configuration a, measured twice) and −0.02 (b) → a at its median +0.02, b
+    −0.02: 2 configurations, median |error| 0.02 (the three runs' median |error| is also 0.02). With a measured five
+    times at +0.01 and once at +0.03, and b once at −0.02, the per-run median falls to 0.01 while the
+    per-configuration one is the median of a's +0.01 and b's 0.02: 0.015."""
+    assert distinct_median_abs([0.01, 0.03, -0.02], ["a", "a", "b"]) == (2, pytest.approx(0.02))
+    n, median = distinct_median_abs([0.01] * 5 + [0.03, -0.02], ["a"] * 6 + ["b"])
+    assert (n, median) == (2, pytest.approx(0.015))
+    assert statistics.median(abs(e) for e in [0.01] * 5 + [0.03, -0.02]) == pytest.approx(0.01)
+
+
+def _key(slug: str) -> str:
+    run = next(r for r in CATALOG.published_runs if r.slug == slug)
+    plan, _ = run_plan(run)
+    return configuration_key(
+        architecture_for_run(run, CATALOG.architectures), run_cluster(run, CATALOG), plan
+    )
+
+
+def test_runs_of_one_configuration_share_a_key_and_others_do_not() -> None:
+    """Two MLPerf submitters' 8-GPU B200 NVFP4 runs of Llama 3.1 8B (same model, node, count and plan) are one
+    configuration; the same plan on B300, or on 16 B200, is another."""
+    nebius = _key("mlperf51-llama3.1-8b-b200-8gpu-nvfp4-nebius")
+    assert nebius == _key("mlperf51-llama3.1-8b-b200-8gpu-nvfp4-oracle")
+    assert nebius != _key("mlperf51-llama3.1-8b-b300-8gpu-nvfp4-nebius")
+    assert nebius != _key("mlperf51-llama3.1-8b-b200-16gpu-nvfp4-nebius")
+
+
 @pytest.fixture(scope="module")
 def cv_report():
     return cross_validate(CATALOG)
@@ -123,6 +159,8 @@ def test_cross_validated_accuracy_does_not_regress(cv_report) -> None:
     assert cv_report.cv_median_abs_error <= record.cv_median_abs_error + 0.002
     assert cv_report.cv_max_abs_error <= record.cv_max_abs_error + 0.005
     assert cv_report.families == len({r.family for r in scorable_runs(CATALOG)})
+    assert cv_report.configurations == record.configurations < len(cv_report.rows)
+    assert cv_report.cv_median_abs_error_distinct <= record.cv_distinct_median_abs_error + 0.002
 
 
 def test_readme_states_the_shipped_fit() -> None:
@@ -137,6 +175,8 @@ def test_readme_states_the_shipped_fit() -> None:
         return figure.replace("%", " %")
 
     assert f"**{spaced(cv)} median" in readme, cv
+    distinct = spaced(f"{record.cv_distinct_median_abs_error:.1%}")
+    assert f"{distinct} over its {record.configurations} distinct configurations" in readme, distinct
     assert (
         f"| **all runs** | {len(record.runs)} | **{spaced(cv)}** (worst {spaced(worst)}) | {spaced(fit)}"
         in readme

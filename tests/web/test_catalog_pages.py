@@ -109,6 +109,8 @@ def test_accuracy_page_leads_with_out_of_sample_accuracy(client: TestClient) -> 
     assert "global batch and micro-batch were not published" in html  # the excluded run says why
     assert "source: RUN-TORCHTITAN2024" in html and "beyond ±20 %" in html
     assert "precision: nvfp4" in html and "precision: fp8" in html
+    # the median with each configuration counted once, as the last fit recorded it
+    assert "distinct configurations" in html and "counted once at its median" in html
     # the published peak-memory figures, scored as `capplan validate` scores them
     assert 'id="memory"' in html and "torchtitan-llama3.1-405b-512gpu-4d-cp8-seq256k" in html
     assert "nvidia-smi (allocator + CUDA context + NCCL)" in html  # BLOOM's topology rows read the device

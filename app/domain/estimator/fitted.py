@@ -137,6 +137,12 @@ class FitRecord(Frozen):
     fit_median_abs_error: float | None = None
     cv_median_abs_error: float | None = None
     cv_max_abs_error: float | None = None
+    configurations: int | None = Field(
+        default=None, description="distinct configurations among the runs (fitting.configuration_key)"
+    )
+    cv_distinct_median_abs_error: float | None = Field(
+        default=None, description="out-of-sample median |error| with each configuration counted once"
+    )
     cv_errors: dict[str, float] = Field(
         default_factory=dict, description="run → error when its source family was left out of the fit"
     )
@@ -221,10 +227,17 @@ def fit_record_toml(record: FitRecord) -> str:
         f"date = {q(record.date)}",
         f"command = {q(record.command)}",
     ]
-    for name in ("fit_median_abs_error", "cv_median_abs_error", "cv_max_abs_error"):
+    for name in (
+        "fit_median_abs_error",
+        "cv_median_abs_error",
+        "cv_max_abs_error",
+        "cv_distinct_median_abs_error",
+    ):
         value = getattr(record, name)
         if value is not None:
             lines.append(f"{name} = {value:.4f}")
+    if record.configurations is not None:
+        lines.append(f"configurations = {record.configurations}")
     lines.append(f"runs = {items(record.runs)}")
     lines.append(f"families = {items(record.families)}")
     lines.append("")

@@ -381,6 +381,8 @@ class AccuracyTable(Frozen):
     by_precision: tuple[AccuracyGroup, ...] = ()
     cv_within_10: int = 0
     cv_beyond_20: int = 0
+    configurations: int | None = None
+    cv_median_abs_error_distinct: float | None = None
     memory_rows: tuple[MemoryRow, ...] = ()
     memory_median_abs_error: float | None = None
     memory_max_abs_error: float | None = None
@@ -449,6 +451,8 @@ def accuracy_table(catalog: Catalog) -> AccuracyTable:
         by_stack=groups(lambda r: r.stack), by_accelerator=groups(lambda r: r.accelerator),
         by_family=groups(lambda r: r.family), by_precision=groups(lambda r: r.precision),
         cv_within_10=sum(1 for e in cv_errors if e <= 0.10), cv_beyond_20=sum(1 for e in cv_errors if e > 0.20),
+        configurations=fit.configurations if fit else None,
+        cv_median_abs_error_distinct=fit.cv_distinct_median_abs_error if fit else None,
         memory_rows=memory, memory_median_abs_error=report.memory_median_abs_error,
         memory_max_abs_error=report.memory_max_abs_error,
         memory_within_10=sum(1 for m in memory if abs(m.error) <= 0.10),
