@@ -111,6 +111,7 @@ def test_accuracy_page_leads_with_out_of_sample_accuracy(client: TestClient) -> 
     assert "precision: nvfp4" in html and "precision: fp8" in html
     # the median with each configuration counted once, as the last fit recorded it
     assert "distinct configurations" in html and "counted once at its median" in html
+    assert "%.Fit error" not in html  # the sentences stay apart
     # the published peak-memory figures, scored as `capplan validate` scores them
     assert 'id="memory"' in html and "torchtitan-llama3.1-405b-512gpu-4d-cp8-seq256k" in html
     assert "nvidia-smi (allocator + CUDA context + NCCL)" in html  # BLOOM's topology rows read the device
