@@ -283,6 +283,18 @@ def test_recompute_modules_and_layers_reach_the_estimate_and_bad_ones_land_on_th
     )
 
 
+def _tokens_per_s_without_and_with(client: TestClient, base: dict, *options: str) -> tuple[float, float]:
+    """The estimate API's tokens/s for the planner form ``base`` without and with the checkbox ``options`` on: both
+    forms parse, the options reach the request only when ticked."""
+    off, on = parse_planner(base), parse_planner({**base, **dict.fromkeys(options, "on")})
+    assert off.ok and on.ok
+    assert all(getattr(on.request, o) for o in options) and not any(getattr(off.request, o) for o in options)
+    return tuple(
+        client.post("/api/v1/estimate", json=form.request.model_dump(mode="json")).json()["tokens_per_s"]
+        for form in (off, on)
+    )  # type: ignore[return-value]
+
+
 def test_bf16_gradient_reduce_and_fused_swiglu_reach_the_estimate_and_the_search(client: TestClient) -> None:
     """The planner's two stack options: Llama 3.1 70B on 128 H100 under Megatron (tp 8 · pp 4, the distributed
     optimizer) trains faster with bf16 gradient reduce (half the reduce-scatter); the search page keeps both
@@ -291,14 +303,8 @@ def test_bf16_gradient_reduce_and_fused_swiglu_reach_the_estimate_and_the_search
             "sharding": "megatron-distopt", "sequence_parallel": "on", "global_batch": "64"}  # fmt: skip
     html = client.get("/").text
     assert 'name="grad_reduce_bf16"' in html and 'name="fused_swiglu"' in html
-    fp32 = parse_planner(base)
-    bf16 = parse_planner({**base, "grad_reduce_bf16": "on", "fused_swiglu": "on"})
-    assert fp32.ok and bf16.ok and bf16.request.grad_reduce_bf16 and bf16.request.fused_swiglu
-    slow, fast = (
-        client.post("/api/v1/estimate", json=form.request.model_dump(mode="json")).json()
-        for form in (fp32, bf16)
-    )
-    assert fast["tokens_per_s"] > slow["tokens_per_s"]
+    slow, fast = _tokens_per_s_without_and_with(client, base, "grad_reduce_bf16", "fused_swiglu")
+    assert fast > slow
     page = client.get("/?" + to_query({**base, "grad_reduce_bf16": "on"}))
     assert page.status_code == 200
     search = client.get("/search?" + to_query({**base, "grad_reduce_bf16": "on", "fused_swiglu": "on"}))
@@ -313,13 +319,8 @@ def test_z_loss_reaches_the_estimate_and_the_search(client: TestClient) -> None:
     z-loss option slows the estimate of an eager FSDP2 plan and the search page keeps it as it ranks plans."""
     base = {**DEFAULTS, "gpus": "8", "global_batch": "16"}
     assert 'name="z_loss"' in client.get("/").text
-    plain, with_z = parse_planner(base), parse_planner({**base, "z_loss": "on"})
-    assert plain.ok and with_z.ok and with_z.request.z_loss and not plain.request.z_loss
-    fast, slow = (
-        client.post("/api/v1/estimate", json=form.request.model_dump(mode="json")).json()
-        for form in (plain, with_z)
-    )
-    assert slow["tokens_per_s"] < fast["tokens_per_s"]
+    fast, slow = _tokens_per_s_without_and_with(client, base, "z_loss")
+    assert slow < fast
     search = client.get("/search?" + to_query({**base, "z_loss": "on"}))
     assert search.status_code == 200
     assert '<input type="hidden" name="z_loss" value="on">' in search.text
@@ -331,13 +332,8 @@ def test_fp8_attention_reaches_the_estimate_and_the_search(client: TestClient) -
     base = {**DEFAULTS, "gpu": "gb200", "node": "gb200-nvl72", "gpus": "8", "global_batch": "16", "tp": "1",
             "framework": "megatron", "sharding": "megatron-distopt", "recompute": "none", "precision": "fp8"}  # fmt: skip
     assert 'name="fp8_attention"' in client.get("/").text
-    plain, fp8 = parse_planner(base), parse_planner({**base, "fp8_attention": "on"})
-    assert plain.ok and fp8.ok and fp8.request.fp8_attention and not plain.request.fp8_attention
-    slow, fast = (
-        client.post("/api/v1/estimate", json=form.request.model_dump(mode="json")).json()
-        for form in (plain, fp8)
-    )
-    assert fast["tokens_per_s"] > slow["tokens_per_s"]
+    slow, fast = _tokens_per_s_without_and_with(client, base, "fp8_attention")
+    assert fast > slow
     page = client.get("/?" + to_query({**base, "precision": "bf16", "fp8_attention": "on"}))
     assert page.status_code == 422 and "fp8 or nvfp4" in page.text and 'value="megatron-distopt"' in page.text
     search = client.get("/search?" + to_query({**base, "fp8_attention": "on"}))
