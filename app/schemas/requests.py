@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_v
 from app.domain.cost.inputs import CostOption, CostOverrides
 from app.domain.estimator.plan import (
     AttentionKernel,
+    Fp8Recipe,
     Framework,
     MoeDispatcher,
     Offload,
@@ -48,6 +49,14 @@ Fp8Attention = Annotated[
         description="attention in FP8 (Transformer Engine's fp8_dot_product_attention, megatron-core's "
         "TransformerConfig.fp8_dot_product_attention as NeMo / Megatron-Bridge set it): Megatron only, with precision "
         "fp8 or nvfp4; Megatron-LM's command line has no flag for it, so the Megatron-LM exports refuse it",
+    ),
+]
+Fp8RecipeField = Annotated[
+    Fp8Recipe,
+    Field(
+        description="how FP8 tensors are scaled (precision fp8): delayed (Transformer Engine's default), tensorwise "
+        "(current scaling, NVIDIA's FP8-CS; torchao's default), rowwise (torchao, torchtitan 0.3.0's default), mxfp8 "
+        "(Blackwell), blockwise (Hopper and Blackwell); auto = the framework's default",
     ),
 ]
 ZeroInit = Annotated[
@@ -208,6 +217,7 @@ class EstimateRequest(StrictNumbers):
     fused_loss: FusedLoss = None
     tp_comm_overlap: TpCommOverlap = None
     fp8_attention: Fp8Attention = False
+    fp8_recipe: Fp8RecipeField = Fp8Recipe.auto
     repeat_kv: RepeatKv = False
     fsdp_flat_params: FsdpFlatParams = False
     zero_init: ZeroInit = True
@@ -398,6 +408,7 @@ class PlanSearchRequest(StrictNumbers):
     fused_loss: FusedLoss = None
     tp_comm_overlap: TpCommOverlap = None
     fp8_attention: Fp8Attention = False
+    fp8_recipe: Fp8RecipeField = Fp8Recipe.auto
     repeat_kv: RepeatKv = False
     fsdp_flat_params: FsdpFlatParams = False
     zero_init: ZeroInit = True

@@ -19,7 +19,7 @@ from app.domain.estimator.estimate import (
     build_cluster,
     estimate,
 )
-from app.domain.estimator.hardware import precision_problem
+from app.domain.estimator.hardware import fp8_recipe_problem, precision_problem
 from app.domain.estimator.overrides import OverrideError, apply_overrides
 from app.domain.estimator.plan import Plan
 from app.domain.estimator.track_record import TrackRecord, track_record
@@ -99,6 +99,10 @@ def scenario_cluster(
     if unsupported:
         raise InputError([field_error("precision", f"{unsupported}; use bf16, or another GPU",
                                       "value_error.precision")])  # fmt: skip
+    unrunnable = fp8_recipe_problem(cluster.accelerator, request.precision.value, request.fp8_recipe.value)
+    if unrunnable:
+        raise InputError([field_error("fp8_recipe", f"{unrunnable}; use tensorwise or delayed, or another GPU",
+                                      "value_error.fp8_recipe")])  # fmt: skip
     return cluster, tuple(changes)
 
 

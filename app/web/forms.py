@@ -70,6 +70,7 @@ DEFAULTS: dict[str, str] = {
     "fused_swiglu": "off",
     "z_loss": "off",
     "fp8_attention": "off",
+    "fp8_recipe": "auto",
     "zero_init": "on",
     "oversubscription": "1",
     "calibrated": "on",

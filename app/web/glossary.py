@@ -79,6 +79,12 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "(OLMo trains with it), to keep the softmax normaliser near 1. Free inside a fused or compiled loss; an eager "
      "PyTorch loss runs logsumexp and its gradient as extra passes over the fp32 logits, about as much again as the "
      "cross-entropy itself. Model code: the exported frameworks have no option for it."),
+    ("FP8 recipe", "fp8-recipe", "How an FP8 plan scales its FP8 tensors, which sets what the casts from 16 bits "
+     "cost: delayed (Transformer Engine's default: one scale per tensor from past steps, one read), tensorwise "
+     "(current per-tensor scaling, NVIDIA's FP8-CS: an extra read for the amax), rowwise (torchao; torchtitan "
+     "0.3.0's default: per-row and per-column casts; measured 26-34 % slower than tensorwise in torchtitan's own "
+     "tables, more than capplan models), mxfp8 (FP8-MX, Blackwell: a scale per 32 values) and blockwise (DeepSeek-V3's "
+     "1x128 / 128x128 blocks, Hopper and Blackwell). auto = the framework's default."),
     ("FP8 attention", "fp8-attention", "Megatron only, with FP8 or NVFP4 linears: the attention's two batched matmuls "
      "(QKᵀ and softmax·V) and their backward run in FP8 too (Transformer Engine's fp8_dot_product_attention, "
      "which NeMo / Megatron-Bridge recipes set; NVIDIA's MLPerf single-node Llama 3.1 8B runs use it — Megatron-LM's "
@@ -131,7 +137,7 @@ FIELD_TERMS = {
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
     "moe_capacity_factor": "MoE capacity factor", "moe_pad_to_capacity": "MoE pad to capacity",
     "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "z_loss": "z-loss",
-    "fp8_attention": "FP8 attention",
+    "fp8_attention": "FP8 attention", "fp8_recipe": "FP8 recipe",
     "zero_init": "zero.Init", "precision": "precision",
     "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip

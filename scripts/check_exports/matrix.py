@@ -81,6 +81,11 @@ PLANS: dict[str, dict] = {
     "llama70b-megatron-nvfp4-gb300": dict(model="llama3.1-70b", gpu="gb300", node="gb300-nvl72", gpus=64, pp=4,
                                           vpp=5, dp=16, framework="megatron", sharding="megatron-distopt",
                                           global_batch=256, precision="nvfp4"),
+    # NVIDIA's MXFP8 Llama 3 70B on 64 GB200 (NeMo 26.04.01 performance table: TP 2, PP 4, VP 5): --fp8-recipe mxfp8
+    "llama70b-megatron-mxfp8-gb200": dict(model="llama3.1-70b", gpu="gb200", node="gb200-nvl72", gpus=64, tp=2, pp=4,
+                                          vpp=5, dp=8, framework="megatron", sharding="megatron-distopt",
+                                          sequence_parallel=True, global_batch=256, precision="fp8",
+                                          fp8_recipe="mxfp8", recompute="none"),
     # Megatron-Bridge's Llama 3.1 405B shape: the embedding and the loss in stages of their own, pp·vpp = layers + 2
     "llama405b-megatron-embedding-loss-stages": dict(model="llama3.1-405b", gpus=512, tp=4, pp=16, vpp=8, dp=8,
                                                      pipeline_layout="E|(t|)*126L", framework="megatron",

@@ -91,6 +91,43 @@ def test_fp8_attention_is_422_without_fp8_linears_and_not_exported_as_megatron_l
         assert item["loc"] == ["body", "plan", "fp8_attention"] and "no command-line flag" in item["msg"]
 
 
+def test_fp8_recipe_is_422_where_it_cannot_run_and_reaches_the_estimate_and_exports(
+    client: TestClient,
+) -> None:
+    """MXFP8 needs Blackwell: on H100 the estimate and the search answer 422 on fp8_recipe (not 500); a recipe with
+    bf16 linears likewise. On GB200 it is estimated (the assumptions name it), the plan JSON carries it, Megatron-LM's
+    arguments ask for it, and torchtitan's export refuses a tensorwise FSDP2 plan on plan.fp8_recipe."""
+    megatron = dict(framework="megatron", sharding="megatron-distopt", recompute="none")
+    response = post(client, precision="fp8", fp8_recipe="mxfp8", **megatron)
+    assert response.status_code == 422, response.text
+    (item,) = response.json()["detail"]
+    assert item["loc"] == ["body", "fp8_recipe"] and "needs a Blackwell GPU" in item["msg"]
+    search = client.post("/api/v1/plans/search", json={"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": 8,
+                                                  "global_batch": 8, "seq_len": 4096, "precision": "fp8",
+                                                  "framework": "megatron", "fp8_recipe": "mxfp8"})  # fmt: skip
+    assert search.status_code == 422 and search.json()["detail"][0]["loc"] == ["body", "fp8_recipe"]
+    # the search's masks are the same rules: Transformer Engine has no row-wise recipe, so no Megatron plan survives
+    rowwise = client.post("/api/v1/plans/search", json={"model": "llama3.1-8b", "gpu": "h100-sxm", "gpus": 8,
+                                                   "global_batch": 8, "seq_len": 4096, "precision": "fp8",
+                                                   "framework": "megatron", "fp8_recipe": "rowwise"})  # fmt: skip
+    assert rowwise.status_code == 200 and rowwise.json()["best"] is None
+    assert any("no row-wise recipe" in reason for reason in rowwise.json()["rejected"])
+    bf16 = post(client, fp8_recipe="tensorwise", **megatron)
+    assert bf16.status_code == 422 and bf16.json()["detail"][0]["loc"] == ["body", "fp8_recipe"]
+    blackwell = dict(gpu="gb200", node="gb200-nvl72", precision="fp8", fp8_recipe="mxfp8", **megatron)
+    ok = post(client, **blackwell)
+    assert ok.status_code == 200, ok.text
+    assert ok.json()["plan"]["fp8_recipe"] == "mxfp8"
+    assert any(a["name"] == "FP8 recipe" and a["value"] == "mxfp8" for a in ok.json()["assumptions"])
+    body = {**BASE, **blackwell}
+    args = client.post("/api/v1/plans/export?format=megatron", json=body)
+    assert args.status_code == 200 and "--fp8-recipe mxfp8" in args.text and "--fp8-format e4m3" in args.text
+    titan = {**BASE, "precision": "fp8", "fp8_recipe": "tensorwise"}
+    refused = client.post("/api/v1/plans/export?format=torchtitan", json=titan)
+    assert refused.status_code == 422, refused.text
+    assert refused.json()["detail"][0]["loc"] == ["body", "plan", "fp8_recipe"]
+
+
 def test_invalid_plan_is_422_with_the_fix(client: TestClient) -> None:
     response = post(client, tp=3)
     assert response.status_code == 422

@@ -109,6 +109,11 @@ PLANS = {
         model="llama3.1-70b", gpu="gb300", node="gb300-nvl72", gpus=64, tp=1, pp=4, vpp=5, dp=16, global_batch=256,
         framework="megatron", sharding="megatron-distopt", precision="nvfp4", recompute="none",
     ),
+    "llama70b-mxfp8-gb200": dict(
+        model="llama3.1-70b", gpu="gb200", node="gb200-nvl72", gpus=64, tp=1, pp=4, vpp=5, dp=16, global_batch=256,
+        framework="megatron", sharding="megatron-distopt", precision="fp8", fp8_recipe="mxfp8", recompute="none",
+    ),
+    "llama8b-fsdp2-fp8": dict(model="llama3.1-8b", gpus=16, tp=2, dp=8, global_batch=32, precision="fp8"),
     "llama8b-ddp-partial-hosts": dict(model="llama3.1-8b", gpus=12, tp=1, dp=12, global_batch=24, sharding="ddp"),
 }  # fmt: skip
 
@@ -312,6 +317,11 @@ def test_torchtitan_module_is_consistent(name: str, monkeypatch: pytest.MonkeyPa
     assert ("model" in cfg.compile.components) is compile_model
     assert ("loss" in cfg.compile.components) is (compile_loss or not compile_model)
     assert ("fp8" in repr(cfg.model_spec.converters)) is (p.precision.value == "fp8")
+    if (
+        p.precision.value == "fp8"
+    ):  # the recipe the estimate's casts assumed, named (torchtitan 0.3.0's default)
+        (converter,) = cfg.model_spec.converters
+        assert converter.fp8["recipe_name"] == p.fp8_recipe_on(Framework.fsdp2).value == "rowwise"
     # async TP exactly where the estimate hid TP communication (which torchtitan runs only compiled)
     async_tp = getattr(cfg.compile, "enable_async_tensor_parallel", False)
     assert async_tp is (p.tp > 1 and p.uses_tp_comm_overlap) and (
@@ -502,6 +512,7 @@ MEGATRON_CHOICES = {
     "recompute-granularity": ("full", "selective"),
     "recompute-method": ("uniform", "block"),
     "fp8-format": ("e4m3", "hybrid"),
+    "fp8-recipe": ("tensorwise", "delayed", "mxfp8", "blockwise", "custom"),
     "fp4-format": ("e2m1",),
     "fp4-recipe": ("nvfp4", "custom"),
     "transformer-impl": ("local", "transformer_engine"),
@@ -568,7 +579,10 @@ def test_megatron_flags_parse_and_round_trip(doc: PlanDocument) -> None:
     assert ns.bf16 is (p.precision.value in {"bf16", "fp8", "nvfp4"}) and ns.fp16 is (
         p.precision.value == "fp16"
     )
-    assert ns.fp8_format == ("hybrid" if p.precision.value == "fp8" else None)
+    recipe = p.fp8_recipe_on(Framework.megatron).value
+    block_scaled = recipe in ("mxfp8", "blockwise")
+    assert ns.fp8_format == (("e4m3" if block_scaled else "hybrid") if p.precision.value == "fp8" else None)
+    assert ns.fp8_recipe == (recipe if p.precision.value == "fp8" else None)
     assert (ns.fp4_format, ns.fp4_recipe) == (
         ("e2m1", "nvfp4") if p.precision.value == "nvfp4" else (None, None)
     )

@@ -218,9 +218,10 @@ def test_fp8_casts_by_hand() -> None:
     6·(8,192·4,096 + 4,096·14,336) = 553,648,128 B, and of the output gradient backward, 6·8,192·14,336 =
     704,643,072 B; Transformer Engine's delayed-scaling cast-transpose (4 B, weights cached over micro-batches)
     134,217,728 B and 469,762,048 B. Grouped GEMMs count each group."""
-    from app.domain.estimator.compute import cast_bytes
+    from app.domain.estimator.casts import cast_bytes
+    from app.domain.estimator.plan import Fp8Recipe
 
-    assert cast_bytes("fsdp2", 8192, 14336, 4096) == (553_648_128, 704_643_072)
+    assert cast_bytes("fsdp2", 8192, 14336, 4096, recipe=Fp8Recipe.tensorwise) == (553_648_128, 704_643_072)
     assert cast_bytes("megatron", 8192, 14336, 4096) == (134_217_728, 469_762_048)
     assert cast_bytes("deepspeed", 8192, 14336, 4096, groups=2) == (2 * 134_217_728, 2 * 469_762_048)
 
@@ -230,7 +231,8 @@ def test_fp8_layer_pays_its_casts_at_the_hbm_rate(framework: str) -> None:
     """An FP8 layer's memory-bound time is its 16-bit one plus the casts of every GEMM at the HBM rate: forward
     time grows by Σ forward cast bytes ÷ HBM, backward by Σ backward cast bytes ÷ HBM beside its faster FP8 GEMMs
     (an eager model: q, k, v and o are separate GEMMs, the MLP's gate‖up one)."""
-    from app.domain.estimator.compute import cast_bytes, layer_work
+    from app.domain.estimator.casts import cast_bytes
+    from app.domain.estimator.compute import layer_work
     from app.domain.estimator.plan import Framework
     from app.domain.model.counts import kv_dim, q_dim
 

@@ -10,7 +10,8 @@ import pytest
 
 from app.domain.catalog import load_catalog
 from app.domain.estimator.activations import layer_activation_bytes
-from app.domain.estimator.compute import GemmRates, cast_bytes, head_times, layer_work
+from app.domain.estimator.casts import cast_bytes
+from app.domain.estimator.compute import GemmRates, head_times, layer_work
 from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
 from app.domain.estimator.hardware import precision_problem
 from app.domain.estimator.plan import Framework, Plan, Precision, Sharding, plan_violations

@@ -22,6 +22,7 @@ import pytest
 from app.domain.catalog import load_catalog
 from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
 from app.domain.estimator.plan import (
+    Fp8Recipe,
     Framework,
     MoeDispatcher,
     Offload,
@@ -159,7 +160,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     the user's, kept fixed (the cases set none); the experts' tensor-parallel degree is the framework's default or, folded
     (Megatron), 1 — which divides tp, and the search always runs TP with sequence parallelism — so no expert_tp rule
     fires on its grid; the search lays out no pipeline layout string (it splits evenly), so no layout rule fires; FP8
-    attention is the user's, kept fixed (the cases ask for none)."""
+    attention and the FP8 recipe are the user's, kept fixed (the cases ask for neither)."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
@@ -171,6 +172,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
         "expert-tp-dense-model", "expert-tp-not-dividing-tp", "expert-tp-without-sp", "torchtitan-expert-tp",
         "deepspeed-expert-tp", "pipeline-layout", "fsdp2-pipeline-layout", "deepspeed-pipeline-layout",
         "fsdp2-nvfp4", "deepspeed-nvfp4", "fp8-attention-precision", "fsdp2-fp8-attention", "deepspeed-fp8-attention",
+        "fp8-recipe-precision", "megatron-fp8-rowwise", "deepspeed-fp8-rowwise", "fsdp2-fp8-te-recipe",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -306,6 +308,10 @@ CASES: dict[str, tuple[dict, dict]] = {
     "fp8-attention-precision": (dict(DISTOPT, fp8_attention=True), {}),
     "fsdp2-fp8-attention": (dict(precision=Precision.fp8, fp8_attention=True), {}),
     "deepspeed-fp8-attention": (dict(ZERO1, precision=Precision.fp8, fp8_attention=True), {}),
+    "fp8-recipe-precision": (dict(DISTOPT, fp8_recipe=Fp8Recipe.tensorwise), {}),
+    "megatron-fp8-rowwise": (dict(DISTOPT, precision=Precision.fp8, fp8_recipe=Fp8Recipe.rowwise), {}),
+    "deepspeed-fp8-rowwise": (dict(ZERO1, precision=Precision.fp8, fp8_recipe=Fp8Recipe.rowwise), {}),
+    "fsdp2-fp8-te-recipe": (dict(precision=Precision.fp8, fp8_recipe=Fp8Recipe.delayed), {}),
     "fsdp2-recompute-modules": (dict(recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
     "deepspeed-recompute-modules": (dict(ZERO1, recompute=Recompute.selective, recompute_modules=("mlp",)), {}),
     "moe-pad-without-capacity": (dict(ep=2, moe_pad_to_capacity=True), dict(n_experts=8)),

@@ -374,3 +374,22 @@ def test_the_results_show_the_track_record_of_comparable_published_runs(client: 
     """Next to the throughput: how far off capplan has been out of sample on published runs like this plan."""
     html = client.get("/", headers=PARTIAL).text
     assert "Track record" in html and "typical" in html and "Out of sample on published runs" in html
+
+
+def test_fp8_recipe_is_a_planner_field_whose_errors_land_on_it(client: TestClient) -> None:
+    """The FP8 recipe select reaches the estimate (its assumption row names it); MXFP8 on an H100 is refused on the
+    recipe's own field with the form kept as typed, and on a GB200 it is estimated."""
+    base = {**DEFAULTS, "model": "llama3.1-8b", "gpus": "8", "tp": "1", "framework": "megatron",
+            "sharding": "megatron-distopt", "recompute": "none", "precision": "fp8", "global_batch": "8",
+            "seq_len": "8192"}  # fmt: skip
+    html = client.get("/").text
+    assert 'name="fp8_recipe"' in html and '<option value="auto" selected' in html
+    assert parse_planner({**base, "fp8_recipe": "tensorwise"}).request.fp8_recipe.value == "tensorwise"
+    refused = client.get("/?" + to_query({**base, "gpu": "h100-sxm", "fp8_recipe": "mxfp8"}))
+    assert refused.status_code == 422
+    assert "cannot run the mxfp8 FP8 recipe" in refused.text
+    assert 'name="fp8_recipe" aria-invalid="true"' in refused.text
+    assert '<option value="mxfp8" selected' in refused.text
+    ok = client.get("/?" + to_query({**base, "gpu": "gb200", "node": "gb200-nvl72", "fp8_recipe": "mxfp8"}))
+    assert ok.status_code == 200, ok.text
+    assert '<option value="mxfp8" selected' in ok.text and "FP8 recipe" in ok.text

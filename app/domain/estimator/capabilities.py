@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.domain.estimator.plan import (
+    Fp8Recipe,
     Framework,
     MoeDispatcher,
     Optimizer,
@@ -144,6 +145,15 @@ def _compiled(plan: Plan, framework: Framework) -> Plan:
 
 def _no_fp8_attention(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, fp8_attention=False)
+
+
+def _framework_recipe(plan: Plan, framework: Framework) -> Plan:
+    """The framework's own FP8 recipe (``auto``): delayed scaling under Transformer Engine, torchao's tensorwise."""
+    return replace_plan(plan, fp8_recipe=Fp8Recipe.auto)
+
+
+# Fp8Recipe codes as the rules' Facts carry them
+_DELAYED, _ROWWISE, _BLOCKWISE = Fp8Recipe.delayed.code, Fp8Recipe.rowwise.code, Fp8Recipe.blockwise.code
 
 
 def _default_modules(plan: Plan, framework: Framework) -> Plan:
@@ -357,6 +367,26 @@ CAPABILITIES: tuple[Rule, ...] = (
         "has no FP8 attention (Transformer Engine's fp8_dot_product_attention, which megatron-core turns on with "
         "TransformerConfig.fp8_dot_product_attention): its attention runs in 16 bits", "turn fp8_attention off, or use framework "
         "megatron", lambda f: f.fp8_attention, _no_fp8_attention,
+    ),
+    *(
+        _refusal(
+            fw, f"{fw.value}-fp8-rowwise", "fp8_recipe",
+            "runs FP8 through Transformer Engine, whose recipes scale per tensor (delayed, current), per block "
+            "(1x128 / 128x128) or per 32 values (MXFP8): it has no row-wise recipe (torchao's)",
+            "use fp8_recipe tensorwise, delayed, mxfp8 or blockwise, or framework fsdp2",
+            MEGATRON_SOURCE + " --fp8-recipe {tensorwise,delayed,mxfp8,blockwise,custom}" if fw is Framework.megatron
+            else "Transformer Engine recipes (TE-FP8-RECIPES)",
+            lambda f: f.fp8_recipe == _ROWWISE, _framework_recipe,
+        )
+        for fw in (Framework.megatron, Framework.deepspeed)
+    ),
+    _refusal(
+        Framework.fsdp2, "fsdp2-fp8-te-recipe", "fp8_recipe",
+        "runs FP8 through torchao, which scales dynamically (tensorwise, rowwise, MXFP8): no delayed scaling and no "
+        "1x128 / 128x128 block scaling (Transformer Engine's recipes)",
+        "use fp8_recipe tensorwise, rowwise or mxfp8, or framework megatron",
+        "torchtitan 0.3.0 torchtitan/components/quantization/float8.py and mx.py (TORCHTITAN-FLOAT8)",
+        lambda f: (f.fp8_recipe == _DELAYED) | (f.fp8_recipe == _BLOCKWISE), _framework_recipe,
     ),
     *_megatron_only(
         "recompute-modules", "recompute_modules",

@@ -37,6 +37,7 @@ from functools import lru_cache
 
 from pydantic import Field
 
+from app.domain.estimator.casts import FP8_ANY_LAYOUT_ARCHS, cast_bytes
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
 from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
@@ -320,42 +321,6 @@ def layer_times(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluste
     )  # fmt: skip
 
 
-# HBM bytes per element to bring a 16-bit tensor into an FP8 GEMM, in both layouts the GEMMs need (Hopper's FP8 GEMMs
-# take only the "TN" layout, so the forward's operand is also needed transposed for a backward GEMM):
-# Transformer Engine with delayed scaling (its default recipe; scale from the amax history): one fused cast-transpose
-# reads 2 B, writes 1 + 1 B and records the amax on the way (4 B); torchao's tensorwise dynamic scaling (torchtitan,
-# OLMo-core): the scale is the tensor's current amax, a reduction that finishes before the cast, so 2 B more (6 B).
-FP8_CAST_B = {"te": 4.0, "torchao": 6.0}
-# NVFP4 (Transformer Engine's NVFP4BlockScaling): an element is 4 bits plus one E4M3 scale per 16 (0.5625 B). The
-# quantizer reads the 16-bit tensor once and writes both usages the three GEMMs need — row-wise for the forward and
-# data gradient, column-wise (after the 16×16 random Hadamard transform applied to the weight gradient's operands)
-# for the weight gradient: 2 + 2·0.5625 = 3.125 B per element. The weight's copies are made once per step, as FP8's.
-NVFP4_CAST_B = 2.0 + 2 * NVFP4_ELEMENT_B
-
-
-def cast_bytes(
-    framework: str, m: float, n: float, k: float, groups: int = 1, precision: Precision = Precision.fp8
-) -> tuple[float, float]:
-    """(forward, backward) HBM bytes of one FP8 (or NVFP4) linear's casts, for its forward GEMM (m×k)·(k×n),
-    ``groups`` of them. NVFP4 (Transformer Engine only): the input and the output gradient at
-    :data:`NVFP4_CAST_B` each — m = 8,192, k = 4,096, n = 14,336: 3.125·8,192·4,096 = 104,857,600 B forward,
-    3.125·8,192·14,336 = 367,001,600 B backward.
-
-    Forward: the input (m·k) and the weight (k·n); backward: the output gradient (m·n), each at
-    :data:`FP8_CAST_B`. Transformer Engine (Megatron, DeepSpeed) casts a weight once per step and reuses it over the
-    micro-batches (``is_first_microbatch``): its weight casts are not counted. torchao under FSDP2 re-casts the
-    weight every micro-batch (FSDP2 gathers the bf16 weight for each). Example: torchao, m = 8,192 tokens,
-    k = 4,096, n = 14,336: forward 6·(8,192·4,096 + 4,096·14,336) = 553,648,128 B, backward 6·8,192·14,336 =
-    704,643,072 B; Transformer Engine 134,217,728 B and 469,762,048 B."""
-    if precision is Precision.nvfp4:
-        return NVFP4_CAST_B * m * k * groups, NVFP4_CAST_B * m * n * groups
-    if framework == "fsdp2":
-        b = FP8_CAST_B["torchao"]
-        return b * (m * k + k * n) * groups, b * m * n * groups
-    b = FP8_CAST_B["te"]
-    return b * m * k * groups, b * m * n * groups
-
-
 def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster) -> LayerWork:
     """:func:`layer_times` without the recompute term (``plan.recompute`` is not read)."""
     tp, cp = plan.tp, plan.cp
@@ -428,12 +393,15 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
     gemm_fwd = gemm_bwd = 0.0
     cast_fwd_b = cast_bwd_b = 0.0
     rates = GemmRates.of(cluster, plan.precision)
+    any_layout = cluster.accelerator.arch.startswith(FP8_ANY_LAYOUT_ARCHS)
     for m, n, kk, groups in shapes:
         f, b = rates.fwd_bwd(m, n, kk, groups)
         gemm_fwd += f
         gemm_bwd += b
         if plan.precision.quantized_gemms:
-            cf, cb = cast_bytes(plan.framework.value, m, n, kk, groups, plan.precision)
+            cf, cb = cast_bytes(
+                plan.framework.value, m, n, kk, groups, plan.precision, plan.fp8_recipe, any_layout
+            )
             cast_fwd_b += cf
             cast_bwd_b += cb
     # the per-launch overhead is counted per GEMM shape above; eager kernels add their extra launches

@@ -33,6 +33,7 @@ __all__ = [
     "DTYPES",
     "PRECISION_DTYPE",
     "precision_problem",
+    "fp8_recipe_problem",
     "Accelerator",
     "Node",
     "Fabric",
@@ -135,6 +136,26 @@ def precision_problem(acc: Accelerator, precision: str) -> str | None:
     if getattr(acc, f"{dtype}_dense_tflops") is not None:
         return None
     return f"the {acc.name} has no {_DTYPE_LABEL.get(dtype, dtype)} tensor cores (no dense {dtype} peak in the catalog)"
+
+
+# The FP8 recipes that need more than FP8 tensor cores, and the GPU generations that run them (source
+# TE-FP8-RECIPES: block scaling on Hopper and Blackwell, MXFP8 on data-centre Blackwell only)
+FP8_RECIPE_ARCHS = {
+    "mxfp8": ("Blackwell",),
+    "blockwise": ("Hopper", "Blackwell"),
+}
+
+
+def fp8_recipe_problem(acc: Accelerator, precision: str, recipe: str) -> str | None:
+    """Why ``acc`` cannot run an FP8 plan's ``recipe`` (MXFP8 needs Blackwell's block-scaled tensor cores,
+    Transformer Engine's 1x128 / 128x128 block scaling Hopper or later), or None. Per-tensor recipes (delayed,
+    tensorwise, rowwise) run wherever FP8 does (:func:`precision_problem`)."""
+    archs = FP8_RECIPE_ARCHS.get(recipe)
+    if precision != "fp8" or archs is None or acc.arch.startswith(archs):
+        return None
+    return (
+        f"the {acc.name} ({acc.arch}) cannot run the {recipe} FP8 recipe: it needs a {' or '.join(archs)} GPU"
+    )
 
 
 def accelerator_problem(acc: Accelerator) -> str | None:

@@ -85,6 +85,32 @@ class Precision(StrEnum):
         return self in (Precision.fp8, Precision.nvfp4)
 
 
+class Fp8Recipe(StrEnum):
+    """How an FP8 plan scales its linears' FP8 tensors (Transformer Engine's recipes; torchao's under FSDP2).
+    ``auto``: the framework's default (:func:`default_fp8_recipe`). What each costs is
+    :data:`app.domain.estimator.casts.FP8_CAST`; where each runs, :func:`app.domain.estimator.hardware.
+    fp8_recipe_problem` (GPU) and the framework capability table (app/domain/estimator/capabilities.py)."""
+
+    auto = "auto"
+    delayed = "delayed"  # one scale per tensor from the amax history (TE DelayedScaling)
+    tensorwise = "tensorwise"  # one scale per tensor from its current amax (TE Float8CurrentScaling, torchao)
+    rowwise = "rowwise"  # one scale per row, separate column-wise casts for the weight gradient (torchao)
+    mxfp8 = "mxfp8"  # one E8M0 scale per 32 values (TE MXFP8BlockScaling, torchao MX; Blackwell)
+    blockwise = "blockwise"  # one FP32 scale per 1x128 / 128x128 block (TE Float8BlockScaling, DeepSeek-V3's)
+
+    @property
+    def code(self) -> int:
+        """The recipe as an index (the plan rules' Facts): its position in the enum."""
+        return list(Fp8Recipe).index(self)
+
+
+def default_fp8_recipe(framework: Framework) -> Fp8Recipe:
+    """The recipe an FP8 plan runs when it names none: Transformer Engine's DelayedScaling (its default recipe, and
+    Megatron-LM's --fp8-recipe default) under Megatron and DeepSpeed; under FSDP2 torchao's rowwise recipe, the one
+    torchtitan 0.3.0's Float8LinearConverter runs by default (source TORCHTITAN-FLOAT8)."""
+    return Fp8Recipe.rowwise if framework is Framework.fsdp2 else Fp8Recipe.delayed
+
+
 class Optimizer(StrEnum):
     adamw = "adamw"
     adamw_8bit = "adamw-8bit"
@@ -261,6 +287,14 @@ class Plan(Frozen):
         "MLPerf single-node Llama 3.1 8B configurations and its DeepSeek-V3 MXFP8 recipe on GB300 set it). Megatron "
         "only; needs precision fp8 or nvfp4",
     )
+    fp8_recipe: Fp8Recipe = Field(
+        default=Fp8Recipe.auto,
+        description="how FP8 tensors are scaled (precision fp8 only): delayed (Transformer Engine's DelayedScaling, "
+        "its default), tensorwise (current per-tensor scaling: TE's Float8CurrentScaling, NVIDIA's 'FP8-CS'; "
+        "torchao's default), rowwise (torchao; torchtitan 0.3.0's default), mxfp8 (MXFP8BlockScaling, 'FP8-MX'; "
+        "Blackwell), blockwise (Float8BlockScaling, DeepSeek-V3's 1x128 / 128x128 blocks; Hopper and Blackwell). "
+        "auto = the framework's default: delayed for Megatron and DeepSpeed, rowwise for FSDP2 (torchtitan 0.3.0)",
+    )
     repeat_kv: bool = Field(
         default=False,
         description="PyTorch stacks: K/V heads repeated to every query head before the attention kernel "
@@ -354,6 +388,15 @@ class Plan(Frozen):
     @property
     def uses_fused_kernels(self) -> bool:
         return fused_kernels_on(self.framework, self.fused_kernels)
+
+    @property
+    def fp8_recipe_used(self) -> Fp8Recipe:
+        """The FP8 recipe the plan runs: as asked, else the framework's default (:func:`default_fp8_recipe`)."""
+        return self.fp8_recipe_on(self.framework)
+
+    def fp8_recipe_on(self, framework: Framework) -> Fp8Recipe:
+        """The FP8 recipe the plan runs under ``framework`` (an export for another framework than the plan's)."""
+        return default_fp8_recipe(framework) if self.fp8_recipe is Fp8Recipe.auto else self.fp8_recipe
 
     @property
     def asks_tp_comm_overlap(self) -> bool:

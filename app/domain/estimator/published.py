@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from app.domain.estimator.plan import Fp8Recipe
 from app.domain.model.architecture import Architecture, architecture_by_slug
 from app.domain.provenance import CatalogEntry, Confidence, FigureProvenance, Frozen
 
@@ -154,6 +155,7 @@ _INFERABLE = {
     "moe_a2a_overlap",
     "tp_comm_overlap",
     "fp8_attention",
+    "fp8_recipe",
     "fused_loss",
     "fsdp_flat_params",
     "zero_init",
@@ -293,6 +295,12 @@ class PublishedRun(CatalogEntry):
         default=False,
         description="attention in FP8 (Transformer Engine's fp8_dot_product_attention; NeMo / Megatron-Bridge's "
         "fp8_dot_product_attention, megatron-core's TransformerConfig field)",
+    )
+    fp8_recipe: Fp8Recipe = Field(
+        default=Fp8Recipe.auto,
+        description="how the FP8 run scaled its tensors, where the source states it (NVIDIA's 'FP8-CS' = tensorwise, "
+        "'FP8-MX' = mxfp8; MLPerf configs' FP8_RECIPE; DeepSeek-V3's tile/block scaling = blockwise); auto = not "
+        "stated: the stack's default (Plan.fp8_recipe)",
     )
     fused_loss: bool | None = Field(
         default=None,

@@ -148,6 +148,7 @@ class Facts:
     fp32: Any
     nvfp4: Any  # NVFP4 GEMMs (Plan.precision nvfp4)
     fp8_attention: Any  # attention in FP8 (Plan.fp8_attention)
+    fp8_recipe: Any  # Plan.fp8_recipe as its index (Fp8Recipe.code; 0: auto)
     quantized: Any  # GEMMs below 16 bits: FP8 or NVFP4 (Plan.precision.quantized_gemms)
     dedup_dispatcher: Any  # DeepEP / HybridEP token dispatcher (Plan.moe_dispatcher)
     a2a_overlap: Any  # MoE all-to-all overlap (Plan.moe_a2a_overlap)
@@ -202,6 +203,7 @@ def facts(
     tp_overlap_asked: Any = False, compiled: Any = False, capacity: Any = 0.0, pad_capacity: Any = False,
     deepep: Any = False, etp: Any = None, etp_given: Any = False, mtp: Any = 0, layout_why: str = "",
     layout_given: Any = False, nvfp4: Any = False, fp8_attention: Any = False, quantized: Any = False,
+    fp8_recipe: Any = 0,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike (``etp`` None: tp)."""
     per_step = micro_batch * _at_least_1(dp)
@@ -212,7 +214,7 @@ def facts(
         micro_batch=micro_batch, global_batch=global_batch,
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
-        fp32=fp32, nvfp4=nvfp4, fp8_attention=fp8_attention, quantized=quantized, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
+        fp32=fp32, nvfp4=nvfp4, fp8_attention=fp8_attention, fp8_recipe=fp8_recipe, quantized=quantized, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
         tp_overlap_asked=tp_overlap_asked, compiled=compiled, capacity=capacity, pad_capacity=pad_capacity,
         deepep=deepep, up_proj_named=up_proj_named, moe_modules_named=moe_modules_named, mla=context.mla,
         gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
@@ -239,7 +241,7 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         shard_group=plan.shard_group_size or 0, sequence_parallel=plan.sequence_parallel, framework=plan.framework,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, context=context,
         fp32=plan.precision is Precision.fp32, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
-        nvfp4=plan.precision is Precision.nvfp4, fp8_attention=plan.fp8_attention,
+        nvfp4=plan.precision is Precision.nvfp4, fp8_attention=plan.fp8_attention, fp8_recipe=plan.fp8_recipe.code,
         quantized=plan.precision.quantized_gemms,
         a2a_overlap=plan.moe_a2a_overlap, modules_named=plan.recompute_modules is not None,
         up_proj_named="mla_up_proj" in (plan.recompute_modules or ()),
@@ -426,6 +428,12 @@ PLAN_RULES: tuple[Rule, ...] = (
         lambda f: "FP8 attention (Transformer Engine's fp8_dot_product_attention) runs inside an FP8 recipe: it "
         "needs precision fp8 or nvfp4",
         lambda f: "set precision fp8 or nvfp4, or turn fp8_attention off",
+    ),
+    Rule(
+        "fp8-recipe-precision", "fp8_recipe", "an FP8 recipe without FP8 linears",
+        lambda f: (f.fp8_recipe != 0) & (no(f.quantized) | f.nvfp4),
+        lambda f: "an FP8 recipe says how FP8 tensors are scaled: it needs precision fp8 (NVFP4 is a recipe of its own)",
+        lambda f: "set precision fp8, or fp8_recipe auto",
     ),
     Rule(
         "sp-without-tp", "sequence_parallel", "sequence parallelism without tp",

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from enum import StrEnum
 
 from app.domain.estimator.capabilities import capability_violations
-from app.domain.estimator.plan import Framework
+from app.domain.estimator.plan import Fp8Recipe, Framework, Precision
 from app.domain.export.deepspeed import deepspeed_json
 from app.domain.export.document import (
     PLAN_SCHEMA,
@@ -102,6 +102,28 @@ MEGATRON_LM_NO_FP8_ATTENTION = (
     "fp8_dot_product_attention in a Megatron-Bridge recipe)"
 )
 
+# Formats that run a FSDP2 plan through the exported torchtitan config (the launchers start torchtitan.train on it)
+TORCHTITAN_FORMATS = frozenset(
+    {
+        ExportFormat.torchtitan,
+        ExportFormat.torchrun,
+        ExportFormat.slurm,
+        ExportFormat.k8s,
+        ExportFormat.k8s_v1,
+    }
+)
+TORCHTITAN_FP8_RECIPES = {
+    Fp8Recipe.tensorwise: (
+        f"torchtitan {TORCHTITAN_VERSION}'s Float8LinearConverter offers the rowwise and rowwise_with_gw_hp recipes "
+        "only: torchao's tensorwise scaling is not reachable from its config (fix: export the plan with fp8_recipe "
+        "rowwise, torchtitan's default, and read its estimate)"
+    ),
+    Fp8Recipe.mxfp8: (
+        "capplan's torchtitan export writes Float8LinearConverter; torchtitan's MXFP8LinearConverter (Blackwell) "
+        "is not exported yet (fix: export with fp8_recipe rowwise, or add MXFP8LinearConverter to the converters)"
+    ),
+}
+
 
 class FrameworkRefusal(PlanDocumentError):
     """The format's framework cannot run the plan (``app.domain.estimator.capabilities``)."""
@@ -116,6 +138,9 @@ def command_line_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[st
     fw = FORMAT_FRAMEWORK.get(key, doc.plan.framework)
     if fw is Framework.megatron and key in MEGATRON_LM_FORMATS and doc.plan.fp8_attention:
         return [("plan.fp8_attention", MEGATRON_LM_NO_FP8_ATTENTION)]
+    if fw is Framework.fsdp2 and key in TORCHTITAN_FORMATS and doc.plan.precision is Precision.fp8:
+        problem = TORCHTITAN_FP8_RECIPES.get(doc.plan.fp8_recipe_on(fw))
+        return [("plan.fp8_recipe", problem)] if problem else []
     return []
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from app.domain.estimator.plan import Offload, Optimizer, Precision, Recompute, Sharding
+from app.domain.estimator.plan import Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.export.document import PlanDocument
 
 NVME_PATH = "/local_nvme"
@@ -86,7 +86,8 @@ def deepspeed_config(doc: PlanDocument) -> tuple[dict[str, Any], list[str]]:
                            "hysteresis": 2, "min_loss_scale": 1}  # fmt: skip
     if p.precision is Precision.fp8:
         notes.append(
-            "DeepSpeed has no FP8 switch: bf16 here, FP8 GEMMs come from TransformerEngine in the model"
+            "DeepSpeed has no FP8 switch: bf16 here, FP8 GEMMs come from TransformerEngine in the model; the "
+            f"estimate assumed its {p.fp8_recipe_on(Framework.deepspeed).value} recipe (te.fp8_autocast(fp8_recipe=…) in the model code)"
         )
     if p.optimizer is Optimizer.sgd:
         notes.append(

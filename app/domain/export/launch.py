@@ -176,7 +176,7 @@ def plan_line(doc: PlanDocument) -> str:
         f"global-batch={p.global_batch}",
         f"seq={p.seq_len}",
         f"recompute={p.recompute.value}",
-        p.precision.value,
+        p.precision.value + (f"({p.fp8_recipe_used.value})" if p.precision.value == "fp8" else ""),
         p.framework.value,
     ]
     return " ".join(parts)

@@ -8,7 +8,7 @@ size is not an argument — Megatron derives it as world size / (tp · pp · cp)
 from __future__ import annotations
 
 from app.domain.estimator.pipeline import chunk_layer_counts, mtp_relief
-from app.domain.estimator.plan import Offload, Optimizer, Precision, Recompute, Sharding
+from app.domain.estimator.plan import Fp8Recipe, Framework, Offload, Optimizer, Precision, Recompute, Sharding
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import (
     CHECKPOINT_DIR,
@@ -258,7 +258,13 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
     elif p.precision is Precision.fp16:
         args.append(("--fp16", None))
     elif p.precision is Precision.fp8:
-        args += [("--bf16", None), ("--fp8-format", "hybrid"), ("--transformer-impl", "transformer_engine")]
+        # the recipe the estimate's casts assumed (casts.FP8_CAST; Megatron-LM's default is delayed), in its format:
+        # E4M3 forward / E5M2 backward for per-tensor scales, E4M3 throughout for the block-scaled recipes (their
+        # Transformer Engine default: finer scales need no E5M2 range)
+        recipe = p.fp8_recipe_on(Framework.megatron)
+        block_scaled = recipe in (Fp8Recipe.mxfp8, Fp8Recipe.blockwise)
+        args += [("--bf16", None), ("--fp8-format", "e4m3" if block_scaled else "hybrid"),
+                 ("--fp8-recipe", recipe.value), ("--transformer-impl", "transformer_engine")]  # fmt: skip
     elif p.precision is Precision.nvfp4:
         # Transformer Engine's NVFP4BlockScaling (TE >= 2.7) on every transformer layer's linears, as estimated
         args += [("--bf16", None), ("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4"),

@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.domain.estimator.pipeline import chunk_layer_counts
-from app.domain.estimator.plan import Offload, Precision, Recompute, Sharding
+from app.domain.estimator.plan import Framework, Offload, Precision, Recompute, Sharding
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import (
     CHECKPOINT_DIR,
@@ -206,7 +206,7 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
     if fp8:
         registry_args.append(
             f"converters=[Float8LinearConverter.Config(filter_fqns={_py(list(model.fp8_filter))}, "
-            f"model_compile_enabled={compile_model})]"
+            f"recipe_name={_py(p.fp8_recipe_on(Framework.fsdp2).value)}, model_compile_enabled={compile_model})]"
         )
     else:
         registry_args.append("converters=[]")

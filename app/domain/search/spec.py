@@ -12,6 +12,7 @@ from pydantic import Field
 from app.domain.estimator.estimate import Estimate
 from app.domain.estimator.plan import (
     AttentionKernel,
+    Fp8Recipe,
     Framework,
     MoeDispatcher,
     Offload,
@@ -75,6 +76,7 @@ class SearchSpec(Frozen):
     fused_loss: bool | None = None  # None: as fused_kernels
     tp_comm_overlap: bool | None = None  # None: the framework's default (on for Megatron)
     fp8_attention: bool = False  # Megatron: attention in FP8 (Transformer Engine's fp8_dot_product_attention)
+    fp8_recipe: Fp8Recipe = Fp8Recipe.auto  # how every FP8 plan scales its tensors (Plan.fp8_recipe)
     repeat_kv: bool = (
         False  # PyTorch: K/V repeated to every query head before attention (torchtitan < 2026-01)
     )

@@ -1,0 +1,88 @@
+"""What casting 16-bit tensors into FP8 or NVFP4 GEMMs costs in HBM traffic, by recipe and GPU generation.
+
+:func:`cast_bytes` is what :func:`app.domain.estimator.compute.layer_work` adds to a linear layer's memory-bound time
+for plans whose GEMMs run below 16 bits (``Plan.precision.quantized_gemms``); :func:`fp8_cast_b` is the per-element
+figure of one FP8 recipe (``Plan.fp8_recipe``). Sources: TE-FP8-RECIPES (Transformer Engine's documentation of its
+recipes), Transformer Engine's cublaslt_gemm.cu (which GEMM layouts FP8 takes on Hopper and Blackwell).
+"""
+
+from __future__ import annotations
+
+from app.domain.estimator.plan import Fp8Recipe, Framework, Precision, default_fp8_recipe
+from app.domain.estimator.saved_rows import NVFP4_ELEMENT_B
+
+# HBM traffic per element to bring a 16-bit tensor into FP8 GEMMs, by recipe (Plan.fp8_recipe): (bytes read, bytes
+# written per usage, whether each usage has scales of its own). A linear's three GEMMs use each tensor in two
+# layouts — row-wise (forward, data gradient) and column-wise (weight gradient):
+# * delayed (Transformer Engine's DelayedScaling): the scale comes from the amax history, so the cast reads the
+#   tensor once and records its amax on the way: 2 B read;
+# * tensorwise (TE's Float8CurrentScaling, torchao's tensorwise dynamic scaling): the scale is the tensor's current
+#   amax, "two tensor reads per quantization: one to compute amax, one to cast" (TE's documentation): 4 B read;
+# * rowwise (torchao): one scale per row for the row-wise copy and one per column for the column-wise copy, each
+#   quantization with its own amax pass over the 16-bit tensor: 2 × (2 + 2) = 8 B read — from the recipe's
+#   structure, not a measurement;
+# * mxfp8 (TE's MXFP8BlockScaling, Blackwell): one E8M0 scale per 32 values along each layout's reduction axis,
+#   computed inside the one cast that writes both copies: 2 B read, 1 + 1/32 B written per copy;
+# * blockwise (TE's Float8BlockScaling, DeepSeek-V3's recipe): one FP32 scale per 128 values, likewise:
+#   2 B read, 1 + 4/128 B written per copy.
+# Per-tensor scales are the same in both layouts, so the copies only differ by a transpose, which Hopper's (and Ada's)
+# FP8 GEMMs need ("Hopper only supports TN GEMMs for FP8", TE's cublaslt_gemm.cu) and Blackwell's do not ("Blackwell
+# supports any GEMM layout for FP8"): under Transformer Engine on Blackwell a per-tensor recipe writes one copy.
+FP8_CAST = {
+    Fp8Recipe.delayed: (2.0, 1.0, False),
+    Fp8Recipe.tensorwise: (4.0, 1.0, False),
+    Fp8Recipe.rowwise: (8.0, 1.0, True),
+    Fp8Recipe.mxfp8: (2.0, 1 + 1 / 32, True),
+    Fp8Recipe.blockwise: (2.0, 1 + 4 / 128, True),
+}
+# NVFP4 (Transformer Engine's NVFP4BlockScaling): an element is 4 bits plus one E4M3 scale per 16 (0.5625 B). The
+# quantizer reads the 16-bit tensor once and writes both usages the three GEMMs need — row-wise for the forward and
+# data gradient, column-wise (after the 16×16 random Hadamard transform applied to the weight gradient's operands)
+# for the weight gradient: 2 + 2·0.5625 = 3.125 B per element. The weight's copies are made once per step, as FP8's.
+NVFP4_CAST_B = 2.0 + 2 * NVFP4_ELEMENT_B
+# GPU generations whose FP8 GEMMs take any operand layout (no transposed copy for per-tensor scales)
+FP8_ANY_LAYOUT_ARCHS = ("Blackwell",)
+
+
+def fp8_cast_b(recipe: Fp8Recipe, any_layout: bool = False) -> float:
+    """HBM bytes per element of one FP8 cast under ``recipe`` (:data:`FP8_CAST`): the reads plus a written copy per
+    layout the GEMMs need — one when the GEMMs take ``any_layout`` and the recipe's scale is per tensor, else two.
+    delayed 2 + 2·1 = 4 B (Hopper), 2 + 1 = 3 B (Blackwell); tensorwise 6 B, 5 B; rowwise 10 B; mxfp8 4.0625 B;
+    blockwise 4.0625 B."""
+    read, write, per_layout = FP8_CAST[recipe]
+    return read + write * (2 if per_layout or not any_layout else 1)
+
+
+def cast_bytes(
+    framework: str,
+    m: float,
+    n: float,
+    k: float,
+    groups: int = 1,
+    precision: Precision = Precision.fp8,
+    recipe: Fp8Recipe = Fp8Recipe.auto,
+    any_layout: bool = False,
+) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one FP8 (or NVFP4) linear's casts, for its forward GEMM (m×k)·(k×n),
+    ``groups`` of them. NVFP4 (Transformer Engine only): the input and the output gradient at
+    :data:`NVFP4_CAST_B` each — m = 8,192, k = 4,096, n = 14,336: 3.125·8,192·4,096 = 104,857,600 B forward,
+    3.125·8,192·14,336 = 367,001,600 B backward.
+
+    Forward: the input (m·k) and the weight (k·n); backward: the output gradient (m·n), each at
+    :func:`fp8_cast_b` of the ``recipe`` (``auto``: the framework's default,
+    :func:`~app.domain.estimator.plan.default_fp8_recipe`); ``any_layout``: Transformer Engine on a GPU whose FP8
+    GEMMs take any layout (Blackwell). Transformer Engine (Megatron, DeepSpeed) casts a weight once per step and
+    reuses it over the micro-batches (``is_first_microbatch``): its weight casts are not counted. torchao under FSDP2
+    re-casts the weight every micro-batch (FSDP2 gathers the bf16 weight for each). Example: torchao tensorwise,
+    m = 8,192 tokens, k = 4,096, n = 14,336: forward 6·(8,192·4,096 + 4,096·14,336) = 553,648,128 B, backward
+    6·8,192·14,336 = 704,643,072 B; Transformer Engine delayed on Hopper 134,217,728 B and 469,762,048 B, current
+    scaling (tensorwise) on Blackwell 5 B an element: 167,772,160 B and 587,202,560 B."""
+    if precision is Precision.nvfp4:
+        return NVFP4_CAST_B * m * k * groups, NVFP4_CAST_B * m * n * groups
+    fw = Framework(framework)
+    used = default_fp8_recipe(fw) if recipe is Fp8Recipe.auto else recipe
+    if fw is Framework.fsdp2:
+        b = fp8_cast_b(used)
+        return b * (m * k + k * n) * groups, b * m * n * groups
+    b = fp8_cast_b(used, any_layout)
+    return b * m * k * groups, b * m * n * groups
