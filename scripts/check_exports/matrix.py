@@ -32,6 +32,9 @@ PLANS: dict[str, dict] = {
                                     shard_group_size=4, global_batch=64, seq_len=16384, recompute="full"),
     "llama405b-fsdp2-pp-vpp-fp8": dict(model="llama3.1-405b", gpus=1024, tp=8, pp=8, vpp=2, dp=16,
                                        sharding="fsdp-full", global_batch=512, precision="fp8", recompute="full"),
+    # torchao's MXFP8 linears on Blackwell (torchtitan's MXFP8LinearConverter on the transformer layers)
+    "llama8b-fsdp2-mxfp8-b200": dict(model="llama3.1-8b", gpu="b200", gpus=16, tp=2, dp=8, sharding="fsdp-full",
+                                     global_batch=64, precision="fp8", fp8_recipe="mxfp8"),
     "llama8b-fsdp2-compiled-model-eager-loss": dict(model="llama3.1-8b", gpus=8, dp=8, sharding="fsdp-full",
                                                     global_batch=64, fused_kernels=True, fused_loss=False),
     "llama70b-fsdp2-tp8-async-tp": dict(model="llama3.1-70b", gpus=64, tp=8, dp=8, sharding="fsdp-full",

@@ -70,11 +70,14 @@ def _fake_world(world: int) -> None:
 
 def check_torchtitan(path: Path, entry: dict) -> str:
     import torchtitan.components.quantization.float8 as float8
+    import torchtitan.components.quantization.mx as mx
     from torch.distributed.pipelining.schedules import PipelineScheduleSingle, get_schedule_class
     from torchtitan.config.manager import ConfigManager
     from torchtitan.distributed.parallel_dims import ParallelDims
 
-    float8.has_cuda_capability = lambda major, minor: (major, minor) <= (9, 0)  # the plan's GPU: H100, SM 9.0
+    # the plan's GPU: an H100 (SM 9.0), or a B200 (SM 10.0) for MXFP8, which capplan estimates only on Blackwell
+    sm = (10, 0) if entry["plan"].get("fp8_recipe") == "mxfp8" else (9, 0)
+    float8.has_cuda_capability = mx.has_cuda_capability = lambda major, minor: (major, minor) <= sm
     sys.modules.pop(path.stem, None)
     sys.path.insert(0, str(path.parent))
     try:

@@ -270,7 +270,10 @@ def run_torchtitan_module(doc: PlanDocument, monkeypatch: pytest.MonkeyPatch) ->
         "torchtitan.components": _ns(),
         "torchtitan.components.checkpoint": _ns(CheckpointManager=_ns(Config=lambda **kw: _ns(**kw))),
         "torchtitan.components.optimizer": _ns(default_adamw=lambda lr: _ns(lr=lr)),
-        "torchtitan.components.quantization": _ns(Float8LinearConverter=_ns(Config=lambda **kw: _ns(fp8=kw))),
+        "torchtitan.components.quantization": _ns(
+            Float8LinearConverter=_ns(Config=lambda **kw: _ns(fp8=kw)),
+            MXFP8LinearConverter=_ns(Config=lambda **kw: _ns(fp8=kw, mx=True)),
+        ),
         "torchtitan.config": _ns(CompileConfig=lambda **kw: _ns(**kw)),
         "torchtitan.distributed": _ns(),
         "torchtitan.distributed.activation_checkpoint": _ns(
@@ -319,9 +322,14 @@ def test_torchtitan_module_is_consistent(name: str, monkeypatch: pytest.MonkeyPa
     assert ("fp8" in repr(cfg.model_spec.converters)) is (p.precision.value == "fp8")
     if (
         p.precision.value == "fp8"
-    ):  # the recipe the estimate's casts assumed, named (torchtitan 0.3.0's default)
+    ):  # the recipe the estimate's casts assumed: rowwise (torchtitan's default) or MXFP8
         (converter,) = cfg.model_spec.converters
-        assert converter.fp8["recipe_name"] == p.fp8_recipe_on(Framework.fsdp2).value == "rowwise"
+        if p.fp8_recipe_on(Framework.fsdp2).value == "mxfp8":
+            assert converter.mx and converter.fp8["fqns"] == [
+                "layers."
+            ]  # the transformer layers; the head in 16 bits
+        else:
+            assert converter.fp8["recipe_name"] == p.fp8_recipe_on(Framework.fsdp2).value == "rowwise"
     # async TP exactly where the estimate hid TP communication (which torchtitan runs only compiled)
     async_tp = getattr(cfg.compile, "enable_async_tensor_parallel", False)
     assert async_tp is (p.tp > 1 and p.uses_tp_comm_overlap) and (

@@ -205,7 +205,9 @@ def test_megatron_export_asks_for_the_recipe(recipe: Fp8Recipe, fmt: str, gpu: s
 
 def test_torchtitan_export_names_its_recipe_and_refuses_what_its_config_cannot_ask() -> None:
     """torchtitan 0.3.0's Float8LinearConverter takes recipe_name rowwise or rowwise_with_gw_hp: the export names
-    rowwise; a tensorwise plan cannot be asked for there and is refused on the recipe, with the fix."""
+    rowwise; a tensorwise plan cannot be asked for there and is refused on the recipe, with the fix; MXFP8 gets the
+    MXFP8LinearConverter (make check-exports: torchtitan 0.3.0 converts Llama 3.1 8B's 160 layer linears, not
+    lm_head)."""
     text = export_plan(_doc("fsdp2", Fp8Recipe.auto), "torchtitan").content
     assert "recipe_name='rowwise'" in text
     tensorwise = _doc("fsdp2", Fp8Recipe.tensorwise)
@@ -215,6 +217,10 @@ def test_torchtitan_export_names_its_recipe_and_refuses_what_its_config_cannot_a
         export_plan(tensorwise, "torchtitan")
     assert framework_problems(tensorwise, ExportFormat.slurm)  # the launchers run that config
     assert not framework_problems(tensorwise, ExportFormat.json)
+    # MXFP8 on Blackwell: torchtitan's MXFP8LinearConverter on the transformer layers (the head stays 16-bit)
+    mx = export_plan(_doc("fsdp2", Fp8Recipe.mxfp8, gpu="b200"), "torchtitan").content
+    assert "from torchtitan.components.quantization import MXFP8LinearConverter" in mx
+    assert "MXFP8LinearConverter.Config(fqns=['layers.']" in mx and "Float8LinearConverter" not in mx
 
 
 def test_rowwise_is_flagged_as_optimistic() -> None:

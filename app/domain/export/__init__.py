@@ -118,10 +118,6 @@ TORCHTITAN_FP8_RECIPES = {
         "only: torchao's tensorwise scaling is not reachable from its config (fix: export the plan with fp8_recipe "
         "rowwise, torchtitan's default, and read its estimate)"
     ),
-    Fp8Recipe.mxfp8: (
-        "capplan's torchtitan export writes Float8LinearConverter; torchtitan's MXFP8LinearConverter (Blackwell) "
-        "is not exported yet (fix: export with fp8_recipe rowwise, or add MXFP8LinearConverter to the converters)"
-    ),
 }
 
 

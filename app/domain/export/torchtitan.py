@@ -24,7 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.domain.estimator.pipeline import chunk_layer_counts
-from app.domain.estimator.plan import Framework, Offload, Precision, Recompute, Sharding
+from app.domain.estimator.plan import Fp8Recipe, Framework, Offload, Precision, Recompute, Sharding
 from app.domain.export.document import PlanDocument
 from app.domain.export.launch import (
     CHECKPOINT_DIR,
@@ -54,6 +54,7 @@ class TitanModel:
     hf_assets: str
     registry_kwargs: str = ""  # extra keyword arguments of model_registry, as Python source
     fp8_filter: tuple[str, ...] = ("lm_head",)
+    mx_fqns: tuple[str, ...] = ("layers.",)
 
 
 TORCHTITAN_MODELS: dict[str, TitanModel] = {
@@ -203,7 +204,17 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
         Recompute.selective_op: "SelectiveAC",
     }.get(p.recompute)
     registry_args = [_py(model.flavor)] + ([model.registry_kwargs] if model.registry_kwargs else [])
-    if fp8:
+    converter = None
+    if fp8 and p.fp8_recipe_on(Framework.fsdp2) is Fp8Recipe.mxfp8:
+        # torchao's MXFP8 linears (Blackwell) on the transformer layers only: the output head stays 16-bit, as
+        # estimated (MXFP8LinearConverter converts the Linear configs whose name contains one of ``fqns``)
+        converter = "MXFP8LinearConverter"
+        registry_args.append(
+            f"converters=[MXFP8LinearConverter.Config(fqns={_py(list(model.mx_fqns))}, "
+            f"model_compile_enabled={compile_model})]"
+        )
+    elif fp8:
+        converter = "Float8LinearConverter"
         registry_args.append(
             f"converters=[Float8LinearConverter.Config(filter_fqns={_py(list(model.fp8_filter))}, "
             f"recipe_name={_py(p.fp8_recipe_on(Framework.fsdp2).value)}, model_compile_enabled={compile_model})]"
@@ -212,7 +223,7 @@ def torchtitan_config_module(doc: PlanDocument) -> tuple[str, list[str]]:
         registry_args.append("converters=[]")
     lines = [
         "from torchtitan.components.checkpoint import CheckpointManager",
-        *(["from torchtitan.components.quantization import Float8LinearConverter"] if fp8 else []),
+        *([f"from torchtitan.components.quantization import {converter}"] if converter else []),
         "from torchtitan.components.optimizer import default_adamw",
         "from torchtitan.config import CompileConfig",
         *([f"from torchtitan.distributed.activation_checkpoint import {ac_class}"] if ac_class else []),
