@@ -11,7 +11,7 @@ import pytest
 
 from app.domain.catalog import load_catalog
 from app.domain.estimator.capabilities import capability_violations
-from app.domain.estimator.casts import cast_bytes, fp8_cast_b
+from app.domain.estimator.casts import cast_bytes, cast_element_b, fp8_any_layout, fp8_cast_b
 from app.domain.estimator.compute import layer_work
 from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
 from app.domain.estimator.hardware import fp8_recipe_problem
@@ -69,6 +69,11 @@ def test_cast_bytes_of_one_linear() -> None:
     assert cast_bytes("fsdp2", m, n, k, any_layout=True) == cast_bytes(
         "fsdp2", m, n, k
     )  # torchao: both copies
+    # per element, as the estimate's assumption row states it: auto resolved per framework, one copy only for TE
+    assert cast_element_b("megatron", Fp8Recipe.tensorwise, any_layout=True) == 5.0
+    assert cast_element_b("fsdp2", Fp8Recipe.tensorwise, any_layout=True) == 6.0
+    assert cast_element_b("megatron", Fp8Recipe.auto, any_layout=False) == 4.0  # delayed on Hopper
+    assert fp8_any_layout("Blackwell Ultra") and not fp8_any_layout("Hopper")
 
 
 def test_defaults_are_the_frameworks_own() -> None:

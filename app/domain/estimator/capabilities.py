@@ -148,7 +148,7 @@ def _no_fp8_attention(plan: Plan, framework: Framework) -> Plan:
 
 
 def _framework_recipe(plan: Plan, framework: Framework) -> Plan:
-    """The framework's own FP8 recipe (``auto``): delayed scaling under Transformer Engine, torchao's tensorwise."""
+    """The framework's own FP8 recipe (``auto``: plan.default_fp8_recipe)."""
     return replace_plan(plan, fp8_recipe=Fp8Recipe.auto)
 
 

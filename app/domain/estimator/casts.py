@@ -8,7 +8,7 @@ recipes), Transformer Engine's cublaslt_gemm.cu (which GEMM layouts FP8 takes on
 
 from __future__ import annotations
 
-from app.domain.estimator.plan import Fp8Recipe, Framework, Precision, default_fp8_recipe
+from app.domain.estimator.plan import Fp8Recipe, Framework, Precision, resolve_fp8_recipe
 from app.domain.estimator.saved_rows import NVFP4_ELEMENT_B
 
 # HBM traffic per element to bring a 16-bit tensor into FP8 GEMMs, by recipe (Plan.fp8_recipe): (bytes read, bytes
@@ -53,6 +53,19 @@ def fp8_cast_b(recipe: Fp8Recipe, any_layout: bool = False) -> float:
     return read + write * (2 if per_layout or not any_layout else 1)
 
 
+def fp8_any_layout(arch: str) -> bool:
+    """Whether a GPU of architecture ``arch`` runs FP8 GEMMs in any operand layout (:data:`FP8_ANY_LAYOUT_ARCHS`)."""
+    return arch.startswith(FP8_ANY_LAYOUT_ARCHS)
+
+
+def cast_element_b(framework: str, recipe: Fp8Recipe, any_layout: bool) -> float:
+    """HBM bytes per element a ``framework`` pays to cast under ``recipe`` (``auto``: its default) on a GPU whose
+    FP8 GEMMs take ``any_layout``: only Transformer Engine writes a single copy there; torchao (FSDP2) writes both
+    layouts everywhere. Example: Megatron current scaling on Blackwell 5 B, FSDP2 tensorwise on Blackwell 6 B."""
+    fw = Framework(framework)
+    return fp8_cast_b(resolve_fp8_recipe(recipe, fw), any_layout and fw is not Framework.fsdp2)
+
+
 def cast_bytes(
     framework: str,
     m: float,
@@ -79,10 +92,7 @@ def cast_bytes(
     scaling (tensorwise) on Blackwell 5 B an element: 167,772,160 B and 587,202,560 B."""
     if precision is Precision.nvfp4:
         return NVFP4_CAST_B * m * k * groups, NVFP4_CAST_B * m * n * groups
-    fw = Framework(framework)
-    used = default_fp8_recipe(fw) if recipe is Fp8Recipe.auto else recipe
-    if fw is Framework.fsdp2:
-        b = fp8_cast_b(used)
+    b = cast_element_b(framework, recipe, any_layout)
+    if Framework(framework) is Framework.fsdp2:
         return b * (m * k + k * n) * groups, b * m * n * groups
-    b = fp8_cast_b(used, any_layout)
     return b * m * k * groups, b * m * n * groups

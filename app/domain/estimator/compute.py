@@ -37,7 +37,7 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from app.domain.estimator.casts import FP8_ANY_LAYOUT_ARCHS, cast_bytes
+from app.domain.estimator.casts import cast_bytes, fp8_any_layout
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
 from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
@@ -393,7 +393,7 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
     gemm_fwd = gemm_bwd = 0.0
     cast_fwd_b = cast_bwd_b = 0.0
     rates = GemmRates.of(cluster, plan.precision)
-    any_layout = cluster.accelerator.arch.startswith(FP8_ANY_LAYOUT_ARCHS)
+    any_layout = fp8_any_layout(cluster.accelerator.arch)
     for m, n, kk, groups in shapes:
         f, b = rates.fwd_bwd(m, n, kk, groups)
         gemm_fwd += f

@@ -11,7 +11,7 @@ from typing import Any
 from pydantic import Field
 
 from app.domain.estimator.assemble import evaluate_plan, ring_backward_bytes
-from app.domain.estimator.casts import FP8_ANY_LAYOUT_ARCHS, fp8_cast_b
+from app.domain.estimator.casts import cast_element_b, fp8_any_layout
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
 from app.domain.estimator.efficiency import EfficiencyCatalog
@@ -291,14 +291,14 @@ def _kernels(plan: Plan) -> Assumption:
 
 
 def _fp8_recipe(plan: Plan, cluster: Cluster) -> Assumption | None:
-    """The FP8 recipe an FP8 plan runs and what its casts cost (casts.fp8_cast_b); rowwise is marked low confidence:
+    """The FP8 recipe an FP8 plan runs and what its casts cost (casts.cast_element_b); rowwise is marked low confidence:
     torchtitan's own June 2025 H100 tables measured it 26-34 % below tensorwise (70B on 256 GPUs, 8B on 64, TP 8),
     where the casts this model counts give 6-10 %: its row-wise GEMM kernels' shortfall is not modelled."""
     if plan.precision is not Precision.fp8:
         return None
     recipe = plan.fp8_recipe_used
-    any_layout = cluster.accelerator.arch.startswith(FP8_ANY_LAYOUT_ARCHS)
-    note = f"casts read and write {fp8_cast_b(recipe, any_layout and plan.framework is not Framework.fsdp2):g} B an element"
+    element_b = cast_element_b(plan.framework.value, recipe, fp8_any_layout(cluster.accelerator.arch))
+    note = f"casts read and write {element_b:g} B an element"
     if recipe is Fp8Recipe.rowwise:
         note += (
             "; torchtitan's June 2025 H100 tables measured rowwise 26-34 % slower than tensorwise (this model: "

@@ -111,6 +111,11 @@ def default_fp8_recipe(framework: Framework) -> Fp8Recipe:
     return Fp8Recipe.rowwise if framework is Framework.fsdp2 else Fp8Recipe.delayed
 
 
+def resolve_fp8_recipe(recipe: Fp8Recipe, framework: Framework) -> Fp8Recipe:
+    """``recipe`` as ``framework`` runs it: ``auto`` becomes the framework's default (:func:`default_fp8_recipe`)."""
+    return default_fp8_recipe(framework) if recipe is Fp8Recipe.auto else recipe
+
+
 class Optimizer(StrEnum):
     adamw = "adamw"
     adamw_8bit = "adamw-8bit"
@@ -396,7 +401,7 @@ class Plan(Frozen):
 
     def fp8_recipe_on(self, framework: Framework) -> Fp8Recipe:
         """The FP8 recipe the plan runs under ``framework`` (an export for another framework than the plan's)."""
-        return default_fp8_recipe(framework) if self.fp8_recipe is Fp8Recipe.auto else self.fp8_recipe
+        return resolve_fp8_recipe(self.fp8_recipe, framework)
 
     @property
     def asks_tp_comm_overlap(self) -> bool:

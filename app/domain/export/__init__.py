@@ -91,10 +91,10 @@ FORMAT_FRAMEWORK: dict[ExportFormat, Framework] = {
 }
 """Formats that configure one framework; the launchers (torchrun, slurm, k8s) run the plan's own."""
 
+# Launchers: they start the plan's own framework on what its format writes
+LAUNCH_FORMATS = frozenset({ExportFormat.torchrun, ExportFormat.slurm, ExportFormat.k8s, ExportFormat.k8s_v1})
 # Formats whose command line is Megatron-LM's pretrain_gpt.py arguments for a Megatron plan
-MEGATRON_LM_FORMATS = frozenset(
-    {ExportFormat.megatron, ExportFormat.torchrun, ExportFormat.slurm, ExportFormat.k8s, ExportFormat.k8s_v1}
-)
+MEGATRON_LM_FORMATS = LAUNCH_FORMATS | {ExportFormat.megatron}
 MEGATRON_LM_NO_FP8_ATTENTION = (
     "Megatron-LM core_v0.16.1's pretrain_gpt.py has no command-line flag for FP8 attention: megatron-core's "
     "TransformerConfig.fp8_dot_product_attention is set by NeMo / Megatron-Bridge recipes (as NVIDIA's MLPerf "
@@ -103,22 +103,12 @@ MEGATRON_LM_NO_FP8_ATTENTION = (
 )
 
 # Formats that run a FSDP2 plan through the exported torchtitan config (the launchers start torchtitan.train on it)
-TORCHTITAN_FORMATS = frozenset(
-    {
-        ExportFormat.torchtitan,
-        ExportFormat.torchrun,
-        ExportFormat.slurm,
-        ExportFormat.k8s,
-        ExportFormat.k8s_v1,
-    }
+TORCHTITAN_FORMATS = LAUNCH_FORMATS | {ExportFormat.torchtitan}
+TORCHTITAN_NO_TENSORWISE = (
+    f"torchtitan {TORCHTITAN_VERSION}'s Float8LinearConverter offers the rowwise and rowwise_with_gw_hp recipes "
+    "only: torchao's tensorwise scaling is not reachable from its config (fix: export the plan with fp8_recipe "
+    "rowwise, torchtitan's default, and read its estimate)"
 )
-TORCHTITAN_FP8_RECIPES = {
-    Fp8Recipe.tensorwise: (
-        f"torchtitan {TORCHTITAN_VERSION}'s Float8LinearConverter offers the rowwise and rowwise_with_gw_hp recipes "
-        "only: torchao's tensorwise scaling is not reachable from its config (fix: export the plan with fp8_recipe "
-        "rowwise, torchtitan's default, and read its estimate)"
-    ),
-}
 
 
 class FrameworkRefusal(PlanDocumentError):
@@ -134,9 +124,11 @@ def command_line_problems(doc: PlanDocument, key: ExportFormat) -> list[tuple[st
     fw = FORMAT_FRAMEWORK.get(key, doc.plan.framework)
     if fw is Framework.megatron and key in MEGATRON_LM_FORMATS and doc.plan.fp8_attention:
         return [("plan.fp8_attention", MEGATRON_LM_NO_FP8_ATTENTION)]
-    if fw is Framework.fsdp2 and key in TORCHTITAN_FORMATS and doc.plan.precision is Precision.fp8:
-        problem = TORCHTITAN_FP8_RECIPES.get(doc.plan.fp8_recipe_on(fw))
-        return [("plan.fp8_recipe", problem)] if problem else []
+    if (
+        fw is Framework.fsdp2 and key in TORCHTITAN_FORMATS and doc.plan.precision is Precision.fp8
+        and doc.plan.fp8_recipe_on(fw) is Fp8Recipe.tensorwise
+    ):  # fmt: skip
+        return [("plan.fp8_recipe", TORCHTITAN_NO_TENSORWISE)]
     return []
 
 
