@@ -127,6 +127,7 @@ def print_estimate(est) -> None:
         + (" z-loss" if p.z_loss else "")
         + (" fp8-attention" if p.fp8_attention else "")
         + (f" fp8-recipe={p.fp8_recipe_used.value}" if p.precision.value == "fp8" else "")
+        + (" no-nvfp4-rht" if p.precision.value == "nvfp4" and not p.nvfp4_rht else "")
         + (" fsdp1-flat-params" if p.fsdp_flat_params and p.framework.value == "fsdp2" else "")
         + (" fused-cross-entropy" if p.fused_cross_entropy else "")
         + (" no-zero-init" if not p.zero_init and p.framework.value == "deepspeed" else "")

@@ -59,6 +59,14 @@ Fp8RecipeField = Annotated[
         "(Blackwell), blockwise (Hopper and Blackwell); auto = the framework's default",
     ),
 ]
+Nvfp4Rht = Annotated[
+    bool,
+    Field(
+        description="precision nvfp4: Transformer Engine's random Hadamard transform of the weight gradient's operands "
+        "(NVFP4BlockScaling's default); off = NVTE_NVFP4_DISABLE_RHT=1, as NVIDIA's MLPerf Training v5.1 runs set it, "
+        "one quantization pass fewer over every input and output gradient",
+    ),
+]
 ZeroInit = Annotated[
     bool,
     Field(
@@ -218,6 +226,7 @@ class EstimateRequest(StrictNumbers):
     tp_comm_overlap: TpCommOverlap = None
     fp8_attention: Fp8Attention = False
     fp8_recipe: Fp8RecipeField = Fp8Recipe.auto
+    nvfp4_rht: Nvfp4Rht = True
     repeat_kv: RepeatKv = False
     fsdp_flat_params: FsdpFlatParams = False
     zero_init: ZeroInit = True
@@ -409,6 +418,7 @@ class PlanSearchRequest(StrictNumbers):
     tp_comm_overlap: TpCommOverlap = None
     fp8_attention: Fp8Attention = False
     fp8_recipe: Fp8RecipeField = Fp8Recipe.auto
+    nvfp4_rht: Nvfp4Rht = True
     repeat_kv: RepeatKv = False
     fsdp_flat_params: FsdpFlatParams = False
     zero_init: ZeroInit = True

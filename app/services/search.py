@@ -250,7 +250,7 @@ def search_spec(
         fused_cross_entropy=request.fused_cross_entropy, attention_kernel=request.attention_kernel,
         grad_reduce_bf16=request.grad_reduce_bf16, fused_swiglu=request.fused_swiglu, z_loss=request.z_loss,
         grad_accum_fp32=request.grad_accum_fp32, tp_comm_overlap=request.tp_comm_overlap, repeat_kv=request.repeat_kv,
-        fsdp_flat_params=request.fsdp_flat_params, fp8_attention=request.fp8_attention, fp8_recipe=request.fp8_recipe,
+        fsdp_flat_params=request.fsdp_flat_params, fp8_attention=request.fp8_attention, fp8_recipe=request.fp8_recipe, nvfp4_rht=request.nvfp4_rht,
         zero_init=request.zero_init,
         moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap, expert_tp=request.expert_tp,
         mtp_layers=request.mtp_layers, moe_capacity_factor=request.moe_capacity_factor, moe_pad_to_capacity=request.moe_pad_to_capacity,

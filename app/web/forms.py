@@ -71,6 +71,7 @@ DEFAULTS: dict[str, str] = {
     "z_loss": "off",
     "fp8_attention": "off",
     "fp8_recipe": "auto",
+    "nvfp4_rht": "on",
     "zero_init": "on",
     "oversubscription": "1",
     "calibrated": "on",
@@ -105,7 +106,7 @@ FIGURE_PREFIX = "o.figure."
 
 BOOLEAN_FIELDS = (
     "sequence_parallel", "flash_attention", "moe_a2a_overlap", "moe_pad_to_capacity", "grad_reduce_bf16", "fused_swiglu",
-    "z_loss", "fp8_attention", "zero_init", "calibrated",
+    "z_loss", "fp8_attention", "nvfp4_rht", "zero_init", "calibrated",
 )  # fmt: skip
 INT_FIELDS = (
     "gpus",

@@ -137,7 +137,7 @@ FIELD_TERMS = {
     "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
     "moe_capacity_factor": "MoE capacity factor", "moe_pad_to_capacity": "MoE pad to capacity",
     "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "z_loss": "z-loss",
-    "fp8_attention": "FP8 attention", "fp8_recipe": "FP8 recipe",
+    "fp8_attention": "FP8 attention", "fp8_recipe": "FP8 recipe", "nvfp4_rht": "NVFP4 Hadamard transform",
     "zero_init": "zero.Init", "precision": "precision",
     "recompute_layers": "recompute layers", "recompute_modules": "recompute modules",
 }  # fmt: skip

@@ -128,6 +128,26 @@ def test_fp8_recipe_is_422_where_it_cannot_run_and_reaches_the_estimate_and_expo
     assert refused.json()["detail"][0]["loc"] == ["body", "plan", "fp8_recipe"]
 
 
+def test_nvfp4_rht_reaches_the_estimate_the_search_and_the_launch_environment(client: TestClient) -> None:
+    """nvfp4_rht off (NVTE_NVFP4_DISABLE_RHT=1, as MLPerf's NVFP4 runs): one quantization pass fewer, so the same
+    NVFP4 plan on GB300 is faster; the plan JSON carries it, the search takes it, and the torchrun script exports
+    the variable. A value that is not a boolean is 422 on the field."""
+    nvfp4 = dict(gpu="gb300", node="gb300-nvl72", precision="nvfp4", framework="megatron",
+                 sharding="megatron-distopt", recompute="none")  # fmt: skip
+    on, off = post(client, **nvfp4), post(client, nvfp4_rht=False, **nvfp4)
+    assert on.status_code == off.status_code == 200, off.text
+    assert off.json()["plan"]["nvfp4_rht"] is False and on.json()["plan"]["nvfp4_rht"] is True
+    assert off.json()["tokens_per_s_per_gpu"] > on.json()["tokens_per_s_per_gpu"]
+    script = client.post("/api/v1/plans/export?format=torchrun", json={**BASE, **nvfp4, "nvfp4_rht": False})
+    assert script.status_code == 200 and "export NVTE_NVFP4_DISABLE_RHT=1" in script.text
+    search = client.post("/api/v1/plans/search", json={"model": "llama3.1-8b", "gpu": "gb300", "gpus": 8,
+                                                   "global_batch": 8, "seq_len": 4096, "precision": "nvfp4",
+                                                   "framework": "megatron", "nvfp4_rht": False})  # fmt: skip
+    assert search.status_code == 200 and search.json()["best"]["plan"]["nvfp4_rht"] is False
+    bad = post(client, nvfp4_rht="sometimes", **nvfp4)
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "nvfp4_rht"]
+
+
 def test_invalid_plan_is_422_with_the_fix(client: TestClient) -> None:
     response = post(client, tp=3)
     assert response.status_code == 422

@@ -11,7 +11,7 @@ import pytest
 
 from app.domain.catalog import load_catalog
 from app.domain.estimator.capabilities import capability_violations
-from app.domain.estimator.casts import cast_bytes, cast_element_b, fp8_any_layout, fp8_cast_b
+from app.domain.estimator.casts import cast_bytes, cast_element_b, fp8_any_layout, fp8_cast_b, norm_fed_cast_b
 from app.domain.estimator.compute import layer_work
 from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
 from app.domain.estimator.hardware import fp8_recipe_problem
@@ -102,6 +102,53 @@ def test_current_scaling_adds_its_amax_pass_to_the_layer(accelerator: str, extra
     assert current.memory_fwd_s > delayed.memory_fwd_s
     assert fp8_cast_b(Fp8Recipe.tensorwise, any_layout) - fp8_cast_b(Fp8Recipe.delayed, any_layout) == extra_b
     assert ratio > 1
+
+
+@pytest.mark.parametrize(
+    ("recipe", "any_layout", "expected"),
+    [
+        (Fp8Recipe.delayed, False, 1.0), (Fp8Recipe.delayed, True, -1.0), (Fp8Recipe.tensorwise, False, 4.0),
+        (Fp8Recipe.tensorwise, True, 3.0), (Fp8Recipe.mxfp8, True, 4.0625), (Fp8Recipe.blockwise, False, 4.0625),
+    ],
+)  # fmt: skip
+def test_a_fused_norm_quantizes_its_own_output(recipe: Fp8Recipe, any_layout: bool, expected: float) -> None:
+    """Transformer Engine's rmsnorm_fwd (normalization.cpp) behind LayerNormLinear: under delayed scaling the norm
+    writes FP8 itself, 1 B instead of the 2 B 16-bit output the step counts (−1 B), plus the transpose kernel's read
+    and write where the GEMMs need the copy (Hopper: +1 B); under current scaling it takes the amax on the way, so
+    the quantize reads once: 2 + 1 B (Blackwell), 2 + 2 B (Hopper); MXFP8 and block scaling stay unfused (4.0625 B,
+    as any input)."""
+    assert norm_fed_cast_b("megatron", recipe, any_layout, Precision.fp8) == expected
+
+
+def test_sequence_parallel_quantizes_each_shard_before_the_all_gather() -> None:
+    """Llama 3.1 8B layer at 8,192 tokens, TP 4 with sequence parallelism, delayed scaling on GB200 (3 B a cast
+    element, 1 copy). Transformer Engine quantizes a column-parallel GEMM's input and a row-parallel GEMM's output
+    gradient on the rank's sequence shard (2,048 rows), then all-gathers the FP8; QKV's and FC1's inputs come from the
+    fused norm (−1 B). Forward: QKV −1·2,048·4,096 = −8,388,608; proj 3·8,192·1,024 = 25,165,824; FC1 −8,388,608;
+    FC2 3·8,192·3,584 = 88,080,384; 96,468,992 B. Backward: QKV 3·8,192·1,536 = 37,748,736; proj 3·2,048·4,096 =
+    25,165,824; FC1 3·8,192·7,168 = 176,160,768; FC2 25,165,824; 264,241,152 B. The layer's FP8 memory-bound time
+    exceeds its bf16 one by those bytes at the HBM rate."""
+    arch = CATALOG.architecture("llama3.1-8b")
+    cl = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="gb200", gpus=8)
+    plan = Plan(
+        tp=4, dp=2, global_batch=2, seq_len=8192, sequence_parallel=True, recompute="none", **MEGATRON
+    )
+    bf16 = layer_work(arch, "dense", plan, cl)
+    fp8 = layer_work(
+        arch,
+        "dense",
+        plan.model_copy(update={"precision": Precision.fp8, "fp8_recipe": Fp8Recipe.delayed}),
+        cl,
+    )
+    hbm = cl.hbm_bytes_per_s * cl.efficiency.hbm_efficiency
+    assert fp8.memory_fwd_s - bf16.memory_fwd_s == pytest.approx(96_468_992 / hbm, rel=1e-9)
+    assert cast_bytes("megatron", 8192, 4096, 3584, recipe=Fp8Recipe.delayed, any_layout=True, grad_shards=4) == (
+        88_080_384, 25_165_824,
+    )  # fmt: skip
+    # without sequence parallelism every rank quantizes the whole sequence
+    whole = layer_work(arch, "dense", plan.model_copy(update={"precision": Precision.fp8, "fp8_recipe": Fp8Recipe.delayed,
+                                                              "sequence_parallel": False}), cl)  # fmt: skip
+    assert whole.fwd_s > fp8.fwd_s
 
 
 def test_recipes_run_where_their_tensor_cores_are() -> None:

@@ -51,14 +51,50 @@ def test_a_precision_needs_its_tensor_cores() -> None:
 
 
 def test_nvfp4_quantization_by_hand() -> None:
-    """Llama 3.1 8B's w1 at 8,192 tokens (m = 8,192, k = 4,096, n = 14,336): the quantizer reads the 16-bit input
-    (2 B) and writes its row-wise and column-wise NVFP4 copies (0.5 B + a 1-byte scale per 16 values, twice):
-    3.125·8,192·4,096 = 104,857,600 B forward, and the output gradient 3.125·8,192·14,336 = 367,001,600 B backward;
-    the weight's copies are made once per step (not per micro-batch). Whatever the framework asks, it is TE's."""
-    assert cast_bytes("megatron", 8192, 14336, 4096, precision=Precision.nvfp4) == (104_857_600, 367_001_600)
+    """Llama 3.1 8B's w1 at 8,192 tokens (m = 8,192, k = 4,096, n = 14,336), per Transformer Engine's
+    NVFP4Quantizer::quantize_impl: a first read of the 16-bit input for the per-tensor amax (2 B), then
+    * with the random Hadamard transform (the recipe's default): the row-wise copy from the input (2 B read, 0.5 B + a
+      1-byte scale per 16 written) and the column-wise one from the transformed transpose (the same again):
+      7.125·8,192·4,096 = 239,075,328 B forward, 7.125·8,192·14,336 = 836,763,648 B for the output gradient;
+    * without it (NVTE_NVFP4_DISABLE_RHT=1): one pass writes both copies, 2 + 2 + 2·0.5625 = 5.125 B:
+      171,966,464 B and 601,882,624 B;
+    * an input a fused norm produced (TE's LayerNormLinear) has its amax already, without the transform: 3.125 B,
+      104,857,600 B.
+    The weight's copies are made once per step (not per micro-batch). Whatever the framework asks, it is TE's."""
+    assert cast_bytes("megatron", 8192, 14336, 4096, precision=Precision.nvfp4) == (239_075_328, 836_763_648)
     assert cast_bytes("megatron", 8192, 14336, 4096, groups=2, precision=Precision.nvfp4) == (
-        2 * 104_857_600, 2 * 367_001_600,
+        2 * 239_075_328, 2 * 836_763_648,
     )  # fmt: skip
+    assert cast_bytes("megatron", 8192, 14336, 4096, precision=Precision.nvfp4, nvfp4_rht=False) == (
+        171_966_464, 601_882_624,
+    )  # fmt: skip
+    fed = cast_bytes("megatron", 8192, 14336, 4096, precision=Precision.nvfp4, nvfp4_rht=False, norm_fed=True)
+    assert fed == (104_857_600, 601_882_624)
+    # the transform's amax is its own pass: a norm-fed input gains nothing with it on
+    assert (
+        cast_bytes("megatron", 8192, 14336, 4096, precision=Precision.nvfp4, norm_fed=True)[0] == 239_075_328
+    )
+
+
+def test_the_hadamard_transform_is_a_plan_field_the_exports_carry() -> None:
+    """An NVFP4 plan without the transform is faster by its second pass and its launch sets the variable Transformer
+    Engine reads (NVTE_NVFP4_DISABLE_RHT=1); the default keeps TE's recipe and sets nothing."""
+    from app.domain.export import build_plan_document, export_plan
+
+    arch = CATALOG.architecture("llama3.1-8b")
+    cl = build_cluster(CATALOG.hardware, CATALOG.efficiency, accelerator="gb300", gpus=8)
+    plan = Plan(dp=8, global_batch=64, seq_len=8192, precision=Precision.nvfp4, recompute="none", **MEGATRON)
+    on, off = estimate(arch, cl, plan), estimate(arch, cl, plan.model_copy(update={"nvfp4_rht": False}))
+    assert off.step_time_s < on.step_time_s
+    assert off.step.compute_s < on.step.compute_s
+    scripts = {}
+    for rht, est in ((True, on), (False, off)):
+        doc = build_plan_document(arch=arch, node=cl.node, fabric=cl.scale_out_fabric, estimate=est,
+                                  preset="llama3.1-8b", hf_config=None, tokens=None)  # fmt: skip
+        scripts[rht] = export_plan(doc, "torchrun").content
+    assert (
+        "export NVTE_NVFP4_DISABLE_RHT=1" in scripts[False] and "NVTE_NVFP4_DISABLE_RHT" not in scripts[True]
+    )
 
 
 def test_nvfp4_gemms_run_against_the_fp4_peak() -> None:
@@ -196,3 +232,18 @@ def test_the_distributed_optimizer_gathers_the_quantized_weights() -> None:
     assert distopt[0] > distopt[1] > distopt[2] > 0
     ddp = [dp_s(Sharding.ddp, p) for p in (Precision.bf16, Precision.fp8, Precision.nvfp4)]
     assert ddp[0] < ddp[1] < ddp[2]
+
+
+def test_published_nvfp4_runs_are_scored_with_their_transform_setting() -> None:
+    """NVIDIA's MLPerf Training v5.1 NVFP4 configurations (config_common_fp4.sh) set NVTE_NVFP4_DISABLE_RHT=1; the
+    partners' runs of the same implementation are marked so as an inference; NeMo's table rows state the recipe only
+    (TE's default: the transform on). The plan each run is scored with carries the setting."""
+    from app.domain.estimator.validation import run_plan
+
+    nvfp4 = [r for r in CATALOG.published_runs if r.precision == "nvfp4"]
+    assert len(nvfp4) >= 21
+    for run in nvfp4:
+        assert run.nvfp4_rht is (run.source_family != "MLPERF-TRAINING"), run.slug
+        assert run_plan(run)[0].nvfp4_rht is run.nvfp4_rht
+    inferred = [r for r in nvfp4 if "nvfp4_rht" in (r.inferred or {})]
+    assert inferred and all("config_common_fp4.sh" in r.inferred["nvfp4_rht"] for r in inferred)

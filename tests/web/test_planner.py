@@ -341,6 +341,22 @@ def test_fp8_attention_reaches_the_estimate_and_the_search(client: TestClient) -
     assert '<input type="hidden" name="fp8_attention" value="on">' in search.text
 
 
+def test_nvfp4_hadamard_transform_is_a_planner_option_that_reaches_the_estimate_and_the_search(
+    client: TestClient,
+) -> None:
+    """The planner's NVFP4 Hadamard transform option, on by default (Transformer Engine's recipe): off, the same NVFP4
+    plan on GB300 is faster by the second quantization pass it skips; the search page keeps it."""
+    base = {**DEFAULTS, "gpu": "gb300", "node": "gb300-nvl72", "gpus": "8", "global_batch": "16", "tp": "1",
+            "framework": "megatron", "sharding": "megatron-distopt", "recompute": "none", "precision": "nvfp4",
+            "nvfp4_rht": "off"}  # fmt: skip
+    assert DEFAULTS["nvfp4_rht"] == "on" and 'name="nvfp4_rht"' in client.get("/").text
+    without, with_transform = _tokens_per_s_without_and_with(client, base, "nvfp4_rht")
+    assert without > with_transform
+    search = client.get("/search?" + to_query(base))
+    assert search.status_code == 200
+    assert '<input type="hidden" name="nvfp4_rht" value="off">' in search.text
+
+
 def test_zero_init_off_shows_deepspeeds_start_up_copy(client: TestClient) -> None:
     """The planner's zero.Init option (DeepSpeed ZeRO-3): off, Llama 3.1 8B on 8 H200 holds the whole 16-bit model
     on each GPU at start-up (14.96 GiB), which the memory chart draws beside the training stack; the search page

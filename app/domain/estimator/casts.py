@@ -3,7 +3,9 @@
 :func:`cast_bytes` is what :func:`app.domain.estimator.compute.layer_work` adds to a linear layer's memory-bound time
 for plans whose GEMMs run below 16 bits (``Plan.precision.quantized_gemms``); :func:`fp8_cast_b` is the per-element
 figure of one FP8 recipe (``Plan.fp8_recipe``). Sources: TE-FP8-RECIPES (Transformer Engine's documentation of its
-recipes), Transformer Engine's cublaslt_gemm.cu (which GEMM layouts FP8 takes on Hopper and Blackwell).
+recipes), Transformer Engine's cublaslt_gemm.cu (which GEMM layouts FP8 takes on Hopper and Blackwell), its
+pytorch/csrc/quantizer.cpp (NVFP4's amax pass and Hadamard transform) and extensions/normalization.cpp (which recipes
+the norm quantizes itself, :func:`norm_fed_cast_b`).
 """
 
 from __future__ import annotations
@@ -35,11 +37,20 @@ FP8_CAST = {
     Fp8Recipe.mxfp8: (2.0, 1 + 1 / 32, True),
     Fp8Recipe.blockwise: (2.0, 1 + 4 / 128, True),
 }
-# NVFP4 (Transformer Engine's NVFP4BlockScaling): an element is 4 bits plus one E4M3 scale per 16 (0.5625 B). The
-# quantizer reads the 16-bit tensor once and writes both usages the three GEMMs need — row-wise for the forward and
-# data gradient, column-wise (after the 16×16 random Hadamard transform applied to the weight gradient's operands)
-# for the weight gradient: 2 + 2·0.5625 = 3.125 B per element. The weight's copies are made once per step, as FP8's.
-NVFP4_CAST_B = 2.0 + 2 * NVFP4_ELEMENT_B
+# NVFP4 (Transformer Engine's NVFP4BlockScaling): an element is 4 bits plus one E4M3 scale per 16 (0.5625 B), under a
+# per-tensor FP32 scale from the tensor's current amax. TE's NVFP4Quantizer::quantize_impl (pytorch/csrc/quantizer.cpp)
+# first reads the 16-bit tensor for that amax (nvte_compute_amax, or nvte_hadamard_transform_amax, which takes the
+# amax of the input and of its Hadamard transform in one read), then:
+# * without the random Hadamard transform (NVTE_NVFP4_DISABLE_RHT=1): one quantize pass writes both usages the three
+#   GEMMs need — row-wise for the forward and data gradient, column-wise for the weight gradient:
+#   2 + 2 + 2·0.5625 = 5.125 B per element;
+# * with it (the recipe's default, on the weight gradient's operands): the row-wise usage is quantized from the input
+#   and the column-wise one from the transformed transpose, in a second pass (the fused RHT-cast kernel):
+#   2 + (2 + 0.5625) + (2 + 0.5625) = 7.125 B per element.
+# The weight's copies are made once per step, as FP8's (its quantizer has no RHT).
+NVFP4_AMAX_READ_B = 2.0
+NVFP4_CAST_B = NVFP4_AMAX_READ_B + 2.0 + 2 * NVFP4_ELEMENT_B
+NVFP4_RHT_CAST_B = NVFP4_AMAX_READ_B + 2 * (2.0 + NVFP4_ELEMENT_B)
 # GPU generations whose FP8 GEMMs take any operand layout (no transposed copy for per-tensor scales)
 FP8_ANY_LAYOUT_ARCHS = ("Blackwell",)
 
@@ -66,6 +77,33 @@ def cast_element_b(framework: str, recipe: Fp8Recipe, any_layout: bool) -> float
     return fp8_cast_b(resolve_fp8_recipe(recipe, fw), any_layout and fw is not Framework.fsdp2)
 
 
+def norm_fed_cast_b(
+    framework: str, recipe: Fp8Recipe, any_layout: bool, precision: Precision, nvfp4_rht: bool = True
+) -> float:
+    """HBM bytes per element, beyond the 16-bit norm output the step already counts, of quantizing a GEMM input
+    that Transformer Engine's fused norm produces (LayerNormLinear: Megatron's QKV and dense FC1), per TE's
+    rmsnorm_fwd / layernorm_fwd (pytorch/csrc/extensions/normalization.cpp):
+    * delayed scaling: the norm writes FP8 itself (FULLY_FUSED), one byte instead of the 16-bit output's two; where
+      the GEMMs need the transposed copy (Hopper) a transpose kernel reads and writes it: −1 B on Blackwell, +1 B on
+      Hopper;
+    * current scaling (tensorwise) and NVFP4 without the Hadamard transform: the norm computes the amax on the way
+      (FUSED_NORM_AMAX_*), so the quantize reads the tensor once: 2 + 1 B (Blackwell), 2 + 2 B (Hopper), NVFP4
+      2 + 1.125 B;
+    * MXFP8, block scaling (cuDNN's fused MXFP8 norm is opt-in) and NVFP4 with the transform: unfused, as any input.
+    """
+    if precision is Precision.nvfp4:
+        return NVFP4_RHT_CAST_B if nvfp4_rht else 2.0 + 2 * NVFP4_ELEMENT_B
+    used = resolve_fp8_recipe(recipe, Framework(framework))
+    copies = 1 if any_layout else 2
+    if (
+        used is Fp8Recipe.delayed
+    ):  # the norm's FP8 write, the transpose kernel's read and write, less the bf16 write
+        return 1.0 + (copies - 1) * 2.0 - 2.0
+    if used is Fp8Recipe.tensorwise:
+        return 2.0 + copies * 1.0
+    return cast_element_b(framework, recipe, any_layout)
+
+
 def cast_bytes(
     framework: str,
     m: float,
@@ -75,6 +113,10 @@ def cast_bytes(
     precision: Precision = Precision.fp8,
     recipe: Fp8Recipe = Fp8Recipe.auto,
     any_layout: bool = False,
+    nvfp4_rht: bool = True,
+    input_shards: int = 1,
+    grad_shards: int = 1,
+    norm_fed: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) HBM bytes of one FP8 (or NVFP4) linear's casts, for its forward GEMM (m×k)·(k×n),
     ``groups`` of them. NVFP4 (Transformer Engine only): the input and the output gradient at
@@ -91,8 +133,11 @@ def cast_bytes(
     6·8,192·14,336 = 704,643,072 B; Transformer Engine delayed on Hopper 134,217,728 B and 469,762,048 B, current
     scaling (tensorwise) on Blackwell 5 B an element: 167,772,160 B and 587,202,560 B."""
     if precision is Precision.nvfp4:
-        return NVFP4_CAST_B * m * k * groups, NVFP4_CAST_B * m * n * groups
+        b = NVFP4_RHT_CAST_B if nvfp4_rht else NVFP4_CAST_B
+        b_in = norm_fed_cast_b(framework, recipe, any_layout, precision, nvfp4_rht) if norm_fed else b
+        return b_in * m * k * groups / input_shards, b * m * n * groups / grad_shards
     b = cast_element_b(framework, recipe, any_layout)
     if Framework(framework) is Framework.fsdp2:
-        return b * (m * k + k * n) * groups, b * m * n * groups
-    return b * m * k * groups, b * m * n * groups
+        return b * (m * k / input_shards + k * n) * groups, b * m * n * groups / grad_shards
+    b_in = norm_fed_cast_b(framework, recipe, any_layout, precision, nvfp4_rht) if norm_fed else b
+    return b_in * m * k * groups / input_shards, b * m * n * groups / grad_shards

@@ -19,8 +19,10 @@ of one tile per SM; the last wave and the padding of edge tiles do useful work o
 split the GEMMs shrink and lose more of it) and the second term is the roofline bound of a GEMM too thin to be
 compute-bound. The backward runs each GEMM twice with transposed shapes (data gradient m×n·n×k, weight
 gradient k×m·m×n). FP8 GEMMs (precision fp8) run against the FP8 peak at fp8_gemm_ratio × gemm_efficiency and
-add the casts of their inputs (read 2 B, write 1 B per element); NVFP4 GEMMs (precision nvfp4, the transformer
-layers' linears) against the FP4 peak at fp4_gemm_ratio × gemm_efficiency, with their quantization (3.125 B). Fused attention's forward + backward takes
+add the casts of their inputs by recipe (app/domain/estimator/casts.py: on the sequence shard under sequence
+parallelism, fused into the norm for the inputs of Transformer Engine's LayerNormLinear); NVFP4 GEMMs (precision nvfp4,
+the transformer layers' linears) against the FP4 peak at fp4_gemm_ratio × gemm_efficiency, with their quantization
+(7.125 B an element with the Hadamard transform, 5.125 B without). Fused attention's forward + backward takes
 3F/(peak·attention_efficiency(kernel)) (:func:`attention_efficiency`; F the forward FLOPs, the backward counted
 2F as the model FLOPs count it), split between the passes by the kernel's own rates: the backward takes
 ATTENTION_BACKWARD_RATIO (2.75, FlashAttention-3's measured forward and backward rates) times the forward's time,
@@ -41,7 +43,7 @@ from app.domain.estimator.casts import cast_bytes, fp8_any_layout
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
 from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
-from app.domain.estimator.plan import Plan, Precision, Recompute, RecomputeModule
+from app.domain.estimator.plan import Framework, Plan, Precision, Recompute, RecomputeModule
 from app.domain.estimator.saved_rows import NVFP4_ELEMENT_B
 from app.domain.estimator.xp import SCALAR
 from app.domain.model.architecture import Architecture, LayerKind
@@ -334,6 +336,9 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
 
     # GEMMs, each from its shape: (m, n, k, groups) per forward GEMM on this rank
     shapes: list[tuple[float, float, float, int]] = []
+    norm_fed: set[int] = (
+        set()
+    )  # GEMMs whose input a fused norm produces (Transformer Engine's LayerNormLinear)
     if arch.attention == "mla":
         # MLA's down/up projections: one GEMM per projection would need the LoRA ranks; keep the FLOPs in one
         # GEMM of the same reduction width (h) and output width.
@@ -342,6 +347,7 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
     else:
         qkv = (q_dim(arch) + 2 * kv_dim(arch)) / tp
         if fused:
+            norm_fed.add(len(shapes))
             shapes.append((tokens, qkv, h, 1))
         else:
             shapes += [
@@ -359,6 +365,8 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         shapes.append((m, h, width, groups))
 
     if kind == "dense":
+        if fused:
+            norm_fed.add(len(shapes))
         mlp(arch.ffn_hidden_size / tp, tokens, 1)
         gemms += 2 if (fused or arch.activation == "gelu") else 3
         act_width += traffic_b["glu" if glu else "gelu"] * arch.ffn_hidden_size / tp
@@ -394,14 +402,21 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
     cast_fwd_b = cast_bwd_b = 0.0
     rates = GemmRates.of(cluster, plan.precision)
     any_layout = fp8_any_layout(cluster.accelerator.arch)
-    for m, n, kk, groups in shapes:
+    sp = tp if plan.sequence_parallel and tp > 1 else 1
+    te_norm = plan.framework is Framework.megatron
+    for i, (m, n, kk, groups) in enumerate(shapes):
         f, b = rates.fwd_bwd(m, n, kk, groups)
         gemm_fwd += f
         gemm_bwd += b
         if plan.precision.quantized_gemms:
+            # under sequence parallelism a column-parallel GEMM's input (h wide) and a row-parallel GEMM's output
+            # gradient (h wide) are quantized on the rank's sequence shard, before their all-gather
+            rows_shared = groups == 1 and m == tokens
             cf, cb = cast_bytes(
-                plan.framework.value, m, n, kk, groups, plan.precision, plan.fp8_recipe, any_layout
-            )
+                plan.framework.value, m, n, kk, groups, plan.precision, plan.fp8_recipe, any_layout, plan.nvfp4_rht,
+                input_shards=sp if rows_shared and kk == h else 1, grad_shards=sp if rows_shared and n == h else 1,
+                norm_fed=te_norm and i in norm_fed,
+            )  # fmt: skip
             cast_fwd_b += cf
             cast_bwd_b += cb
     # the per-launch overhead is counted per GEMM shape above; eager kernels add their extra launches

@@ -300,6 +300,12 @@ class Plan(Frozen):
         "Blackwell), blockwise (Float8BlockScaling, DeepSeek-V3's 1x128 / 128x128 blocks; Hopper and Blackwell). "
         "auto = the framework's default: delayed for Megatron and DeepSpeed, rowwise for FSDP2 (torchtitan 0.3.0)",
     )
+    nvfp4_rht: bool = Field(
+        default=True,
+        description="NVFP4 plans: Transformer Engine's random Hadamard transform of the weight gradient's operands "
+        "(NVFP4BlockScaling's default; NVTE_NVFP4_DISABLE_RHT=1 turns it off, as NVIDIA's MLPerf Training v5.1 "
+        "configurations do). It costs a second quantization pass over each input and output gradient",
+    )
     repeat_kv: bool = Field(
         default=False,
         description="PyTorch stacks: K/V heads repeated to every query head before the attention kernel "

@@ -156,6 +156,7 @@ _INFERABLE = {
     "tp_comm_overlap",
     "fp8_attention",
     "fp8_recipe",
+    "nvfp4_rht",
     "fused_loss",
     "fsdp_flat_params",
     "zero_init",
@@ -301,6 +302,11 @@ class PublishedRun(CatalogEntry):
         description="how the FP8 run scaled its tensors, where the source states it (NVIDIA's 'FP8-CS' = tensorwise, "
         "'FP8-MX' = mxfp8; MLPerf configs' FP8_RECIPE; DeepSeek-V3's tile/block scaling = blockwise); auto = not "
         "stated: the stack's default (Plan.fp8_recipe)",
+    )
+    nvfp4_rht: bool = Field(
+        default=True,
+        description="NVFP4 runs: whether Transformer Engine's random Hadamard transform ran (its default); false where "
+        "the configuration sets NVTE_NVFP4_DISABLE_RHT=1",
     )
     fused_loss: bool | None = Field(
         default=None,

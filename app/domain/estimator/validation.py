@@ -214,7 +214,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         fused_cross_entropy="liger-kernel" in run.optimizations or "fused-linear-cross-entropy" in run.optimizations,
         grad_reduce_bf16=grad_reduce_bf16, fused_swiglu="liger-kernel" in run.optimizations, z_loss="z-loss" in run.optimizations, grad_accum_fp32=grad_accum_fp32,
         tp_comm_overlap=tp_overlap, repeat_kv=repeat_kv, zero_init=run.zero_init, fsdp_flat_params=flat_params,
-        fp8_attention=run.fp8_attention, fp8_recipe=run.fp8_recipe,
+        fp8_attention=run.fp8_attention, fp8_recipe=run.fp8_recipe, nvfp4_rht=run.nvfp4_rht,
     )  # fmt: skip
     return plan, notes
 

@@ -7,7 +7,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from app.domain.estimator.plan import Framework
+from app.domain.estimator.plan import Framework, Precision
 from app.domain.export.document import PlanDocument
 
 RDZV_PORT = 29500
@@ -94,17 +94,24 @@ def framework_env(doc: PlanDocument) -> list[tuple[str, str, str]]:
 
     Megatron-LM's validate_args requires ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with TP or CP > 1 (before
     Blackwell) so the TP/CP communication kernels are queued ahead of the GEMMs they overlap, and refuses it
-    with torch FSDP2 (which needs it unset or > 1)."""
+    with torch FSDP2 (which needs it unset or > 1). An NVFP4 plan without the Hadamard transform sets
+    ``NVTE_NVFP4_DISABLE_RHT=1``, which Transformer Engine reads when it makes the recipe."""
     p = doc.plan
+    env = []
     if p.framework is Framework.megatron and not p.sharding.shards_params and p.tp * p.cp > 1:
-        return [
+        env.append(
             (
                 "CUDA_DEVICE_MAX_CONNECTIONS",
                 "1",
                 "Megatron with TP/CP > 1: one hardware queue orders comm before compute",
             )
-        ]
-    return []
+        )
+    if p.precision is Precision.nvfp4 and not p.nvfp4_rht:
+        # read by Transformer Engine's NVFP4BlockScaling when the recipe is made (its default keeps the transform)
+        env.append(
+            ("NVTE_NVFP4_DISABLE_RHT", "1", "NVFP4 without the random Hadamard transform, as estimated")
+        )
+    return env
 
 
 def training_command(doc: PlanDocument, config_dir: str = "") -> list[str]:

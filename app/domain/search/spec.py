@@ -77,6 +77,7 @@ class SearchSpec(Frozen):
     tp_comm_overlap: bool | None = None  # None: the framework's default (on for Megatron)
     fp8_attention: bool = False  # Megatron: attention in FP8 (Transformer Engine's fp8_dot_product_attention)
     fp8_recipe: Fp8Recipe = Fp8Recipe.auto  # how every FP8 plan scales its tensors (Plan.fp8_recipe)
+    nvfp4_rht: bool = True  # NVFP4 plans: TE's random Hadamard transform on (Plan.nvfp4_rht)
     repeat_kv: bool = (
         False  # PyTorch: K/V repeated to every query head before attention (torchtitan < 2026-01)
     )
