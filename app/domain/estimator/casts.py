@@ -92,12 +92,12 @@ def norm_fed_cast_b(
     * MXFP8, block scaling (cuDNN's fused MXFP8 norm is opt-in) and NVFP4 with the transform: unfused, as any input.
     """
     if precision is Precision.nvfp4:
-        return NVFP4_RHT_CAST_B if nvfp4_rht else 2.0 + 2 * NVFP4_ELEMENT_B
+        # the transform takes its own amax pass; without it the norm's amax saves the quantizer's
+        return NVFP4_RHT_CAST_B if nvfp4_rht else NVFP4_CAST_B - NVFP4_AMAX_READ_B
     used = resolve_fp8_recipe(recipe, Framework(framework))
     copies = 1 if any_layout else 2
-    if (
-        used is Fp8Recipe.delayed
-    ):  # the norm's FP8 write, the transpose kernel's read and write, less the bf16 write
+    if used is Fp8Recipe.delayed:
+        # the norm's FP8 write, the transpose kernel's read and write of the second copy, less the 16-bit write
         return 1.0 + (copies - 1) * 2.0 - 2.0
     if used is Fp8Recipe.tensorwise:
         return 2.0 + copies * 1.0
@@ -120,8 +120,11 @@ def cast_bytes(
 ) -> tuple[float, float]:
     """(forward, backward) HBM bytes of one FP8 (or NVFP4) linear's casts, for its forward GEMM (m×k)·(k×n),
     ``groups`` of them. NVFP4 (Transformer Engine only): the input and the output gradient at
-    :data:`NVFP4_CAST_B` each — m = 8,192, k = 4,096, n = 14,336: 3.125·8,192·4,096 = 104,857,600 B forward,
-    3.125·8,192·14,336 = 367,001,600 B backward.
+    :data:`NVFP4_RHT_CAST_B` each with the Hadamard transform (``nvfp4_rht``), :data:`NVFP4_CAST_B` without —
+    m = 8,192, k = 4,096, n = 14,336: 7.125·8,192·4,096 = 239,075,328 B forward, 7.125·8,192·14,336 = 836,763,648 B
+    backward (5.125 B: 171,966,464 B and 601,882,624 B). ``input_shards`` / ``grad_shards``: the input or output
+    gradient is quantized on a 1/shards sequence shard (sequence parallelism); ``norm_fed``: the input comes from
+    Transformer Engine's fused norm (:func:`norm_fed_cast_b`).
 
     Forward: the input (m·k) and the weight (k·n); backward: the output gradient (m·n), each at
     :func:`fp8_cast_b` of the ``recipe`` (``auto``: the framework's default,
@@ -134,10 +137,9 @@ def cast_bytes(
     scaling (tensorwise) on Blackwell 5 B an element: 167,772,160 B and 587,202,560 B."""
     if precision is Precision.nvfp4:
         b = NVFP4_RHT_CAST_B if nvfp4_rht else NVFP4_CAST_B
-        b_in = norm_fed_cast_b(framework, recipe, any_layout, precision, nvfp4_rht) if norm_fed else b
-        return b_in * m * k * groups / input_shards, b * m * n * groups / grad_shards
-    b = cast_element_b(framework, recipe, any_layout)
-    if Framework(framework) is Framework.fsdp2:
-        return b * (m * k / input_shards + k * n) * groups, b * m * n * groups / grad_shards
+    else:
+        b = cast_element_b(framework, recipe, any_layout)
+        if Framework(framework) is Framework.fsdp2:
+            return b * (m * k / input_shards + k * n) * groups, b * m * n * groups / grad_shards
     b_in = norm_fed_cast_b(framework, recipe, any_layout, precision, nvfp4_rht) if norm_fed else b
     return b_in * m * k * groups / input_shards, b * m * n * groups / grad_shards

@@ -336,9 +336,8 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
 
     # GEMMs, each from its shape: (m, n, k, groups) per forward GEMM on this rank
     shapes: list[tuple[float, float, float, int]] = []
-    norm_fed: set[int] = (
-        set()
-    )  # GEMMs whose input a fused norm produces (Transformer Engine's LayerNormLinear)
+    # the GEMMs whose input a fused norm produces (Transformer Engine's LayerNormLinear)
+    norm_fed: set[int] = set()
     if arch.attention == "mla":
         # MLA's down/up projections: one GEMM per projection would need the LoRA ranks; keep the FLOPs in one
         # GEMM of the same reduction width (h) and output width.
@@ -411,10 +410,10 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         if plan.precision.quantized_gemms:
             # under sequence parallelism a column-parallel GEMM's input (h wide) and a row-parallel GEMM's output
             # gradient (h wide) are quantized on the rank's sequence shard, before their all-gather
-            rows_shared = groups == 1 and m == tokens
+            sequence_rows = groups == 1 and m == tokens
             cf, cb = cast_bytes(
                 plan.framework.value, m, n, kk, groups, plan.precision, plan.fp8_recipe, any_layout, plan.nvfp4_rht,
-                input_shards=sp if rows_shared and kk == h else 1, grad_shards=sp if rows_shared and n == h else 1,
+                input_shards=sp if sequence_rows and kk == h else 1, grad_shards=sp if sequence_rows and n == h else 1,
                 norm_fed=te_norm and i in norm_fed,
             )  # fmt: skip
             cast_fwd_b += cf
