@@ -114,8 +114,9 @@ def test_nvfp4_gemms_run_against_the_fp4_peak() -> None:
 
 def test_an_nvfp4_layer_is_its_gemms_plus_their_quantization() -> None:
     """Against the same layer in bf16: the linears' GEMMs are NVFP4's and every GEMM's input and output gradient
-    pay 3.125 B an element at the HBM rate; attention and the rest of the memory traffic are unchanged. The output
-    head stays bf16, as Transformer Engine keeps it."""
+    pay their quantization at the HBM rate (7.125 B an element with the Hadamard transform) and its three kernel
+    launches (amax, cast, transformed transpose: 12 a pass for the 4 GEMMs); attention and the rest of the memory
+    traffic are unchanged. The output head stays bf16, as Transformer Engine keeps it."""
     arch, cl = CATALOG.architecture("llama3.1-8b"), _cluster()
     plan = Plan(micro_batch=1, seq_len=8192, **MEGATRON)
     bf16 = layer_work(arch, "dense", plan, cl)
@@ -125,7 +126,8 @@ def test_an_nvfp4_layer_is_its_gemms_plus_their_quantization() -> None:
     hbm = cl.hbm_bytes_per_s * cl.efficiency.hbm_efficiency
     fwd_b = sum(cast_bytes("megatron", m, n, k, precision=Precision.nvfp4)[0] for m, n, k in shapes)
     bwd_b = sum(cast_bytes("megatron", m, n, k, precision=Precision.nvfp4)[1] for m, n, k in shapes)
-    assert fp4.memory_fwd_s - bf16.memory_fwd_s == pytest.approx(fwd_b / hbm, rel=1e-9)
+    launches_s = 4 * 3 * cl.scale.kernel_overhead_us * 1e-6
+    assert fp4.memory_fwd_s - bf16.memory_fwd_s == pytest.approx(fwd_b / hbm + launches_s, rel=1e-9)
 
     def gemm_s(precision: Precision, part: int) -> float:
         return sum(GemmRates.of(cl, precision).fwd_bwd(m, n, k)[part] for m, n, k in shapes)
@@ -134,7 +136,7 @@ def test_an_nvfp4_layer_is_its_gemms_plus_their_quantization() -> None:
         gemm_s(Precision.nvfp4, 0) - gemm_s(Precision.bf16, 0)
     )
     assert fp4.bwd_s - bf16.bwd_s == pytest.approx(
-        gemm_s(Precision.nvfp4, 1) - gemm_s(Precision.bf16, 1) + bwd_b / hbm, rel=1e-9
+        gemm_s(Precision.nvfp4, 1) - gemm_s(Precision.bf16, 1) + bwd_b / hbm + launches_s, rel=1e-9
     )
     assert fp4.attention_fwd_s == bf16.attention_fwd_s
     assert head_times(arch, plan.model_copy(update={"precision": Precision.nvfp4}), cl) == head_times(

@@ -104,6 +104,37 @@ def norm_fed_cast_b(
     return cast_element_b(framework, recipe, any_layout)
 
 
+def cast_kernels(
+    framework: str, precision: Precision, recipe: Fp8Recipe, nvfp4_rht: bool = True, norm_fed: bool = False
+) -> int:
+    """Kernels one quantization of a 16-bit tensor launches: one per pass over it (:data:`FP8_CAST`'s reads at 2 B
+    a pass: delayed and the block-scaled recipes 1, tensorwise 2 — amax, then cast —, rowwise 4; NVFP4 2, or 3
+    with the Hadamard transform). A tensor that Transformer Engine's fused norm produces (``norm_fed``) saves one:
+    under delayed scaling the norm writes FP8 itself, under current scaling and NVFP4 without the transform it
+    takes the amax on the way (:func:`norm_fed_cast_b`); MXFP8, block scaling and NVFP4 with the transform are
+    unfused. Each launch costs the step ``kernel_overhead_us`` beyond its traffic (compute.layer_work)."""
+    if precision is Precision.nvfp4:
+        passes = 3 if nvfp4_rht else 2
+        return passes - (1 if norm_fed and not nvfp4_rht else 0)
+    used = resolve_fp8_recipe(recipe, Framework(framework))
+    passes = round(FP8_CAST[used][0] / 2)
+    fused_norm = norm_fed and used in (Fp8Recipe.delayed, Fp8Recipe.tensorwise)
+    return passes - (1 if fused_norm else 0)
+
+
+def amax_all_reduced(framework: str, precision: Precision, recipe: Fp8Recipe) -> bool:
+    """Whether quantizing a sequence-parallel tensor waits for an all-reduce of its amax across the tensor-parallel
+    group: the recipes whose one per-tensor scale comes from the tensor's current amax — current scaling
+    (tensorwise: TE's Float8CurrentScalingQuantizer with ``with_amax_reduction`` over the TP group for a
+    column-parallel input under sequence parallelism, linear.py / layernorm_linear.py / layernorm_mlp.py, and the
+    row-parallel output gradient; torchao's tensorwise amax of a sharded DTensor) and NVFP4 (its per-tensor FP32
+    scale, the same quantizer option). Delayed scaling reduces its amax history once per step; the block-scaled
+    recipes (rowwise, MXFP8, blockwise) scale from local blocks."""
+    if precision is Precision.nvfp4:
+        return True
+    return resolve_fp8_recipe(recipe, Framework(framework)) is Fp8Recipe.tensorwise
+
+
 def cast_bytes(
     framework: str,
     m: float,

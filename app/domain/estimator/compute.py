@@ -39,10 +39,11 @@ from functools import lru_cache
 
 from pydantic import Field
 
-from app.domain.estimator.casts import cast_bytes, fp8_any_layout
+from app.domain.estimator.casts import amax_all_reduced, cast_bytes, cast_kernels, fp8_any_layout
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.context_parallel import ATTENTION_BACKWARD_RATIO
 from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
+from app.domain.estimator.network import group_shape, small_all_reduce_seconds
 from app.domain.estimator.plan import Framework, Plan, Precision, Recompute, RecomputeModule
 from app.domain.estimator.saved_rows import NVFP4_ELEMENT_B
 from app.domain.estimator.xp import SCALAR
@@ -80,6 +81,17 @@ TRAFFIC_BYTES = {
         "logit": 48.0,
         "z_loss": 60.0,
     },
+}
+
+# Memory-bound kernels one layer's forward launches, by kind, fused (Transformer Engine, Megatron's fused kernels,
+# torch.compile) or eager PyTorch: a norm (eager RMSNorm: cast, square, mean, add + rsqrt, two multiplies), a residual
+# add, the rotary embedding of q and of k (eager: cast, complex multiply, cast back, each), the activation function
+# (eager SwiGLU: SiLU, multiply), and a MoE layer's router (score function, top-k) with its token permute and
+# unpermute. The backward launches twice as many, as it moves twice the traffic (TRAFFIC_BYTES). Each launch costs
+# ``scale.kernel_overhead_us`` beyond its bytes: its launch gap and the ramp and tail of a grid (layer_work).
+ELEMENTWISE_KERNELS = {
+    True: {"norm": 1, "residual": 1, "rotary": 2, "glu": 1, "gelu": 1, "moe": 4},
+    False: {"norm": 6, "residual": 1, "rotary": 6, "glu": 2, "gelu": 1, "moe": 8},
 }
 
 
@@ -358,6 +370,13 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         gemms = 2 if fused else 4
     glu = arch.activation == "swiglu"
     act_width = 0.0  # activation-function (+ MoE permute) HBM bytes per token, 16-bit activations
+    kernels_b = ELEMENTWISE_KERNELS[fused]
+    act_kernels = kernels_b["glu" if glu else "gelu"]
+    kernels = (
+        2 * kernels_b["norm"]
+        + 2 * kernels_b["residual"]
+        + (kernels_b["rotary"] if arch.position == "rotary" else 0)
+    )
 
     def mlp(width: float, m: float, groups: int) -> None:
         shapes.append((m, (2 if glu else 1) * width, h, groups))
@@ -368,6 +387,7 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
             norm_fed.add(len(shapes))
         mlp(arch.ffn_hidden_size / tp, tokens, 1)
         gemms += 2 if (fused or arch.activation == "gelu") else 3
+        kernels += act_kernels
         act_width += traffic_b["glu" if glu else "gelu"] * arch.ffn_hidden_size / tp
     else:
         k, e, ep = arch.experts_top_k, arch.n_experts, plan.ep
@@ -388,6 +408,7 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         per_expert = 2 if arch.activation == "gelu" else 3
         gemms += per_expert * (1 if fused else local_experts) + 1  # grouped GEMM when fused; + router
         shapes.append((tokens, e, h, 1))  # router
+        kernels += kernels_b["moe"] + act_kernels * (1 if fused else local_experts)
         g = traffic_b["glu" if glu else "gelu"]
         act_width += (
             g * fe * k / tp + 8 * h * k * plan.etp / tp
@@ -396,6 +417,7 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
             fs = arch.shared_expert_ffn_hidden_size or fe
             mlp(arch.n_shared_experts * fs / tp, tokens, 1)
             gemms += per_expert
+            kernels += act_kernels
             act_width += g * fs * arch.n_shared_experts / tp
     gemm_fwd = gemm_bwd = 0.0
     cast_fwd_b = cast_bwd_b = 0.0
@@ -403,6 +425,9 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
     any_layout = fp8_any_layout(cluster.accelerator.arch)
     sp = tp if plan.sequence_parallel and tp > 1 else 1
     te_norm = plan.framework is Framework.megatron
+    cast_kernels_fwd = cast_kernels_bwd = amax_fwd = amax_bwd = 0
+    fw = plan.framework.value
+    amax_reduced = plan.precision.quantized_gemms and amax_all_reduced(fw, plan.precision, plan.fp8_recipe)
     for i, (m, n, kk, groups) in enumerate(shapes):
         f, b = rates.fwd_bwd(m, n, kk, groups)
         gemm_fwd += f
@@ -411,13 +436,20 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
             # under sequence parallelism a column-parallel GEMM's input (h wide) and a row-parallel GEMM's output
             # gradient (h wide) are quantized on the rank's sequence shard, before their all-gather
             sequence_rows = groups == 1 and m == tokens
+            input_shards = sp if sequence_rows and kk == h else 1
+            grad_shards = sp if sequence_rows and n == h else 1
+            fed = te_norm and i in norm_fed
             cf, cb = cast_bytes(
-                plan.framework.value, m, n, kk, groups, plan.precision, plan.fp8_recipe, any_layout, plan.nvfp4_rht,
-                input_shards=sp if sequence_rows and kk == h else 1, grad_shards=sp if sequence_rows and n == h else 1,
-                norm_fed=te_norm and i in norm_fed,
+                fw, m, n, kk, groups, plan.precision, plan.fp8_recipe, any_layout, plan.nvfp4_rht,
+                input_shards=input_shards, grad_shards=grad_shards, norm_fed=fed,
             )  # fmt: skip
             cast_fwd_b += cf
             cast_bwd_b += cb
+            cast_kernels_fwd += cast_kernels(fw, plan.precision, plan.fp8_recipe, plan.nvfp4_rht, fed)
+            cast_kernels_bwd += cast_kernels(fw, plan.precision, plan.fp8_recipe, plan.nvfp4_rht)
+            # a sharded tensor's one scale needs the whole sequence's amax: an all-reduce across the TP group
+            amax_fwd += amax_reduced and input_shards > 1
+            amax_bwd += amax_reduced and grad_shards > 1
     # the per-launch overhead is counted per GEMM shape above; eager kernels add their extra launches
     gemm_fwd += max(0, gemms - len(shapes)) * cluster.efficiency.gemm_overhead_us * 1e-6
 
@@ -453,10 +485,15 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
         per_token += traffic_b["rotary"] * (q_dim(arch) + kv_dim(arch)) / tp
     per_token += act_width
     traffic = tokens * per_token * act / 2 + score_traffic  # byte counts above are for 16-bit activations
-    memory_fwd = (traffic + cast_fwd_b) / hbm
+    # each memory-bound launch's fixed cost, and the amax all-reduces the casts wait for (the column-parallel
+    # inputs' in the forward, the row-parallel output gradients' in the backward)
+    launch_s = cluster.scale.kernel_overhead_us * 1e-6
+    amax_s = float(small_all_reduce_seconds(SCALAR, tp, group_shape(SCALAR, tp, 1, cluster.nvlink_domain)[1]))
+    memory_fwd = (traffic + cast_fwd_b) / hbm + (kernels + cast_kernels_fwd) * launch_s + amax_fwd * amax_s
 
     fwd = gemm_fwd + attention_fwd + memory_fwd
     bwd = gemm_bwd + attention_bwd + (2 * traffic + cast_bwd_b) / hbm
+    bwd += (2 * kernels + cast_kernels_bwd) * launch_s + amax_bwd * amax_s
     # Megatron's recompute modules (scalar plans only: the search never names them): what selective recompute
     # re-runs when the plan names its modules
     modules_s = (

@@ -144,7 +144,8 @@ class ScaleTerms(CatalogEntry):
     hides (NCCL kernels occupy SMs and HBM bandwidth). ``cudnn_attention_ratio``: cuDNN fused attention's rate
     relative to FlashAttention-2 on Hopper and Blackwell. ``attention_half_length``: the attention block length
     (tokens) at which a fused attention kernel reaches half its long-sequence rate. ``fa1_attention_ratio``:
-    FlashAttention-1-class kernels' rate relative to FlashAttention-2.
+    FlashAttention-1-class kernels' rate relative to FlashAttention-2. ``kernel_overhead_us``: what one
+    memory-bound kernel (norm, residual add, rotary, activation, cast) costs beyond its bytes over HBM bandwidth.
     """
 
     straggler_cv: float = Field(ge=0, le=0.5)
@@ -160,6 +161,12 @@ class ScaleTerms(CatalogEntry):
     cudnn_attention_ratio: float = Field(default=1.0, ge=1, le=3)
     attention_half_length: float = Field(default=0.0, ge=0, le=65536)
     fa1_attention_ratio: float = Field(default=1.0, gt=0, le=1)
+    kernel_overhead_us: float = Field(
+        default=0.0,
+        ge=0,
+        le=100,
+        description="fixed cost of one memory-bound kernel beyond its bytes (launch gap, ramp and tail), µs",
+    )
 
 
 class EfficiencyCatalog(Frozen):

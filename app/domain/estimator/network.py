@@ -90,6 +90,27 @@ def collective_latency_seconds(xp, kind: Collective, n, per_domain, nodes, hop_s
     return xp.where(n <= 1, 0.0, t)
 
 
+# NCCL's latency model for its low-latency (LL) protocol, which it picks for messages of a few bytes (src/graph/
+# tuning.cc, ring/LL): a base latency plus one NVLink or network hop per ring step, 2·(n − 1) steps for an
+# all-reduce (µs).
+NCCL_LL_BASE_US = 3.6
+NCCL_LL_NVLINK_HOP_US = 0.47
+NCCL_LL_NET_HOP_US = 2.7
+
+
+def small_all_reduce_seconds(xp, n, nodes=1):
+    """Seconds of an all-reduce of a few bytes (one FP32 amax) over ``n`` ranks on ``nodes`` nodes, NCCL's LL ring:
+    3.6 + 2·(n − nodes)·0.47 + 2·(nodes − 1)·2.7 µs; 0 for a group of one. Example: 8 ranks of one NVLink domain
+    3.6 + 14·0.47 = 10.18 µs, 2 ranks 4.54 µs (NCCL issue #1259 measures ~6 µs on 2 H100s with CUDA graphs)."""
+    nodes = xp.maximum(nodes, 1)
+    t = (
+        NCCL_LL_BASE_US
+        + 2 * xp.maximum(n - nodes, 0) * NCCL_LL_NVLINK_HOP_US
+        + 2 * (nodes - 1) * NCCL_LL_NET_HOP_US
+    )
+    return xp.where(n <= 1, 0.0, t * 1e-6)
+
+
 def collective_seconds(
     xp, kind: Collective, size_bytes, n, per_domain, nodes, bus_gb_per_s, hop_s, intra_hop_s=None
 ):
