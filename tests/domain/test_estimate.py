@@ -137,10 +137,10 @@ def test_validate_scores_published_memory_against_the_allocator_peak() -> None:
     run = next(r for r in CATALOG.published_runs if r.slug == "torchtitan-llama3.1-8b-8gpu-fsdp")
     row = next(r for r in report.rows if r.run == run.slug)
     assert row.memory_published_gib == run.memory.peak_gib_max_over_ranks == 82.4
-    # the figures README states (2026-12-07, twenty-first session: 5.9 % over 41 runs, 37 within ±10 %); fails if
-    # a memory mechanism regresses
-    assert report.memory_median_abs_error <= 0.059 + 0.002
-    assert sum(1 for r in with_memory if abs(r.memory_error) <= 0.10) >= 37
+    # the figures README states (2026-12-07, twenty-seventh session: 6.2 % over 41 runs, 36 within ±10 %, since
+    # torchtitan's interleaved row is scored with its 16 micro-batches); fails if a memory mechanism regresses
+    assert report.memory_median_abs_error <= 0.062 + 0.002
+    assert sum(1 for r in with_memory if abs(r.memory_error) <= 0.10) >= 36
     # BLOOM's topology benchmarks read nvidia-smi: the CUDA context and NCCL buffers outside the allocator count
     from app.domain.estimator.published import architecture_for_run
     from app.domain.estimator.validation import run_cluster, run_plan

@@ -86,14 +86,17 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         notes.append(f"published micro-batch is the local batch; used {micro}")
     if pp > 1 and run.global_batch and micro * dp == run.global_batch:
         local = micro
-        if str(run.framework) == "torchtitan" and local % pp == 0:
+        stages = pp * (run.vpp or 1)
+        if str(run.framework) == "torchtitan" and local % stages == 0:
             # torchtitan splits the local batch into pipeline_parallel_microbatches micro-batches, by default the
-            # pipeline degree (torchtitan/parallelisms/pipelining_utils.py at 25ec560e, 2024-10-08: "The default
-            # value will be the number of pipeline stages, if unspecified")
-            micro = local // pp
+            # number of pipeline stages (torchtitan/parallelisms/pipelining_utils.py at 25ec560e, 2024-10-08: "The
+            # default value will be the number of pipeline stages, if unspecified"; build_pipeline_schedule:
+            # num_total_stages = pipeline_parallel_degree · len(stages), the stages on one rank — 2 for an
+            # interleaved schedule)
+            micro = local // stages
             notes.append(
-                f"the published micro-batch is the local batch; torchtitan's default splits it into pp = {pp} "
-                f"micro-batches: used micro-batch {micro}"
+                f"the published micro-batch is the local batch; torchtitan's default splits it into pp · stages per "
+                f"rank = {stages} micro-batches: used micro-batch {micro}"
             )
         else:
             micro = 1
