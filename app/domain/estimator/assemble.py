@@ -34,6 +34,7 @@ from app.domain.estimator.head_activations import (
     head_activation_bytes,
     logits_bytes,
     loss_peak_bytes,
+    pipeline_output_bytes,
 )
 from app.domain.estimator.memory import (
     STARTUP_TERM,
@@ -155,6 +156,9 @@ class KeyWork:
     head_act: float
     logits: float
     loss_peak: float
+    pipeline_output: float = (
+        0.0  # the last stage's model output per micro-batch (head_activations.pipeline_output_bytes)
+    )
 
 
 def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
@@ -180,6 +184,9 @@ def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:
         logits=logits_bytes(
             arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, fused_loss=plan.uses_fused_loss,
             z_loss=plan.z_loss,
+        ),
+        pipeline_output=0.0 if plan.fused_cross_entropy else pipeline_output_bytes(
+            arch, **shape, act_bytes=act_bytes, fp32=not plan.uses_fused_loss
         ),
         loss_peak=loss_peak_bytes(
             arch, **shape, act_bytes=act_bytes, fused_linear=plan.fused_cross_entropy, eager=not plan.uses_fused_loss,
@@ -232,7 +239,7 @@ def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share:
     zero = 0.0
     return KeyQ(
         saved_dense=saved("dense"), saved_moe=saved("moe"), peak_extra=peak_extra,
-        embedding_act=w.embedding_act, head_act=w.head_act, logits=logits,
+        embedding_act=w.embedding_act, head_act=w.head_act, logits=logits, pipeline_output=w.pipeline_output,
         fwd_dense=dense.fwd_s if dense else zero, bwd_dense=dense.bwd_s if dense else zero,
         rec_dense=rec * dense.recompute_s(arch, recompute) if dense else zero,
         attn_dense=dense.attention_fwd_s if dense else zero,

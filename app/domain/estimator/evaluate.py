@@ -98,9 +98,7 @@ class PlanQ:
     ep_capacity: Num = 0.0  # MoE capacity factor (0: dropless)
     ep_pad: Num = False  # MoE expert inputs padded to the capacity
     mtp: Num = 0  # multi-token prediction modules (Plan.mtp_layers): their layers, heads and projections
-    recompute_moe: Num = (
-        False  # Megatron's "moe" recompute module: the layer's dispatch and combine run again
-    )
+    recompute_moe: Num = False  # Megatron's "moe" recompute module: dispatch and combine run again
     recompute_selective_op: Num = (
         False  # torchtitan's per-op AC: its TP all-gathers run again (tp_recompute_ar)
     )
@@ -136,6 +134,7 @@ class KeyQ:
     cp_fwd: Num = 0.0  # ring attention: merges + per-step kernels, one layer's forward (context_parallel)
     cp_bwd: Num = 0.0  # the same for its backward
     cp_forwards: Num = 1.0  # forward passes of the ring per layer: 1 + the recomputed share of the attention
+    pipeline_output: Num = 0.0  # the last stage's output per micro-batch (head_activations)
 
 
 @dataclass(frozen=True, slots=True)

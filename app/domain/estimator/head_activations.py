@@ -129,6 +129,27 @@ def logits_bytes(
     return logit_count(arch, micro_batch, seq_len, tp, cp) * (act_bytes + logits_dtype_bytes + z_b)
 
 
+def pipeline_output_bytes(
+    arch: Architecture,
+    *,
+    micro_batch: int,
+    seq_len: int,
+    tp: int = 1,
+    cp: int = 1,
+    act_bytes: int = 2,
+    fp32: bool = True,
+) -> int:
+    """One micro-batch's model output as torch.distributed.pipelining keeps it on the last stage until the step ends:
+    the logits, ``b·(s/c)·(V/t)``, fp32 where the model returns them upcast (``fp32``: torchtitan's
+    ``self.output(h).float()`` of its 2024 models, which its eager loss reads), else in the activation dtype. The
+    schedule appends every micro-batch's output to ``output_chunks`` for ``merge_output_chunks`` and only detaches
+    them after their backward (pytorch PR #138504, 2024-10; issue #159251, 2025-07, asks to stop caching them), so
+    the last stage holds m − 1 more of them beside the micro-batch its loss works on. Llama 3.1 405B, b = 4,
+    s = 8,192, t = 8, fp32: 4·8,192·16,032·4 = 2,101,346,304 B."""
+    check_sizes(micro_batch, seq_len, tp, cp, act_bytes)
+    return logit_count(arch, micro_batch, seq_len, tp, cp) * (FP32_BYTES if fp32 else act_bytes)
+
+
 def fused_linear_chunk_tokens(arch: Architecture, tokens: int) -> int:
     """Tokens per chunk of Liger-Kernel's FusedLinearCrossEntropy: ``next_power_of_2(ceil(b·s / ceil(V/h)))``,
     at most b·s (``fused_linear_cross_entropy_forward``: the transient logits bounded to about b·s·h elements).

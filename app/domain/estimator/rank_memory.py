@@ -192,7 +192,13 @@ def rank_memory(xp, mq: ModelQ, pq: PlanQ, rq: RankQ, kq: KeyQ, c: Consts) -> di
     # each multi-token prediction module saves its own head's activations for the backward (the 2h-wide
     # projection input it also saves is left out: under 2 % of a head's logits at DeepSeek-V3's vocabulary)
     activations = activations + xp.where(rq.last, flight * kq.head_act * (1 + pq.mtp), 0)
-    logits = xp.where(rq.last, kq.logits, 0)
+    # torch.distributed.pipelining (FSDP2 under PP: torchtitan) keeps every micro-batch's output on the last stage
+    # until its schedule step ends: m − 1 more beside the one the loss works on (head_activations.
+    # pipeline_output_bytes). A schedule step runs at most pp·vpp micro-batches (torchtitan's default split; its
+    # gradient accumulation runs further schedule steps, each merging and freeing its outputs).
+    schedule_m = xp.minimum(pq.micro_batches, pq.pp * pq.vpp)
+    kept_outputs = xp.where(xp.logical_and(pq.fsdp2, pq.pp > 1), (schedule_m - 1) * kq.pipeline_output, 0)
+    logits = xp.where(rq.last, kq.logits + kept_outputs, 0)
 
     allocated = params + grads + optimizer + activations + logits + gathered + buffers + c.workspace
     fragmentation = allocated * c.fragmentation
