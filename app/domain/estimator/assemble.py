@@ -156,9 +156,7 @@ class KeyWork:
     head_act: float
     logits: float
     loss_peak: float
-    pipeline_output: float = (
-        0.0  # the last stage's model output per micro-batch (head_activations.pipeline_output_bytes)
-    )
+    pipeline_output: float = 0.0  # the last stage's output per micro-batch (head_activations)
 
 
 def key_work(arch: Architecture, plan: Plan, cluster: Cluster) -> KeyWork:

@@ -91,17 +91,31 @@ def norm_fed_cast_b(
       2 + 1.125 B;
     * MXFP8, block scaling (cuDNN's fused MXFP8 norm is opt-in) and NVFP4 with the transform: unfused, as any input.
     """
+    if not norm_fuses_quantization(framework, recipe, precision, nvfp4_rht):
+        return (
+            NVFP4_RHT_CAST_B
+            if precision is Precision.nvfp4
+            else cast_element_b(framework, recipe, any_layout)
+        )
     if precision is Precision.nvfp4:
-        # the transform takes its own amax pass; without it the norm's amax saves the quantizer's
-        return NVFP4_RHT_CAST_B if nvfp4_rht else NVFP4_CAST_B - NVFP4_AMAX_READ_B
-    used = resolve_fp8_recipe(recipe, Framework(framework))
+        # without the transform the norm's amax saves the quantizer's
+        return NVFP4_CAST_B - NVFP4_AMAX_READ_B
     copies = 1 if any_layout else 2
-    if used is Fp8Recipe.delayed:
+    if resolve_fp8_recipe(recipe, Framework(framework)) is Fp8Recipe.delayed:
         # the norm's FP8 write, the transpose kernel's read and write of the second copy, less the 16-bit write
         return 1.0 + (copies - 1) * 2.0 - 2.0
-    if used is Fp8Recipe.tensorwise:
-        return 2.0 + copies * 1.0
-    return cast_element_b(framework, recipe, any_layout)
+    return 2.0 + copies * 1.0  # current scaling: the quantize's one read and its copies
+
+
+def norm_fuses_quantization(
+    framework: str, recipe: Fp8Recipe, precision: Precision, nvfp4_rht: bool = True
+) -> bool:
+    """Whether Transformer Engine's fused norm takes part in quantizing its output (:func:`norm_fed_cast_b`,
+    :func:`cast_kernels`): under delayed scaling it writes the FP8 itself, under current scaling and NVFP4 without the
+    Hadamard transform it takes the amax; MXFP8, block scaling and NVFP4 with the transform stay unfused."""
+    if precision is Precision.nvfp4:
+        return not nvfp4_rht
+    return resolve_fp8_recipe(recipe, Framework(framework)) in (Fp8Recipe.delayed, Fp8Recipe.tensorwise)
 
 
 def cast_kernels(
@@ -115,11 +129,11 @@ def cast_kernels(
     unfused. Each launch costs the step ``kernel_overhead_us`` beyond its traffic (compute.layer_work)."""
     if precision is Precision.nvfp4:
         passes = 3 if nvfp4_rht else 2
-        return passes - (1 if norm_fed and not nvfp4_rht else 0)
-    used = resolve_fp8_recipe(recipe, Framework(framework))
-    passes = round(FP8_CAST[used][0] / 2)
-    fused_norm = norm_fed and used in (Fp8Recipe.delayed, Fp8Recipe.tensorwise)
-    return passes - (1 if fused_norm else 0)
+    else:
+        passes = round(FP8_CAST[resolve_fp8_recipe(recipe, Framework(framework))][0] / 2)
+    return passes - (
+        1 if norm_fed and norm_fuses_quantization(framework, recipe, precision, nvfp4_rht) else 0
+    )
 
 
 def amax_all_reduced(framework: str, precision: Precision, recipe: Fp8Recipe) -> bool:

@@ -427,6 +427,8 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
     te_norm = plan.framework is Framework.megatron
     cast_kernels_fwd = cast_kernels_bwd = amax_fwd = amax_bwd = 0
     fw = plan.framework.value
+    # an output gradient is never norm-fed: every GEMM's backward quantization launches the same kernels
+    grad_cast_kernels = cast_kernels(fw, plan.precision, plan.fp8_recipe, plan.nvfp4_rht)
     amax_reduced = plan.precision.quantized_gemms and amax_all_reduced(fw, plan.precision, plan.fp8_recipe)
     for i, (m, n, kk, groups) in enumerate(shapes):
         f, b = rates.fwd_bwd(m, n, kk, groups)
@@ -446,7 +448,7 @@ def layer_work(arch: Architecture, kind: LayerKind, plan: Plan, cluster: Cluster
             cast_fwd_b += cf
             cast_bwd_b += cb
             cast_kernels_fwd += cast_kernels(fw, plan.precision, plan.fp8_recipe, plan.nvfp4_rht, fed)
-            cast_kernels_bwd += cast_kernels(fw, plan.precision, plan.fp8_recipe, plan.nvfp4_rht)
+            cast_kernels_bwd += grad_cast_kernels
             # a sharded tensor's one scale needs the whole sequence's amax: an all-reduce across the TP group
             amax_fwd += amax_reduced and input_shards > 1
             amax_bwd += amax_reduced and grad_shards > 1
