@@ -132,3 +132,55 @@ def test_fused_attention_splits_its_time_by_the_kernels_forward_and_backward_rat
     assert work.attention_fwd_s == pytest.approx(pair / (1 + ATTENTION_BACKWARD_RATIO), rel=1e-12)
     # selective recompute (Megatron's: the attention core) repeats exactly that forward
     assert work.recompute_s(arch, Recompute.selective) == pytest.approx(work.attention_fwd_s, rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "kernel"),
+    [("h100-sxm", "fa2"), ("h100-sxm", "cudnn"), ("h100-sxm", "fa3"), ("b200", "fa4")],
+)
+def test_a_ring_step_runs_its_kernel_at_the_ring_ratio_of_the_same_block_outside_a_ring(
+    catalog, accelerator: str, kernel: str
+) -> None:
+    """cp 4 at 32,768 tokens: every ring step attends blocks of 8,192 tokens, so the kernel runs at its rate on an
+    8,192-token block (the cp 1, 8,192-token plan's) times ``ring_attention_ratio``; cp 1 is untouched. Worked with
+    the ratio set to 0.5: exactly half the rate, whatever the kernel class."""
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator=accelerator, gpus=8)
+    half = cluster.model_copy(
+        update={"scale": cluster.scale.model_copy(update={"ring_attention_ratio": 0.5})}
+    )
+    single = Plan(dp=8, global_batch=8, seq_len=8192, attention_kernel=kernel)
+    ring = Plan(dp=2, cp=4, global_batch=2, seq_len=32768, attention_kernel=kernel)
+    assert attention_efficiency(half, single) == attention_efficiency(cluster, single)
+    assert attention_efficiency(half, ring) == pytest.approx(attention_efficiency(half, single) / 2)
+    fitted = cluster.scale.ring_attention_ratio
+    assert (
+        0.5 < fitted < 1
+    )  # fitted on the CP runs (data/fitted.toml): a ring step loses some of the kernel's rate
+    assert attention_efficiency(cluster, ring) == pytest.approx(
+        attention_efficiency(cluster, single) * fitted
+    )
+
+
+def test_the_estimate_lists_the_fitted_scale_terms_it_used(catalog) -> None:
+    """The shared fitted terms appear on the estimate's assumption list with their fit provenance; the ring step's
+    attention rate only on a plan with context parallelism."""
+    from app.domain.estimator.estimate import estimate
+
+    arch = catalog.architecture("llama3.1-8b")
+    cluster = build_cluster(catalog.hardware, catalog.efficiency, accelerator="h100-sxm", gpus=8)
+
+    def scale_keys(plan: Plan) -> dict[str, object]:
+        return {
+            a.key: a
+            for a in estimate(arch, cluster, plan).assumptions
+            if a.key and a.key.startswith("scale.")
+        }
+
+    plain = scale_keys(Plan(dp=8, global_batch=8, seq_len=8192))
+    ring = scale_keys(Plan(dp=4, cp=2, global_batch=8, seq_len=32768))
+    shared = {"scale.kernel_overhead_us", "scale.comm_slowdown", "scale.straggler_cv"}
+    assert set(plain) == shared
+    assert set(ring) == shared | {"scale.ring_attention_ratio"}
+    listed = ring["scale.ring_attention_ratio"]
+    assert listed.value == cluster.scale.ring_attention_ratio
+    assert listed.source == "CAPPLAN-FIT"

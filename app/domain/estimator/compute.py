@@ -268,7 +268,10 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     runs at L/(L + ``scale.attention_half_length``) of it. FP8 attention (``plan.fp8_attention``, Transformer Engine's
     fp8_dot_product_attention) runs ``efficiency.fp8_attention_speedup`` × faster than the same kernel in BF16 — a
     time ratio at equal work, so the rate is expressed against the BF16 peak still (GB200 1.14, GB300 1.30 from
-    cuDNN's own benchmark; 1 where none is measured)."""
+    cuDNN's own benchmark; 1 where none is measured). Under context parallelism (cp > 1) every ring step's kernel
+    runs at ``scale.ring_attention_ratio`` × the rate of the same kernel on the same block outside a ring (fitted on
+    the published CP runs, both Transformer Engine's and PyTorch's rings; prior 1): what a step loses beyond the
+    transfers, merges and launches :mod:`app.domain.estimator.context_parallel` counts."""
     fp8 = cluster.efficiency.fp8_attention_speedup if plan.fp8_attention else 1.0
     # Short blocks run further from peak (per-block softmax rescaling, tails, launch): the kernel's rate grows as
     # L/(L + L½) with the block length L — the sequence, or its 1/cp chunk under context parallelism, where each
@@ -277,6 +280,8 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     block = plan.seq_len / plan.cp
     half = cluster.scale.attention_half_length
     short = block / (block + half)
+    if plan.cp > 1:  # a ring step's kernel shares its SMs and HBM with the step's send/receive
+        short = short * cluster.scale.ring_attention_ratio
     kernel = plan.attention_kernel
     if kernel == "auto":
         kernel = cluster.stack(plan.framework.value).attention_kernel

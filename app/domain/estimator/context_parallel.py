@@ -21,6 +21,8 @@ and numpy arrays alike:
   (backward) — memory-bound element-wise kernels the single-kernel attention does not run, growing with cp;
 * **one more attention kernel per step and pass** (:func:`ring_fixed_seconds`): cp kernels instead of one,
   each with its launch, tail and the stream-ordered wait for its K/V (``gemm_overhead_us``);
+* the attention kernel inside a ring step runs at ``scale.ring_attention_ratio`` × its rate outside a ring
+  (:func:`app.domain.estimator.compute.attention_efficiency`; a fitted term, prior 1);
 * the ring runs again for every recomputed attention forward (full recompute; selective recompute of the
   attention core).
 

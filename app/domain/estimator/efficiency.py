@@ -146,6 +146,8 @@ class ScaleTerms(CatalogEntry):
     (tokens) at which a fused attention kernel reaches half its long-sequence rate. ``fa1_attention_ratio``:
     FlashAttention-1-class kernels' rate relative to FlashAttention-2. ``kernel_overhead_us``: what one
     memory-bound kernel (norm, residual add, rotary, activation, cast) costs beyond its bytes over HBM bandwidth.
+    ``ring_attention_ratio``: the attention kernel's rate inside a context-parallel ring step relative to the same
+    kernel's on the same block outside a ring (every kernel class; 1 = no loss).
     """
 
     straggler_cv: float = Field(ge=0, le=0.5)
@@ -161,6 +163,12 @@ class ScaleTerms(CatalogEntry):
     cudnn_attention_ratio: float = Field(default=1.0, ge=1, le=3)
     attention_half_length: float = Field(default=0.0, ge=0, le=65536)
     fa1_attention_ratio: float = Field(default=1.0, gt=0, le=1)
+    ring_attention_ratio: float = Field(
+        default=1.0,
+        gt=0,
+        le=1.5,
+        description="a context-parallel ring step's attention rate relative to the single kernel's on the same block",
+    )
     kernel_overhead_us: float = Field(
         default=0.0,
         ge=0,

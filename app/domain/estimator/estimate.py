@@ -290,6 +290,23 @@ def _kernels(plan: Plan) -> Assumption:
     )  # fmt: skip
 
 
+def _scale_terms(cluster: Cluster, plan: Plan) -> list[Assumption]:
+    """The fitted terms shared by every stack and GPU that this plan's time depends on (data/fitted.toml)."""
+    out = [
+        _figure(cluster, "scale", "kernel_overhead_us", "fixed cost per memory-bound kernel", "µs"),
+        _figure(
+            cluster, "scale", "comm_slowdown", "compute slowdown per second of hidden communication", "s/s"
+        ),
+        _figure(
+            cluster, "scale", "straggler_cv", "per-rank step jitter (wait for the slowest rank)", "fraction"
+        ),
+    ]
+    if plan.cp > 1:
+        out.append(_figure(cluster, "scale", "ring_attention_ratio", "attention rate inside a ring step",
+                           "fraction of the kernel's rate outside a ring"))  # fmt: skip
+    return out
+
+
 def _fp8_recipe(plan: Plan, cluster: Cluster) -> Assumption | None:
     """The FP8 recipe an FP8 plan runs and what its casts cost (casts.cast_element_b); rowwise is marked low confidence:
     torchtitan's own June 2025 H100 tables measured it 26-34 % below tensorwise (70B on 256 GPUs, 8B on 64, TP 8),
@@ -491,6 +508,7 @@ def _assumptions(
         _figure(cluster, "efficiency", "gemm_efficiency", "GEMM efficiency (large GEMMs)", "fraction of peak"),
         _figure(cluster, "efficiency", "gemm_overhead_us", "overhead per GEMM", "µs"),
         _figure(cluster, "efficiency", "attention_efficiency", "fused attention efficiency", "fraction of peak"),
+        *_scale_terms(cluster, plan),
         _figure(cluster, "efficiency", "hbm_efficiency", "HBM efficiency of memory-bound kernels", "fraction"),
         _figure(cluster, "efficiency", "scale_up_efficiency", "NVLink collective efficiency (busbw/peak)", "fraction"),
         _figure(cluster, "scale_out_network", "efficiency", f"{cluster.scale_out_fabric.kind} collective efficiency", "fraction"),

@@ -112,6 +112,8 @@ PARAMETERS: tuple[Parameter, ...] = (
               "FlashAttention-1-class kernels relative to FlashAttention-2"),
     Parameter("cudnn_attention_ratio", "scale", (), "cudnn_attention_ratio", 1.0, 3.0, 1.0,
               "cuDNN fused attention (Transformer Engine) relative to FlashAttention-2 on Hopper and Blackwell"),
+    Parameter("ring_attention_ratio", "scale", (), "ring_attention_ratio", 0.2, 1.5, 1.0,
+              "a context-parallel ring step's attention rate relative to the single kernel on the same block"),
     Parameter("kernel_overhead_us", "scale", (), "kernel_overhead_us", 0.0, 20.0, 1.0,
               "fixed cost of one memory-bound kernel beyond its bytes (launch gap, ramp and tail), µs"),
 )  # fmt: skip
