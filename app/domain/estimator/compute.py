@@ -280,8 +280,9 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     block = plan.seq_len / plan.cp
     half = cluster.scale.attention_half_length
     short = block / (block + half)
-    if plan.cp > 1:  # a ring step's kernel shares its SMs and HBM with the step's send/receive
-        short = short * cluster.scale.ring_attention_ratio
+    # a ring step's kernel shares its SMs and HBM with the step's send/receive
+    ring = cluster.scale.ring_attention_ratio if plan.cp > 1 else 1.0
+    block_rate = short * ring  # of the kernel's long-sequence rate outside a ring
     kernel = plan.attention_kernel
     if kernel == "auto":
         kernel = cluster.stack(plan.framework.value).attention_kernel
@@ -291,8 +292,8 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
         (kernel == "fa3" and arch.startswith("Hopper"))
         or (kernel == "fa4" and arch.startswith(("Hopper", "Blackwell")))
     ):
-        return own * short * fp8
-    eff = cluster.efficiency.attention_efficiency * short
+        return own * block_rate * fp8
+    eff = cluster.efficiency.attention_efficiency * block_rate
     if kernel == "fa1":
         eff = eff * cluster.scale.fa1_attention_ratio
     elif kernel == "cudnn" and arch.startswith(("Hopper", "Blackwell")):
