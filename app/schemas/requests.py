@@ -12,6 +12,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_v
 from app.domain.cost.inputs import CostOption, CostOverrides
 from app.domain.estimator.plan import (
     AttentionKernel,
+    CPCommType,
     Fp8Recipe,
     Framework,
     MoeDispatcher,
@@ -205,6 +206,10 @@ class EstimateRequest(StrictNumbers):
         "mlp, moe_act, moe, shared_experts); empty = the attention core only",
     )
     sequence_parallel: bool = False
+    cp_comm_type: CPCommType = Field(
+        default=CPCommType.p2p,
+        description="with cp > 1: p2p (ring) or all_gather (Transformer Engine's K/V all-gather, Megatron only)",
+    )
     moe_dispatcher: MoeDispatcher = Field(
         default=MoeDispatcher.alltoall,
         description="MoE token dispatcher: alltoall, or deepep / hybridep (one copy per destination node)",
@@ -433,6 +438,10 @@ class PlanSearchRequest(StrictNumbers):
     moe_dispatcher: MoeDispatcher = Field(
         default=MoeDispatcher.alltoall,
         description="MoE token dispatcher of every plan searched: alltoall, or deepep / hybridep",
+    )
+    cp_comm_type: CPCommType = Field(
+        default=CPCommType.p2p,
+        description="how every plan with cp > 1 exchanges K/V: p2p (ring) or all_gather (Megatron only)",
     )
     mtp_layers: int = Field(
         default=0,

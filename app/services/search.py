@@ -253,6 +253,7 @@ def search_spec(
         fsdp_flat_params=request.fsdp_flat_params, fp8_attention=request.fp8_attention, fp8_recipe=request.fp8_recipe, nvfp4_rht=request.nvfp4_rht,
         zero_init=request.zero_init,
         moe_dispatcher=request.moe_dispatcher, moe_a2a_overlap=request.moe_a2a_overlap, expert_tp=request.expert_tp,
+        cp_comm_type=request.cp_comm_type,
         mtp_layers=request.mtp_layers, moe_capacity_factor=request.moe_capacity_factor, moe_pad_to_capacity=request.moe_pad_to_capacity,
         shardings=tuple(request.shardings) if request.shardings else None,
         offloads=tuple(request.offloads) if request.offloads else None,

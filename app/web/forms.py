@@ -62,6 +62,7 @@ DEFAULTS: dict[str, str] = {
     "recompute_modules": "",
     "sequence_parallel": "off",
     "flash_attention": "on",
+    "cp_comm_type": "p2p",
     "moe_dispatcher": "alltoall",
     "moe_a2a_overlap": "off",
     "moe_capacity_factor": "",

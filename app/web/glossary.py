@@ -56,6 +56,10 @@ GLOSSARY: tuple[tuple[str, str, str], ...] = (
      "sequence, so their activations are split too."),
     ("offload", "offload", "Optimizer state or parameters kept in host RAM (CPU) or on NVMe instead of GPU memory: "
      "fits bigger models, costs PCIe traffic."),
+    ("CP communication", "cp-comm-type", "How context parallelism moves keys and values between its ranks: p2p runs "
+     "a ring, each step attending one received block while the next is sent (Transformer Engine's default; torchtitan "
+     "always rings); all_gather gathers every rank's K/V up front and attends each query chunk to its whole prefix, "
+     "with the transfers in the open (Megatron / Transformer Engine, as Meta trained Llama 3)."),
     ("MoE dispatcher", "moe-dispatcher", "How a mixture-of-experts layer sends tokens to the GPUs holding their "
      "experts: alltoall sends one copy per chosen expert; deepep and hybridep (Megatron-Core's flex dispatcher) send "
      "one copy per destination node over the network and fan out over NVLink there."),
@@ -134,7 +138,7 @@ FIELD_TERMS = {
     "ddp": "ddp", "zero1": "zero1 / zero2 / zero3", "zero2": "zero1 / zero2 / zero3", "zero3": "zero1 / zero2 / zero3",
     "fsdp-full": "fsdp-full", "fsdp-grad-op": "fsdp-grad-op", "fsdp-hybrid": "fsdp-hybrid",
     "shard_group_size": "fsdp-hybrid", "megatron-distopt": "megatron-distopt",
-    "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
+    "cp_comm_type": "CP communication", "moe_dispatcher": "MoE dispatcher", "moe_a2a_overlap": "MoE all-to-all overlap",
     "moe_capacity_factor": "MoE capacity factor", "moe_pad_to_capacity": "MoE pad to capacity",
     "grad_reduce_bf16": "bf16 gradient reduce", "fused_swiglu": "fused SwiGLU", "z_loss": "z-loss",
     "fp8_attention": "FP8 attention", "fp8_recipe": "FP8 recipe", "nvfp4_rht": "NVFP4 Hadamard transform",

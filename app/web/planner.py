@@ -22,6 +22,7 @@ from app.domain.cost.monthly import MonthlyCost
 from app.domain.cost.training import TrainingCost
 from app.domain.estimator.estimate import Assumption, Estimate
 from app.domain.estimator.plan import (
+    CPCommType,
     Fp8Recipe,
     Framework,
     MoeDispatcher,
@@ -133,6 +134,7 @@ def choices(catalog: Catalog) -> dict[str, Any]:
         "offloads": [o.value for o in Offload],
         "recomputes": [r.value for r in Recompute],
         "moe_dispatchers": [d.value for d in MoeDispatcher],
+        "cp_comm_types": [t.value for t in CPCommType],
         "fp8_recipes": [r.value for r in Fp8Recipe],
         "recompute_modules": [m.value for m in RecomputeModule],
     }

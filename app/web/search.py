@@ -49,7 +49,7 @@ SEARCH_DEFAULTS = {
     "top_k": "10",
 }
 SHARED = ("model", "hf_config", "hf_id", "gpu", "node", "fabric", "seq_len", "global_batch", "tokens", "precision",
-          "optimizer", "framework", "flash_attention", "moe_dispatcher", "moe_a2a_overlap", "expert_tp", "mtp_layers", "moe_capacity_factor",
+          "optimizer", "framework", "flash_attention", "cp_comm_type", "moe_dispatcher", "moe_a2a_overlap", "expert_tp", "mtp_layers", "moe_capacity_factor",
           "moe_pad_to_capacity", "grad_reduce_bf16", "fused_swiglu", "z_loss", "fp8_attention", "fp8_recipe", "nvfp4_rht", "zero_init", "calibrated")  # fmt: skip
 """Planner inputs the search keeps fixed; the parallel layout (tp, pp, dp, …) is what it searches."""
 
@@ -66,7 +66,7 @@ def search_request(
         "seq_len": r.seq_len, "global_batch": r.global_batch, "tokens": form.tokens, "precision": r.precision,
         "optimizer": r.optimizer, "framework": r.framework, "flash_attention": r.flash_attention,
         "moe_dispatcher": r.moe_dispatcher, "moe_a2a_overlap": r.moe_a2a_overlap, "expert_tp": r.expert_tp,
-        "mtp_layers": r.mtp_layers, "moe_capacity_factor": r.moe_capacity_factor, "moe_pad_to_capacity": r.moe_pad_to_capacity,
+        "cp_comm_type": r.cp_comm_type, "mtp_layers": r.mtp_layers, "moe_capacity_factor": r.moe_capacity_factor, "moe_pad_to_capacity": r.moe_pad_to_capacity,
         "grad_reduce_bf16": r.grad_reduce_bf16, "fused_swiglu": r.fused_swiglu, "z_loss": r.z_loss,
         "fp8_attention": r.fp8_attention, "fp8_recipe": r.fp8_recipe, "nvfp4_rht": r.nvfp4_rht,
         "zero_init": r.zero_init,

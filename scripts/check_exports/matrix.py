@@ -73,6 +73,10 @@ PLANS: dict[str, dict] = {
     "mixtral-megatron-ep8-capacity-pad": dict(model="mixtral-8x7b", gpus=64, dp=64, ep=8, framework="megatron",
                                               sharding="megatron-distopt", global_batch=256,
                                               moe_capacity_factor=1.25, moe_pad_to_capacity=True),
+    # Transformer Engine's all-gather CP (--cp-comm-type all_gather, TransformerConfig.cp_comm_type), Llama 3's CP
+    "llama70b-megatron-cp4-all-gather": dict(model="llama3.1-70b", gpus=64, tp=8, cp=4, dp=2, framework="megatron",
+                                             sharding="megatron-distopt", sequence_parallel=True, seq_len=131072,
+                                             global_batch=4, cp_comm_type="all_gather"),
     "mixtral-megatron-tp2-ep8-folded": dict(model="mixtral-8x7b", gpus=16, tp=2, pp=2, dp=4, ep=8, expert_tp=1,
                                             framework="megatron", sharding="megatron-distopt",
                                             sequence_parallel=True, global_batch=64),

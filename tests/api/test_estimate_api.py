@@ -306,3 +306,21 @@ def test_estimate_carries_the_track_record_of_comparable_published_runs(client: 
     ]
     assert record["typical_abs_error"] == max(g["median_abs_error"] for g in record["groups"])
     assert record["groups"][2]["runs"] >= 3 and record["fit_date"]
+
+
+def test_cp_comm_type_is_checked_and_reaches_the_estimate(client: TestClient) -> None:
+    """An unknown exchange is 422 on the field; all_gather on torchtitan is 422 naming the nearest plan; on Megatron
+    the estimate says which exchange it costed."""
+    long = dict(gpus=64, tp=8, cp=4, seq_len=131072, global_batch=4, sequence_parallel=True)
+    item = post(client, **long, cp_comm_type="ring").json()["detail"][0]
+    assert item["loc"] == ["body", "cp_comm_type"] and "all_gather" in item["msg"]
+    response = post(client, **long, cp_comm_type="all_gather")
+    assert response.status_code == 422, response.text
+    assert any("cp_comm_type" in str(d["loc"]) and "p2p" in d["msg"] for d in response.json()["detail"])
+    megatron = dict(long, framework="megatron", sharding="megatron-distopt")
+    body = post(client, **megatron, cp_comm_type="all_gather").json()
+    assert body["plan"]["cp_comm_type"] == "all_gather"
+    (cp,) = [a for a in body["assumptions"] if a["name"] == "context parallelism"]
+    assert "all-gather" in cp["value"]
+    ring = post(client, **megatron).json()
+    assert "p2p ring" in [a for a in ring["assumptions"] if a["name"] == "context parallelism"][0]["value"]

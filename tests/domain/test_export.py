@@ -113,6 +113,10 @@ PLANS = {
         model="llama3.1-70b", gpu="gb200", node="gb200-nvl72", gpus=64, tp=1, pp=4, vpp=5, dp=16, global_batch=256,
         framework="megatron", sharding="megatron-distopt", precision="fp8", fp8_recipe="mxfp8", recompute="none",
     ),
+    "llama70b-megatron-cp4-all-gather": dict(
+        model="llama3.1-70b", gpus=64, tp=8, cp=4, dp=2, global_batch=4, seq_len=131072, framework="megatron",
+        sharding="megatron-distopt", sequence_parallel=True, cp_comm_type="all_gather",
+    ),
     "llama8b-fsdp2-fp8": dict(model="llama3.1-8b", gpus=16, tp=2, dp=8, global_batch=32, precision="fp8"),
     "llama8b-ddp-partial-hosts": dict(model="llama3.1-8b", gpus=12, tp=1, dp=12, global_batch=24, sharding="ddp"),
 }  # fmt: skip
@@ -501,6 +505,7 @@ MEGATRON_INT = (
 MEGATRON_FLOAT = ("rotary-percent", "rope-scaling-factor", "rotary-scaling-factor", "moe-router-topk-scaling-factor",
                   "moe-aux-loss-coeff")  # fmt: skip
 MEGATRON_STR = (
+    "cp-comm-type",
     "moe-layer-freq",
     "pipeline-model-parallel-layout",
     "save",
@@ -1069,3 +1074,12 @@ def test_readmes_export_example_names_the_plan_hash_the_commands_compute() -> No
     doc = make_doc(tokens=1e11)
     assert f"#SBATCH --job-name={unique_name(doc)}" in readme
     assert f"kubectl create configmap {k8s_name(doc.name, plan_hash(doc))}-config" in readme
+
+
+def test_megatron_writes_the_all_gather_cp_only_when_the_plan_runs_it() -> None:
+    """TransformerConfig.cp_comm_type passes to Transformer Engine as is: 'all_gather'; the p2p ring is the
+    default and is not written."""
+    gathered = dict(PLANS["llama70b-megatron-cp4-all-gather"])
+    args = megatron_args(make_doc(**gathered))
+    assert args[args.index("--cp-comm-type") + 1] == "all_gather"
+    assert "--cp-comm-type" not in megatron_args(make_doc(**(gathered | {"cp_comm_type": "p2p"})))

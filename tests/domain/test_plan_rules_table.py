@@ -22,6 +22,7 @@ import pytest
 from app.domain.catalog import load_catalog
 from app.domain.estimator.estimate import InvalidPlan, build_cluster, estimate
 from app.domain.estimator.plan import (
+    CPCommType,
     Fp8Recipe,
     Framework,
     MoeDispatcher,
@@ -160,7 +161,8 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
     the user's, kept fixed (the cases set none); the experts' tensor-parallel degree is the framework's default or, folded
     (Megatron), 1 — which divides tp, and the search always runs TP with sequence parallelism — so no expert_tp rule
     fires on its grid; the search lays out no pipeline layout string (it splits evenly), so no layout rule fires; FP8
-    attention and the FP8 recipe are the user's, kept fixed (the cases ask for neither)."""
+    attention and the FP8 recipe are the user's, kept fixed (the cases ask for neither), and so is the CP exchange
+    (the cases keep the ring)."""
     never = {
         "gpu-count", "pp-exceeds-layers", "experts-not-divisible", "ep-dense-model", "recompute-layers-without-full",
         "recompute-layers-exceed-chunk", "sp-without-tp", "hsdp-group-missing", "hsdp-group-divides",
@@ -173,6 +175,7 @@ def test_the_grid_cases_reach_every_rule_the_search_can_lay_out() -> None:
         "deepspeed-expert-tp", "pipeline-layout", "fsdp2-pipeline-layout", "deepspeed-pipeline-layout",
         "fsdp2-nvfp4", "deepspeed-nvfp4", "fp8-attention-precision", "fsdp2-fp8-attention", "deepspeed-fp8-attention",
         "fp8-recipe-precision", "megatron-fp8-rowwise", "deepspeed-fp8-rowwise", "fsdp2-fp8-te-recipe",
+        "fsdp2-cp-all-gather", "deepspeed-cp-all-gather",
     }  # fmt: skip
     reached: set[str] = set()
     for model, gpus, framework, settings, batches in GRID_CASES:
@@ -298,6 +301,8 @@ CASES: dict[str, tuple[dict, dict]] = {
     "megatron-a2a-overlap": (dict(DISTOPT, ep=2, pp=2, dp=4, moe_a2a_overlap=True), dict(n_experts=8)),
     "fsdp2-moe-dispatcher": (dict(ep=2, moe_dispatcher=MoeDispatcher.deepep), dict(n_experts=8)),
     "deepspeed-moe-dispatcher": (dict(ZERO1, ep=2, moe_dispatcher=MoeDispatcher.hybridep), dict(n_experts=8)),
+    "fsdp2-cp-all-gather": (dict(cp=2, dp=4, cp_comm_type=CPCommType.all_gather), {}),
+    "deepspeed-cp-all-gather": (dict(ZERO1, cp=2, dp=4, cp_comm_type=CPCommType.all_gather), {}),
     "fsdp2-a2a-overlap": (dict(ep=2, moe_a2a_overlap=True), dict(n_experts=8)),
     "deepspeed-a2a-overlap": (dict(ZERO1, ep=2, moe_a2a_overlap=True), dict(n_experts=8)),
     "recompute-modules-without-selective": (dict(recompute=Recompute.full, recompute_modules=("mlp",)), {}),

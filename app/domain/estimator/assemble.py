@@ -16,6 +16,7 @@ from app.domain.estimator.context_parallel import (
     ring_fixed_seconds,
     ring_for,
     ring_merge_bytes,
+    te_gather_backward_bytes,
     torch_ring_backward_bytes,
 )
 from app.domain.estimator.evaluate import (
@@ -251,9 +252,9 @@ def recompute_key_q(arch: Architecture, w: KeyWork, recompute: Recompute, share:
 def ring_backward_bytes(arch: Architecture, plan: Plan, act_bytes: int) -> float:
     """Bytes one layer's ring-attention backward holds beyond the single attention kernel's gradients, one
     micro-batch on one rank (:func:`app.domain.estimator.context_parallel.torch_ring_backward_bytes`): PyTorch's ring
-    (FSDP2 / torchtitan plans with CP); 0 without CP and for Transformer Engine's ring, whose buffers are not
-    modelled."""
-    if plan.cp <= 1 or plan.framework is not Framework.fsdp2:
+    (FSDP2 / torchtitan plans with CP), or Transformer Engine's all-gather (:func:`te_gather_backward_bytes`); 0
+    without CP and for Transformer Engine's p2p ring, whose buffers are not modelled."""
+    if plan.cp <= 1 or not (plan.framework is Framework.fsdp2 or plan.cp_gathers_kv):
         return 0.0
     rows = plan.micro_batch * plan.seq_len / plan.cp  # the rank's tokens
     heads = math.ceil(arch.n_heads / plan.tp)
@@ -261,6 +262,8 @@ def ring_backward_bytes(arch: Architecture, plan: Plan, act_bytes: int) -> float
     kv_heads = heads if plan.repeat_kv else math.ceil(arch.n_kv_heads / plan.tp)
     q = rows * heads * arch.qk_head_dim
     kv = rows * kv_heads * (arch.qk_head_dim + arch.value_head_dim)
+    if plan.cp_gathers_kv:
+        return float(te_gather_backward_bytes(plan.cp, q, kv, act_bytes))
     return float(torch_ring_backward_bytes(plan.cp, q, kv, rows * heads, act_bytes))
 
 
@@ -274,10 +277,11 @@ def ring_layer_seconds(arch: Architecture, plan: Plan, cluster: Cluster) -> tupl
     out = rows * arch.n_heads * arch.value_head_dim
     kv_heads = arch.n_heads if plan.repeat_kv else arch.n_kv_heads  # K/V repeated to every query head
     kv = rows * kv_heads * (arch.qk_head_dim + arch.value_head_dim)
-    fwd_b, bwd_b = ring_merge_bytes(plan.cp, q, out, kv, ring_for(plan.framework.value))
+    ring = ring_for(plan.framework.value, plan.cp_comm_type.value)
+    fwd_b, bwd_b = ring_merge_bytes(plan.cp, q, out, kv, ring)
     hbm = cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency
     overhead = cluster.efficiency.gemm_overhead_us * 1e-6
-    return tuple(ring_fixed_seconds(plan.cp, b, hbm, overhead) for b in (fwd_b, bwd_b))  # type: ignore[return-value]
+    return tuple(ring_fixed_seconds(plan.cp, b, hbm, overhead, ring) for b in (fwd_b, bwd_b))  # type: ignore[return-value]
 
 
 def consts(cluster: Cluster, plan: Plan) -> Consts:
@@ -285,7 +289,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
     rt = cluster.runtime
     stack = cluster.stack(plan.framework.value)
     up, out, hop_up, hop_out = link_speeds(cluster)
-    ring = ring_for(plan.framework.value)
+    ring = ring_for(plan.framework.value, plan.cp_comm_type.value)
     return Consts(
         weights_b=per.weights, grads_b=per.grads, master_b=per.master, optimizer_b=per.optimizer,
         grad_reduce_b=per.grad_reduce, work_b=4.0 if plan.precision is Precision.fp32 else 2.0,
@@ -298,7 +302,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
         host_link_bytes_per_s=rt.host_link_gb_per_s(cluster.accelerator.pcie_generation) * 1e9,
         cpu_optimizer_bytes_per_s=rt.cpu_optimizer_gb_per_s * 1e9, nvme_bytes_per_s=rt.nvme_gb_per_s * 1e9,
         tp_overlap=stack.tp_overlap if plan.uses_tp_comm_overlap else 0.0, ep_overlap=stack.ep_overlap, dp_overlap=stack.dp_overlap, comm_slowdown=cluster.scale.comm_slowdown,
-        straggler_cv=cluster.scale.straggler_cv, cp_all_gather=ring.kv_all_gather, cp_dkv_ratio=ring.dkv_wire_ratio,
+        straggler_cv=cluster.scale.straggler_cv, cp_ring=ring,
         pp_overlap_interleaved=stack.pp_overlap_interleaved, pp_serial_p2p=stack.pp_serial_p2p,
         pp_grad_reduce_after_schedule=stack.pp_grad_reduce_after_schedule, param_gather_in_step=stack.param_gather_in_step,
         bf16_optimizer=plan.framework is Framework.deepspeed and plan.precision is Precision.bf16 and plan.grad_accum_fp32,

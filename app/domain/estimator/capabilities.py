@@ -23,6 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from app.domain.estimator.plan import (
+    CPCommType,
     Fp8Recipe,
     Framework,
     MoeDispatcher,
@@ -117,6 +118,10 @@ def _adam(plan: Plan, framework: Framework) -> Plan:
 
 def _alltoall(plan: Plan, framework: Framework) -> Plan:
     return replace_plan(plan, moe_dispatcher=MoeDispatcher.alltoall)
+
+
+def _ring_cp(plan: Plan, framework: Framework) -> Plan:
+    return replace_plan(plan, cp_comm_type=CPCommType.p2p)
 
 
 def _no_a2a_overlap(plan: Plan, framework: Framework) -> Plan:
@@ -309,6 +314,12 @@ CAPABILITIES: tuple[Rule, ...] = (
         "has no DeepEP/HybridEP token dispatcher (Megatron-Core's flex dispatcher): it dispatches MoE tokens with a "
         "plain all-to-all", "use the alltoall dispatcher, or framework megatron", lambda f: f.dedup_dispatcher,
         _alltoall,
+    ),
+    *_megatron_only(
+        "cp-all-gather", "cp_comm_type",
+        "has no all-gather context parallelism (Transformer Engine's cp_comm_type 'all_gather'; torchtitan's "
+        "'allgather' rotation is PyTorch's ring)", "use cp_comm_type p2p, or framework megatron",
+        lambda f: f.cp_gather & (f.cp > 1), _ring_cp,
     ),
     _refusal(
         Framework.fsdp2, "torchtitan-moe-capacity", "moe_capacity_factor",

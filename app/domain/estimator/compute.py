@@ -271,17 +271,19 @@ def attention_efficiency(cluster: Cluster, plan: Plan) -> float:
     cuDNN's own benchmark; 1 where none is measured). Under context parallelism (cp > 1) every ring step's kernel
     runs at ``scale.ring_attention_ratio`` × the rate of the same kernel on the same block outside a ring (fitted on
     the published CP runs, both Transformer Engine's and PyTorch's rings; prior 1): what a step loses beyond the
-    transfers, merges and launches :mod:`app.domain.estimator.context_parallel` counts."""
+    transfers, merges and launches :mod:`app.domain.estimator.context_parallel` counts. All-gather CP
+    (``plan.cp_gathers_kv``) runs no ring: its kernels attend whole prefixes, at the rate of the whole sequence."""
     fp8 = cluster.efficiency.fp8_attention_speedup if plan.fp8_attention else 1.0
     # Short blocks run further from peak (per-block softmax rescaling, tails, launch): the kernel's rate grows as
     # L/(L + L½) with the block length L — the sequence, or its 1/cp chunk under context parallelism, where each
     # ring step attends one chunk to another (FlashAttention-2's forward+backward sweep: ~0.6 of its long-sequence
     # rate at 512 tokens, ~0.8 at 1K, ~0.9 at 2K).
-    block = plan.seq_len / plan.cp
+    # Under all-gather CP there is no ring: each query chunk attends its whole causal prefix (s/2 keys on average)
+    block = plan.seq_len if plan.cp_gathers_kv else plan.seq_len / plan.cp
     half = cluster.scale.attention_half_length
     short = block / (block + half)
     # a ring step's kernel shares its SMs and HBM with the step's send/receive
-    ring = cluster.scale.ring_attention_ratio if plan.cp > 1 else 1.0
+    ring = cluster.scale.ring_attention_ratio if plan.cp > 1 and not plan.cp_gathers_kv else 1.0
     block_rate = short * ring  # of the kernel's long-sequence rate outside a ring
     kernel = plan.attention_kernel
     if kernel == "auto":

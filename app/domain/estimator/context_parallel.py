@@ -103,6 +103,15 @@ class RingAttention:
     bwd_fixed_kv_b: float
     bwd_step_kv_b: float
     source: str
+    fwd_step_kv_b: float = 0.0
+    # no ring: each of the rank's two query chunks attends its whole causal prefix in one kernel (two kernels a
+    # pass, not cp), K/V gathered in the open and dK/dV reduce-scattered after the backward
+    whole_prefix: bool = False
+
+    def extra_kernels(self, cp: Num) -> Num:
+        """Attention kernels a pass runs beyond the single kernel without CP: one per further ring step (cp − 1),
+        or one more for the second query chunk when each chunk attends its whole prefix."""
+        return 1 if self.whole_prefix else cp - 1
 
 
 # Transformer Engine (non-FP8): forward — K and V packed into one send buffer (read 2 + write 2 B per K/V element);
@@ -135,12 +144,34 @@ TORCH_RING = RingAttention(
     "_SDPAMerger, _AllGatherRotater; 2025); torchtitan context_parallel_rotate_method default 'allgather'",
 )  # fmt: skip
 
-# Which implementation a framework's plans run: Megatron-Core uses Transformer Engine's; torchtitan (fsdp2) uses
-# PyTorch's. DeepSpeed runs no ring attention (the capability table folds cp into dp); TE's stands in.
+# Transformer Engine's all-gather CP (``AttnFuncWithCPAndKVAllGather``, cp_comm_type "all_gather", after the
+# Llama 3 paper's §3.3.2; same source): forward — K and V all-gathered (the docstring: "KV all-gather between CP
+# ranks is exposed"), put into sequence order (index_select: read 2 + write 2 B per gathered element, i.e. 4·cp B per
+# element of the rank's own block), each of the rank's two query chunks attends its whole causal prefix in one kernel
+# (two kernels, on two streams) and its output is copied into place (read 2 + write 2 B). Backward — K/V gathered and
+# reordered again (4 B per gathered element), dK/dV allocated at full length (zeros, 2 B), each chunk's dK/dV added
+# over its prefix (read 2 + 2, write 2 B; the two prefixes cover (2cp+1)/2cp of the sequence, taken as once),
+# reordered back (4 B) and reduce-scattered in 16 bits (exposed); dQ copied into place (4 B). No merges.
+TE_ALL_GATHER = RingAttention(
+    name="Transformer Engine AttnFuncWithCPAndKVAllGather (K/V all-gather, no ring)",
+    kv_all_gather=True, dkv_wire_ratio=1.0,
+    fwd_fixed_out_b=4.0, fwd_step_out_b=0.0, fwd_fixed_kv_b=4.0, fwd_step_kv_b=4.0,
+    bwd_fixed_q_b=4.0, bwd_step_q_b=0.0, bwd_fixed_kv_b=16.0, bwd_step_kv_b=16.0, whole_prefix=True,
+    source="TE transformer_engine/pytorch/attention/dot_product_attention/context_parallel.py (d0067d0, 2026-08); "
+    "The Llama 3 Herd of Models, §3.3.2",
+)  # fmt: skip
+
+# Which ring a framework's plans run: Megatron-Core uses Transformer Engine's; torchtitan (fsdp2) uses PyTorch's.
+# DeepSpeed runs no ring attention (the capability table folds cp into dp); TE's stands in.
 RING_BY_FRAMEWORK = {"megatron": TE_P2P, "fsdp2": TORCH_RING, "deepspeed": TE_P2P}
 
 
-def ring_for(framework: str) -> RingAttention:
+def ring_for(framework: str, cp_comm_type: str = "p2p") -> RingAttention:
+    """The K/V exchange a plan's context parallelism runs: the all-gather when the plan asks for it (Transformer
+    Engine's, the algorithm Meta's Llama 3 stack ran; the capability table lets only Megatron plans ask), else
+    the framework's ring."""
+    if cp_comm_type == "all_gather":
+        return TE_ALL_GATHER
     return RING_BY_FRAMEWORK.get(framework, TE_P2P)
 
 
@@ -150,10 +181,12 @@ def ring_merge_bytes(
     """(forward, backward) HBM bytes one rank's merges move per layer and micro-batch; 0 for cp = 1.
 
     ``q_elems``, ``out_elems``, ``kv_elems``: elements of the rank's queries, attention output and keys + values
-    (b · s/cp · width / tp). forward = out·(fixed + (cp−1)·step) + kv·fixed;
+    (b · s/cp · width / tp). forward = out·(fixed + (cp−1)·step) + kv·(fixed + (cp−1)·step);
     backward = q·(fixed + (cp−1)·step) + kv·(fixed + (cp−1)·step), with the byte counts of ``ring``."""
     steps = cp - 1
-    fwd = out_elems * (ring.fwd_fixed_out_b + steps * ring.fwd_step_out_b) + kv_elems * ring.fwd_fixed_kv_b
+    fwd = out_elems * (ring.fwd_fixed_out_b + steps * ring.fwd_step_out_b) + kv_elems * (
+        ring.fwd_fixed_kv_b + steps * ring.fwd_step_kv_b
+    )
     bwd = q_elems * (ring.bwd_fixed_q_b + steps * ring.bwd_step_q_b) + kv_elems * (
         ring.bwd_fixed_kv_b + steps * ring.bwd_step_kv_b
     )
@@ -161,11 +194,13 @@ def ring_merge_bytes(
     return fwd * on, bwd * on
 
 
-def ring_fixed_seconds(cp: Num, merge_bytes: Num, hbm_bytes_per_s: float, kernel_overhead_s: float) -> Num:
+def ring_fixed_seconds(
+    cp: Num, merge_bytes: Num, hbm_bytes_per_s: float, kernel_overhead_s: float, ring: RingAttention = TE_P2P
+) -> Num:
     """Seconds of one pass's ring work that no transfer hides: its merges, memory-bound at the HBM rate, plus
-    cp − 1 more attention kernels than the single-kernel attention, ``kernel_overhead_s`` each (launch, tail and
-    the wait for the step's K/V)."""
-    return merge_bytes / hbm_bytes_per_s + (cp - 1) * kernel_overhead_s
+    the attention kernels beyond the single-kernel attention (``ring.extra_kernels``: cp − 1 for a ring, 1 for the
+    all-gather), ``kernel_overhead_s`` each (launch, tail and the wait for the step's K/V)."""
+    return merge_bytes / hbm_bytes_per_s + ring.extra_kernels(cp) * kernel_overhead_s
 
 
 def te_ring_exposed_s(
@@ -206,6 +241,41 @@ def torch_ring_exposed_s(
     on = cp > 1
     exposed = forwards * fwd + bwd
     return xp.where(on, exposed, 0.0), xp.where(on, total - exposed, 0.0)
+
+
+def te_gather_exposed_s(xp, cp: Num, gather_s: Num, forwards: Num) -> tuple[Num, Num]:
+    """(exposed, hidden) transfer seconds of Transformer Engine's all-gather CP, one layer and micro-batch:
+    ``gather_s`` = the all-gather of every rank's K/V (the reduce-scatter of the 16-bit dK/dV moves the same
+    bytes). Nothing hides — TE runs the gather before the attention that needs it and the reduce-scatter after the
+    backward that makes it: forwards·gather (each forward pass, recomputed ones included) + gather (the backward
+    gathers again) + the reduce-scatter. Example: a 14.65 µs gather at 1 forward: 3 · 14.65 = 43.95 µs."""
+    on = cp > 1
+    return xp.where(on, (forwards + 2) * gather_s, 0.0), xp.where(on, 0.0 * gather_s, 0.0)
+
+
+def ring_exposed_s(
+    xp, ring: RingAttention, cp: Num, comm: dict, fwd_step_s: Num, bwd_step_s: Num, forwards: Num
+) -> tuple[Num, Num]:
+    """(exposed, hidden) transfer seconds of ``ring``'s K/V exchange, one layer and micro-batch, from the plan's
+    CP transfers in ``comm`` (``cp_kv``, ``cp_kv_dkv``, ``cp_dkv``: one send; ``cp_gather``: the all-gather)."""
+    if ring.whole_prefix:
+        return te_gather_exposed_s(xp, cp, comm["cp_gather"], forwards)
+    if ring.kv_all_gather:
+        return torch_ring_exposed_s(
+            xp, cp, comm["cp_gather"], comm["cp_dkv"], fwd_step_s, bwd_step_s, forwards
+        )
+    sends = (comm["cp_kv"], comm["cp_kv_dkv"], comm["cp_dkv"])
+    return te_ring_exposed_s(xp, cp, *sends, fwd_step_s, bwd_step_s, forwards)
+
+
+def te_gather_backward_bytes(cp: Num, q_elems: Num, kv_elems: Num, act_b: float) -> Num:
+    """Bytes Transformer Engine's all-gather CP backward holds beyond the single attention kernel's gradients, per
+    layer and micro-batch on one rank; 0 for cp = 1. Read from ``AttnFuncWithCPAndKVAllGather.backward``: the
+    gathered K/V (cp · kv), dK/dV at full length (cp · kv), the two query chunks' dK/dV over their prefixes
+    ((2cp+1)/2cp of the full length: (cp + ½) · kv) and their dQ halves (q), minus the single kernel's dK/dV (kv),
+    all in the activation dtype: ((3cp − ½) · kv + q) · B. Hand-worked: cp 4, q = 131,072, kv = 65,536, B = 2:
+    (11.5 · 65,536 + 131,072) · 2 = 1,769,472 B."""
+    return ((3 * cp - 0.5) * kv_elems + q_elems) * act_b * (cp > 1)
 
 
 def torch_ring_backward_bytes(cp: Num, q_elems: Num, kv_elems: Num, heads_rows: Num, act_b: float) -> Num:

@@ -14,6 +14,7 @@ from app.domain.estimator.assemble import evaluate_plan, ring_backward_bytes
 from app.domain.estimator.casts import cast_element_b, fp8_any_layout
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
+from app.domain.estimator.context_parallel import ring_for
 from app.domain.estimator.efficiency import EfficiencyCatalog
 from app.domain.estimator.hardware import HardwareCatalog, fp8_recipe_problem, precision_problem
 from app.domain.estimator.memory import (
@@ -301,7 +302,7 @@ def _scale_terms(cluster: Cluster, plan: Plan) -> list[Assumption]:
             cluster, "scale", "straggler_cv", "per-rank step jitter (wait for the slowest rank)", "fraction"
         ),
     ]
-    if plan.cp > 1:
+    if plan.cp > 1 and not plan.cp_gathers_kv:
         out.append(_figure(cluster, "scale", "ring_attention_ratio", "attention rate inside a ring step",
                            "fraction of the kernel's rate outside a ring"))  # fmt: skip
     return out
@@ -356,10 +357,17 @@ def _ring_formula(arch: Architecture, plan: Plan) -> str:
     ring = ring_backward_bytes(arch, plan, 4 if plan.precision is Precision.fp32 else 2)
     if not ring:
         return ""
+    what = (
+        "Transformer Engine's all-gather CP backward holds {} GiB a layer beyond the attention kernel's gradients "
+        "(every rank's K/V gathered, full-length dK/dV and the query chunks' partial gradients)"
+        if plan.cp_gathers_kv
+        else "PyTorch's ring-attention backward holds {} GiB a layer beyond the attention kernel's gradients (every "
+        "rank's K/V all-gathered, fp32 dQ/dK/dV with their copies)"
+    )
     return (
-        f"; PyTorch's ring-attention backward holds {ring / 2**30:.2f} GiB a layer beyond the attention kernel's "
-        "gradients (every rank's K/V all-gathered, fp32 dQ/dK/dV with their copies), counted where it exceeds the "
-        "MLP tensors the layer's MLP backward has freed by then"
+        "; "
+        + what.format(f"{ring / 2**30:.2f}")
+        + (", counted where it exceeds the MLP tensors the layer's MLP backward has freed by then")
     )
 
 
@@ -418,12 +426,15 @@ def estimate(
     *,
     tokens_to_train: float | None = None,
     allow_tp_across_nodes: bool = False,
+    framework_refusals: bool = True,
 ) -> Estimate:
-    """Memory, time and throughput of ``plan`` for ``arch`` on ``cluster``. Raises :class:`InvalidPlan`."""
+    """Memory, time and throughput of ``plan`` for ``arch`` on ``cluster``. Raises :class:`InvalidPlan`.
+    ``framework_refusals`` False: the capability table's refusals are not checked (published runs on stacks it does
+    not describe, costed with the stand-in framework's mechanisms)."""
     violations = plan_violations(
         plan, n_layers=arch.n_layers, n_heads=arch.n_heads, n_kv_heads=arch.n_kv_heads, n_experts=arch.n_experts,
         gpus=cluster.gpus, gpus_per_node=cluster.gpus_per_node, nvlink_domain_size=cluster.nvlink_domain,
-        allow_tp_across_nodes=allow_tp_across_nodes, mla=arch.attention == "mla",
+        allow_tp_across_nodes=allow_tp_across_nodes, mla=arch.attention == "mla", capabilities=framework_refusals,
     )  # fmt: skip
     unsupported = precision_problem(cluster.accelerator, plan.precision.value)
     if unsupported:
@@ -552,6 +563,10 @@ def _assumptions(
     moe_load = _moe_load(arch, plan)
     if moe_load is not None:
         out.append(moe_load)
+    if plan.cp > 1:
+        out.append(Assumption(name="context parallelism", value=ring_for(plan.framework.value, plan.cp_comm_type.value).name,
+                              source="formula", note="all-gather: K/V gathered and dK/dV reduce-scattered in the open, "
+                              "no ring, whole-prefix kernels; a ring hides each K/V send behind one step's attention"))  # fmt: skip
     if plan.recompute is Recompute.selective:
         modules = sorted(m.value for m in plan.recompute_module_set)
         moe_or_mla = arch.is_moe or arch.attention == "mla"

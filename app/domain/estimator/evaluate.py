@@ -22,8 +22,9 @@ from typing import Any
 
 from app.domain.estimator.context_parallel import (
     ATTENTION_BACKWARD_RATIO,
-    te_ring_exposed_s,
-    torch_ring_exposed_s,
+    TE_P2P,
+    RingAttention,
+    ring_exposed_s,
 )
 from app.domain.estimator.moe_load import capped_load_factor, expert_load_factor
 from app.domain.estimator.network import (
@@ -169,8 +170,9 @@ class Consts:
     dp_overlap: float = 1.0  # the stack's fraction of overlappable DP/FSDP traffic actually hidden
     comm_slowdown: float = 0.0  # compute stretched by this fraction of the communication it hides
     straggler_cv: float = 0.0  # per-rank step jitter: a synchronous step waits ≈ cv·√(2 ln N) longer
-    cp_all_gather: bool = False  # the stack's ring all-gathers K/V (PyTorch), not p2p sends (TE)
-    cp_dkv_ratio: float = 1.0  # dK/dV bytes on the ring's wire per K/V byte
+    cp_ring: RingAttention = (
+        TE_P2P  # how the plan's context parallelism exchanges K/V (context_parallel.ring_for)
+    )
     repeat_kv: bool = False  # K/V repeated to every query head before attention (the ring moves them so)
     fsdp_copy_out: bool = False  # FSDP2: every gathered parameter copied out of the all-gather buffer
     unsharded_init: bool = False  # DeepSpeed ZeRO-3 outside zero.Init: the whole model on the GPU at start-up
@@ -236,8 +238,8 @@ def plan_comm(xp, mq: ModelQ, pq: PlanQ, c: Consts) -> dict[str, Num]:
     kv_bytes = 2 * tokens * (mq.q_dim if c.repeat_kv else mq.kv_dim) / pq.tp * c.act_b
     cp_send = _group(xp, pq.cp, pq.tp, c, ring=False)
     cp_kv = collective_seconds(xp, Collective.p2p, kv_bytes, *cp_send)
-    cp_dkv = collective_seconds(xp, Collective.p2p, c.cp_dkv_ratio * kv_bytes, *cp_send)
-    cp_kv_dkv = collective_seconds(xp, Collective.p2p, (1 + c.cp_dkv_ratio) * kv_bytes, *cp_send)
+    cp_dkv = collective_seconds(xp, Collective.p2p, c.cp_ring.dkv_wire_ratio * kv_bytes, *cp_send)
+    cp_kv_dkv = collective_seconds(xp, Collective.p2p, (1 + c.cp_ring.dkv_wire_ratio) * kv_bytes, *cp_send)
     cp_gather = collective_seconds(xp, Collective.all_gather, pq.cp * kv_bytes, *_group(xp, pq.cp, pq.tp, c))
     ep_n, ep_per_domain, ep_nodes, _, ep_hop, _ = _group(xp, pq.ep, pq.etp, c)
     # Each rank dispatches the tokens it holds: under sequence parallelism (which Megatron-Core requires for MoE
@@ -434,13 +436,7 @@ def rank_time(
         hides, the slowdown of the attention beside the hidden ones, the merges and per-step kernels."""
         fwd_step = attn / pq.cp
         bwd_step = ATTENTION_BACKWARD_RATIO * fwd_step
-        if c.cp_all_gather:
-            exposed, hidden = torch_ring_exposed_s(
-                xp, pq.cp, comm["cp_gather"], comm["cp_dkv"], fwd_step, bwd_step, kq.cp_forwards
-            )
-        else:
-            sends = (comm["cp_kv"], comm["cp_kv_dkv"], comm["cp_dkv"])
-            exposed, hidden = te_ring_exposed_s(xp, pq.cp, *sends, fwd_step, bwd_step, kq.cp_forwards)
+        exposed, hidden = ring_exposed_s(xp, c.cp_ring, pq.cp, comm, fwd_step, bwd_step, kq.cp_forwards)
         return exposed + c.comm_slowdown * hidden + kq.cp_forwards * kq.cp_fwd + kq.cp_bwd
 
     cp_s = xp.where(pq.cp > 1, rq.n_dense * cp_layer(kq.attn_dense) + rq.n_moe * cp_layer(kq.attn_moe), 0)

@@ -157,6 +157,16 @@ class MoeDispatcher(StrEnum):
         return {MoeDispatcher.alltoall: 0, MoeDispatcher.deepep: 1, MoeDispatcher.hybridep: 2}[self]
 
 
+class CPCommType(StrEnum):
+    """How context parallelism moves keys and values between its ranks (Transformer Engine's ``cp_comm_type``,
+    Megatron-Core's ``--cp-comm-type``)."""
+
+    p2p = "p2p"  # a ring: each step attends one received K/V block while the next is sent (TE's default)
+    all_gather = (
+        "all_gather"  # K/V all-gathered once; each query chunk attends its whole prefix (Llama 3's CP)
+    )
+
+
 def moe_a2a_overlap_runs(ep, pp, vpp, recompute_full, fp32):
     """Where Megatron-Core runs its MoE all-to-all overlap (``overlap_moe_expert_parallel_comm``): expert
     parallelism, an interleaved schedule when pipelined, no full recompute, a bf16/fp16 model (FP8 training keeps a
@@ -254,6 +264,13 @@ class Plan(Frozen):
         "mlp, moe_act, moe, shared_experts); None = the attention core only",
     )
     sequence_parallel: bool = False
+    cp_comm_type: CPCommType = Field(
+        default=CPCommType.p2p,
+        description="with cp > 1, how K/V move between the context-parallel ranks: p2p (a ring, Transformer "
+        "Engine's and Megatron-Core's default; torchtitan always runs PyTorch's ring) or all_gather (Transformer "
+        "Engine's cp_comm_type 'all_gather', as Meta trained Llama 3: K/V all-gathered in the open, no ring; "
+        "Megatron only)",
+    )
     moe_dispatcher: MoeDispatcher = Field(
         default=MoeDispatcher.alltoall,
         description="MoE token dispatcher: alltoall (NCCL, one copy per routed expert), deepep or hybridep "
@@ -415,6 +432,12 @@ class Plan(Frozen):
         return self.framework is Framework.megatron if self.tp_comm_overlap is None else self.tp_comm_overlap
 
     @property
+    def cp_gathers_kv(self) -> bool:
+        """Context parallelism by K/V all-gather (Transformer Engine's ``all_gather``), not a ring: cp > 1 and
+        asked; only Megatron runs it (the capability table refuses it elsewhere)."""
+        return self.cp > 1 and self.cp_comm_type is CPCommType.all_gather
+
+    @property
     def uses_tp_comm_overlap(self) -> bool:
         """TP communication overlap runs: asked (:attr:`asks_tp_comm_overlap`) and possible in the stack —
         Megatron (Transformer Engine's userbuffers), FSDP2 only with torch.compile (torchtitan's async TP is a
@@ -511,17 +534,19 @@ def plan_violations(
     allow_tp_across_nodes: bool = False,
     tied_embeddings: bool = False,
     mla: bool = False,
+    capabilities: bool = True,
 ) -> list[Violation]:
     """Every violation of ``plan`` for this model and cluster, each with how to fix it (empty = valid).
 
     The rules are one table (:mod:`app.domain.estimator.rules`), the same the search evaluates on its grid; the
     framework's refusals (``capabilities``) are reported once no plan rule is broken, each naming the nearest
-    plan the framework runs."""
+    plan the framework runs (``capabilities`` False: not checked, for a published run on a stack the table does not
+    describe)."""
     from app.domain.estimator.rules import Context, violations
 
     context = Context(
         gpus=gpus, n_layers=n_layers, n_heads=n_heads, n_kv_heads=n_kv_heads, n_experts=n_experts,
         gpus_per_node=gpus_per_node, nvlink_domain=nvlink_domain_size, allow_tp_across_nodes=allow_tp_across_nodes,
-        tied_embeddings=tied_embeddings, mla=mla,
+        tied_embeddings=tied_embeddings, mla=mla, capabilities=capabilities,
     )  # fmt: skip
     return violations(plan, context)

@@ -151,6 +151,7 @@ _INFERABLE = {
     "recompute_layers",
     "precision",
     "sequence_parallel",
+    "cp_comm_type",
     "moe_dispatcher",
     "moe_a2a_overlap",
     "tp_comm_overlap",
@@ -280,6 +281,12 @@ class PublishedRun(CatalogEntry):
         default=None,
         description="with selective recompute: Megatron's --recompute-modules as the run's recipe sets them",
     )
+    cp_comm_type: Literal["p2p", "all_gather"] = Field(
+        default="p2p",
+        description="how the run's context parallelism exchanged K/V: p2p (a ring: Transformer Engine's default, "
+        "PyTorch's ring attention) or all_gather (K/V gathered once, no ring: Llama 3, TE's 'all_gather')",
+    )
+    cp_comm_type_text: str | None = None  # the source's words for it
     moe_dispatcher: Literal["alltoall", "deepep", "hybridep"] = Field(
         default="alltoall",
         description="MoE token dispatcher the run used (Megatron's flex dispatcher backend: deepep, hybridep)",

@@ -34,6 +34,7 @@ import numpy as np
 
 from app.domain.estimator.pipeline import layout_problem
 from app.domain.estimator.plan import (
+    CPCommType,
     Framework,
     MoeDispatcher,
     Offload,
@@ -117,6 +118,9 @@ class Context(NamedTuple):  # a named tuple: built once per validated plan, chea
     allow_tp_across_nodes: bool = False
     tied_embeddings: bool = False
     mla: bool = False  # multi-latent attention (Megatron's mla_up_proj recompute needs it)
+    capabilities: bool = (
+        True  # False: the framework's refusals are not checked (a published run on another stack)
+    )
 
 
 @dataclass(slots=True)  # read-only by convention: frozen would cost a third of one plan's validation
@@ -151,6 +155,7 @@ class Facts:
     fp8_recipe: Any  # Plan.fp8_recipe as its index (Fp8Recipe.code; 0: auto)
     quantized: Any  # GEMMs below 16 bits: FP8 or NVFP4 (Plan.precision.quantized_gemms)
     dedup_dispatcher: Any  # DeepEP / HybridEP token dispatcher (Plan.moe_dispatcher)
+    cp_gather: Any  # all-gather context parallelism asked (Plan.cp_comm_type all_gather)
     a2a_overlap: Any  # MoE all-to-all overlap (Plan.moe_a2a_overlap)
     capacity: Any  # MoE capacity factor (Plan.moe_capacity_factor; 0: dropless)
     pad_capacity: Any  # expert inputs padded to the capacity (Plan.moe_pad_to_capacity)
@@ -203,7 +208,7 @@ def facts(
     tp_overlap_asked: Any = False, compiled: Any = False, capacity: Any = 0.0, pad_capacity: Any = False,
     deepep: Any = False, etp: Any = None, etp_given: Any = False, mtp: Any = 0, layout_why: str = "",
     layout_given: Any = False, nvfp4: Any = False, fp8_attention: Any = False, quantized: Any = False,
-    fp8_recipe: Any = 0,
+    fp8_recipe: Any = 0, cp_gather: Any = False,
 ) -> Facts:  # fmt: skip
     """The one builder of Facts, for a plan's numbers and for the grid's arrays alike (``etp`` None: tp)."""
     per_step = micro_batch * _at_least_1(dp)
@@ -214,7 +219,7 @@ def facts(
         micro_batch=micro_batch, global_batch=global_batch,
         seq_len=seq_len, sharding=sharding, offload=offload, recompute=recompute, recompute_layers=recompute_layers,
         shard_group=shard_group, sequence_parallel=sequence_parallel, framework=framework, fp16=fp16, sgd=sgd,
-        fp32=fp32, nvfp4=nvfp4, fp8_attention=fp8_attention, fp8_recipe=fp8_recipe, quantized=quantized, dedup_dispatcher=dedup_dispatcher, a2a_overlap=a2a_overlap, modules_named=modules_named,
+        fp32=fp32, nvfp4=nvfp4, fp8_attention=fp8_attention, fp8_recipe=fp8_recipe, quantized=quantized, dedup_dispatcher=dedup_dispatcher, cp_gather=cp_gather, a2a_overlap=a2a_overlap, modules_named=modules_named,
         tp_overlap_asked=tp_overlap_asked, compiled=compiled, capacity=capacity, pad_capacity=pad_capacity,
         deepep=deepep, up_proj_named=up_proj_named, moe_modules_named=moe_modules_named, mla=context.mla,
         gpus=context.gpus, n_layers=n_layers, n_heads=context.n_heads, n_kv_heads=context.n_kv_heads,
@@ -241,7 +246,7 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         shard_group=plan.shard_group_size or 0, sequence_parallel=plan.sequence_parallel, framework=plan.framework,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, context=context,
         fp32=plan.precision is Precision.fp32, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
-        nvfp4=plan.precision is Precision.nvfp4, fp8_attention=plan.fp8_attention, fp8_recipe=plan.fp8_recipe.code,
+        cp_gather=plan.cp_comm_type is CPCommType.all_gather, nvfp4=plan.precision is Precision.nvfp4, fp8_attention=plan.fp8_attention, fp8_recipe=plan.fp8_recipe.code,
         quantized=plan.precision.quantized_gemms,
         a2a_overlap=plan.moe_a2a_overlap, modules_named=plan.recompute_modules is not None,
         up_proj_named="mla_up_proj" in (plan.recompute_modules or ()),
@@ -578,7 +583,7 @@ def violations(plan: Plan, context: Context) -> list[Violation]:
     names the nearest plan the framework runs (``capabilities.capability_violations``)."""
     f = plan_facts(plan, context)
     out = [Violation(field=r.field, code=r.code, message=r.message(f), fix=r.fix(f)) for r in broken(f)]
-    if out or not broken(f, capability=True):
+    if out or not context.capabilities or not broken(f, capability=True):
         return out
     from app.domain.estimator.capabilities import capability_violations
 

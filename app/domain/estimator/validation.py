@@ -14,7 +14,16 @@ from app.domain.catalog.store import Catalog
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.estimate import Estimate, InvalidPlan, build_cluster, estimate
 from app.domain.estimator.overrides import apply_overrides
-from app.domain.estimator.plan import Framework, MoeDispatcher, Offload, Plan, Precision, Recompute, Sharding
+from app.domain.estimator.plan import (
+    CPCommType,
+    Framework,
+    MoeDispatcher,
+    Offload,
+    Plan,
+    Precision,
+    Recompute,
+    Sharding,
+)
 from app.domain.estimator.published import (
     FlopsAccounting,
     PublishedRun,
@@ -39,6 +48,11 @@ FRAMEWORK = {
     "pytorch-fsdp": Framework.fsdp2,
     "composer": Framework.fsdp2,
 }
+
+# The releases the capability table describes (Megatron-Core 0.16.1, DeepSpeed 0.19.8 and its pipeline engine under
+# Megatron-DeepSpeed, torchtitan 0.3.0): their refusals apply to a published run on them. Runs on other stacks
+# (Meta's and others' PyTorch FSDP, Composer) are costed as published with the stand-in framework's mechanisms.
+DESCRIBED_STACKS = frozenset({"megatron-lm", "nemo", "megatron-deepspeed", "deepspeed", "torchtitan"})
 
 
 class ValidationRow(Frozen):
@@ -211,6 +225,7 @@ def run_plan(run: PublishedRun) -> tuple[Plan, list[str]]:
         global_batch=run.global_batch or micro * dp, seq_len=run.seq_len, recompute=recompute,
         recompute_layers=run.recompute_layers if recompute is Recompute.full else None,
         sequence_parallel=run.sequence_parallel, moe_dispatcher=MoeDispatcher(run.moe_dispatcher),
+        cp_comm_type=CPCommType(run.cp_comm_type),
         recompute_modules=run.recompute_modules if recompute is Recompute.selective else None,
         moe_a2a_overlap=run.moe_a2a_overlap, flash_attention=flash, precision=precision, framework=framework,
         fused_kernels=fused, fused_loss=fused_loss, attention_kernel=kernel,
@@ -280,7 +295,8 @@ def validate_run(run: PublishedRun, catalog: Catalog) -> ValidationRow:
                + f"mb{plan.micro_batch} "
                f"gb{plan.global_batch} s{plan.seq_len} {plan.recompute.value} {plan.sharding.value} {plan.framework.value}")  # fmt: skip
     try:
-        est = estimate(arch, cluster, plan, allow_tp_across_nodes=True)
+        est = estimate(arch, cluster, plan, allow_tp_across_nodes=True,
+                       framework_refusals=str(run.framework) in DESCRIBED_STACKS)  # fmt: skip
     except InvalidPlan as exc:
         return ValidationRow(**base, plan=summary, metric="—", published=None, predicted=None, error=None,
                              predicted_mfu=None, skipped=f"plan invalid: {exc}")  # fmt: skip

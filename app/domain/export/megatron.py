@@ -214,6 +214,8 @@ def megatron_arg_pairs(doc: PlanDocument) -> tuple[list[Arg], list[str]]:
         ("--tensor-model-parallel-size", str(p.tp)),
         ("--pipeline-model-parallel-size", str(p.pp)),
         ("--context-parallel-size", str(p.cp)),
+        # Transformer Engine's K/V all-gather CP (TransformerConfig.cp_comm_type, passed to TE's attention as is)
+        *((("--cp-comm-type", "all_gather"),) if p.cp_gathers_kv else ()),
         ("--expert-model-parallel-size", str(p.ep)),
         *((("--expert-tensor-parallel-size", str(p.etp)),) if doc.arch.is_moe and p.etp != p.tp else ()),
         *_pipeline_args(doc, notes),

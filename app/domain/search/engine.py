@@ -128,7 +128,8 @@ def _scalar_plan(spec: SearchSpec, *, tp, pp, vpp, dp, cp, ep, sharding, offload
         optimizer=spec.optimizer, framework=spec.framework, fused_kernels=spec.fused_kernels, fused_loss=spec.fused_loss,
         fused_cross_entropy=spec.fused_cross_entropy, attention_kernel=spec.attention_kernel,
         grad_reduce_bf16=spec.grad_reduce_bf16, fused_swiglu=spec.fused_swiglu, z_loss=spec.z_loss,
-        moe_dispatcher=spec.moe_dispatcher, expert_tp=1 if folded else spec.expert_tp, mtp_layers=spec.mtp_layers,
+        moe_dispatcher=spec.moe_dispatcher, cp_comm_type=spec.cp_comm_type, expert_tp=1 if folded else spec.expert_tp,
+        mtp_layers=spec.mtp_layers,
         grad_accum_fp32=spec.grad_accum_fp32, tp_comm_overlap=spec.tp_comm_overlap, repeat_kv=spec.repeat_kv,
         fsdp_flat_params=spec.fsdp_flat_params, fp8_attention=spec.fp8_attention, fp8_recipe=spec.fp8_recipe, nvfp4_rht=spec.nvfp4_rht,
         zero_init=spec.zero_init, moe_capacity_factor=spec.moe_capacity_factor,
@@ -154,7 +155,7 @@ def _key_q_context(arch: Architecture, spec: SearchSpec, cluster: Cluster) -> di
         spec.model_dump_json(include={"seq_len", "framework", "precision", "optimizer", "flash_attention",
                                       "fused_kernels", "fused_loss", "fused_cross_entropy", "attention_kernel",
                                       "grad_reduce_bf16", "fused_swiglu", "z_loss", "repeat_kv", "moe_capacity_factor", "fp8_attention", "fp8_recipe", "nvfp4_rht",
-                                      "moe_pad_to_capacity", "expert_tp"}),
+                                      "moe_pad_to_capacity", "expert_tp", "cp_comm_type"}),
     )  # fmt: skip
     table = _KEY_Q_CACHE.get(ctx)
     if table is None:

@@ -14,6 +14,7 @@ import numpy as np
 
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.plan import (
+    CPCommType,
     Framework,
     MoeDispatcher,
     Optimizer,
@@ -201,7 +202,7 @@ def _reject_masks(
         shard_group=np.where(hybrid, np.minimum(group, dp), 0), sequence_parallel=tp > 1, framework=spec.framework,
         fp16=spec.precision is Precision.fp16, sgd=spec.optimizer is Optimizer.sgd, context=context,
         fp32=spec.precision is Precision.fp32, dedup_dispatcher=spec.moe_dispatcher.dedups_per_node,
-        nvfp4=spec.precision is Precision.nvfp4, fp8_attention=spec.fp8_attention, fp8_recipe=spec.fp8_recipe.code,
+        cp_gather=spec.cp_comm_type is CPCommType.all_gather, nvfp4=spec.precision is Precision.nvfp4, fp8_attention=spec.fp8_attention, fp8_recipe=spec.fp8_recipe.code,
         quantized=spec.precision.quantized_gemms,
         a2a_overlap=spec.a2a_overlap(ep, pp, g["vpp"], g["rc"] == RECOMPUTES.index(Recompute.full)),
         capacity=spec.moe_capacity_factor or 0.0, pad_capacity=spec.moe_pad_to_capacity,

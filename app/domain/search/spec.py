@@ -12,6 +12,7 @@ from pydantic import Field
 from app.domain.estimator.estimate import Estimate
 from app.domain.estimator.plan import (
     AttentionKernel,
+    CPCommType,
     Fp8Recipe,
     Framework,
     MoeDispatcher,
@@ -92,6 +93,7 @@ class SearchSpec(Frozen):
     grad_accum_fp32: bool = False  # DeepSpeed bf16 ZeRO-1: BF16_Optimizer's fp32 gradient buffer
     attention_kernel: AttentionKernel = "auto"
     moe_dispatcher: MoeDispatcher = MoeDispatcher.alltoall
+    cp_comm_type: CPCommType = CPCommType.p2p  # how every plan with cp > 1 exchanges K/V
     expert_tp: int | None = Field(
         default=None, ge=1, le=1024
     )  # the experts' TP of every plan (None: framework's)
