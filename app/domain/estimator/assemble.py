@@ -13,6 +13,7 @@ from app.domain.estimator.activations import LayerActivations, framework_style_f
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import LayerWork, head_times, layer_work
 from app.domain.estimator.context_parallel import (
+    RingAttention,
     ring_fixed_seconds,
     ring_for,
     ring_merge_bytes,
@@ -267,6 +268,11 @@ def ring_backward_bytes(arch: Architecture, plan: Plan, act_bytes: int) -> float
     return float(torch_ring_backward_bytes(plan.cp, q, kv, rows * heads, act_bytes))
 
 
+def plan_ring(plan: Plan) -> RingAttention:
+    """The K/V exchange ``plan``'s context parallelism runs (:func:`app.domain.estimator.context_parallel.ring_for`)."""
+    return ring_for(plan.framework.value, plan.cp_comm_type.value)
+
+
 def ring_layer_seconds(arch: Architecture, plan: Plan, cluster: Cluster) -> tuple[float, float]:
     """(forward, backward) seconds of one layer's ring-attention merges and extra attention kernels on one rank
     (:func:`app.domain.estimator.context_parallel.ring_merge_bytes`, :func:`ring_fixed_seconds`); 0 without CP."""
@@ -277,7 +283,7 @@ def ring_layer_seconds(arch: Architecture, plan: Plan, cluster: Cluster) -> tupl
     out = rows * arch.n_heads * arch.value_head_dim
     kv_heads = arch.n_heads if plan.repeat_kv else arch.n_kv_heads  # K/V repeated to every query head
     kv = rows * kv_heads * (arch.qk_head_dim + arch.value_head_dim)
-    ring = ring_for(plan.framework.value, plan.cp_comm_type.value)
+    ring = plan_ring(plan)
     fwd_b, bwd_b = ring_merge_bytes(plan.cp, q, out, kv, ring)
     hbm = cluster.hbm_bytes_per_s * cluster.efficiency.hbm_efficiency
     overhead = cluster.efficiency.gemm_overhead_us * 1e-6
@@ -289,7 +295,7 @@ def consts(cluster: Cluster, plan: Plan) -> Consts:
     rt = cluster.runtime
     stack = cluster.stack(plan.framework.value)
     up, out, hop_up, hop_out = link_speeds(cluster)
-    ring = ring_for(plan.framework.value, plan.cp_comm_type.value)
+    ring = plan_ring(plan)
     return Consts(
         weights_b=per.weights, grads_b=per.grads, master_b=per.master, optimizer_b=per.optimizer,
         grad_reduce_b=per.grad_reduce, work_b=4.0 if plan.precision is Precision.fp32 else 2.0,

@@ -10,11 +10,10 @@ from typing import Any
 
 from pydantic import Field
 
-from app.domain.estimator.assemble import evaluate_plan, ring_backward_bytes
+from app.domain.estimator.assemble import evaluate_plan, plan_ring, ring_backward_bytes
 from app.domain.estimator.casts import cast_element_b, fp8_any_layout
 from app.domain.estimator.cluster import Cluster
 from app.domain.estimator.compute import hardware_flops_per_token, model_flops_per_token
-from app.domain.estimator.context_parallel import ring_for
 from app.domain.estimator.efficiency import EfficiencyCatalog
 from app.domain.estimator.hardware import HardwareCatalog, fp8_recipe_problem, precision_problem
 from app.domain.estimator.memory import (
@@ -357,17 +356,14 @@ def _ring_formula(arch: Architecture, plan: Plan) -> str:
     ring = ring_backward_bytes(arch, plan, 4 if plan.precision is Precision.fp32 else 2)
     if not ring:
         return ""
-    what = (
-        "Transformer Engine's all-gather CP backward holds {} GiB a layer beyond the attention kernel's gradients "
-        "(every rank's K/V gathered, full-length dK/dV and the query chunks' partial gradients)"
-        if plan.cp_gathers_kv
-        else "PyTorch's ring-attention backward holds {} GiB a layer beyond the attention kernel's gradients (every "
-        "rank's K/V all-gathered, fp32 dQ/dK/dV with their copies)"
-    )
+    who, held = (
+        ("Transformer Engine's all-gather CP", "every rank's K/V gathered, full-length dK/dV and the query chunks' "
+         "partial gradients") if plan.cp_gathers_kv
+        else ("PyTorch's ring-attention", "every rank's K/V all-gathered, fp32 dQ/dK/dV with their copies")
+    )  # fmt: skip
     return (
-        "; "
-        + what.format(f"{ring / 2**30:.2f}")
-        + (", counted where it exceeds the MLP tensors the layer's MLP backward has freed by then")
+        f"; {who} backward holds {ring / 2**30:.2f} GiB a layer beyond the attention kernel's gradients ({held}), "
+        "counted where it exceeds the MLP tensors the layer's MLP backward has freed by then"
     )
 
 
@@ -564,9 +560,9 @@ def _assumptions(
     if moe_load is not None:
         out.append(moe_load)
     if plan.cp > 1:
-        out.append(Assumption(name="context parallelism", value=ring_for(plan.framework.value, plan.cp_comm_type.value).name,
-                              source="formula", note="all-gather: K/V gathered and dK/dV reduce-scattered in the open, "
-                              "no ring, whole-prefix kernels; a ring hides each K/V send behind one step's attention"))  # fmt: skip
+        out.append(Assumption(name="context parallelism", value=plan_ring(plan).name, source="formula",
+                              note="all-gather: K/V gathered and dK/dV reduce-scattered in the open, no ring, "
+                              "whole-prefix kernels; a ring hides each K/V send behind one step's attention"))  # fmt: skip
     if plan.recompute is Recompute.selective:
         modules = sorted(m.value for m in plan.recompute_module_set)
         moe_or_mla = arch.is_moe or arch.attention == "mla"

@@ -170,9 +170,8 @@ class Consts:
     dp_overlap: float = 1.0  # the stack's fraction of overlappable DP/FSDP traffic actually hidden
     comm_slowdown: float = 0.0  # compute stretched by this fraction of the communication it hides
     straggler_cv: float = 0.0  # per-rank step jitter: a synchronous step waits ≈ cv·√(2 ln N) longer
-    cp_ring: RingAttention = (
-        TE_P2P  # how the plan's context parallelism exchanges K/V (context_parallel.ring_for)
-    )
+    # how the plan's context parallelism exchanges K/V (assemble.plan_ring)
+    cp_ring: RingAttention = TE_P2P
     repeat_kv: bool = False  # K/V repeated to every query head before attention (the ring moves them so)
     fsdp_copy_out: bool = False  # FSDP2: every gathered parameter copied out of the all-gather buffer
     unsharded_init: bool = False  # DeepSpeed ZeRO-3 outside zero.Init: the whole model on the GPU at start-up

@@ -161,10 +161,10 @@ class CPCommType(StrEnum):
     """How context parallelism moves keys and values between its ranks (Transformer Engine's ``cp_comm_type``,
     Megatron-Core's ``--cp-comm-type``)."""
 
-    p2p = "p2p"  # a ring: each step attends one received K/V block while the next is sent (TE's default)
-    all_gather = (
-        "all_gather"  # K/V all-gathered once; each query chunk attends its whole prefix (Llama 3's CP)
-    )
+    # a ring: each step attends one received K/V block while the next is sent (TE's default)
+    p2p = "p2p"
+    # K/V all-gathered once; each query chunk attends its whole prefix (Llama 3's CP)
+    all_gather = "all_gather"
 
 
 def moe_a2a_overlap_runs(ep, pp, vpp, recompute_full, fp32):

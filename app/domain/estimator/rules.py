@@ -118,9 +118,8 @@ class Context(NamedTuple):  # a named tuple: built once per validated plan, chea
     allow_tp_across_nodes: bool = False
     tied_embeddings: bool = False
     mla: bool = False  # multi-latent attention (Megatron's mla_up_proj recompute needs it)
-    capabilities: bool = (
-        True  # False: the framework's refusals are not checked (a published run on another stack)
-    )
+    # False: the framework's refusals are not checked (a published run on a stack they do not describe)
+    capabilities: bool = True
 
 
 @dataclass(slots=True)  # read-only by convention: frozen would cost a third of one plan's validation
@@ -246,7 +245,8 @@ def plan_facts(plan: Plan, context: Context) -> Facts:
         shard_group=plan.shard_group_size or 0, sequence_parallel=plan.sequence_parallel, framework=plan.framework,
         fp16=plan.precision is Precision.fp16, sgd=plan.optimizer is Optimizer.sgd, context=context,
         fp32=plan.precision is Precision.fp32, dedup_dispatcher=plan.moe_dispatcher.dedups_per_node,
-        cp_gather=plan.cp_comm_type is CPCommType.all_gather, nvfp4=plan.precision is Precision.nvfp4, fp8_attention=plan.fp8_attention, fp8_recipe=plan.fp8_recipe.code,
+        cp_gather=plan.cp_comm_type is CPCommType.all_gather,
+        nvfp4=plan.precision is Precision.nvfp4, fp8_attention=plan.fp8_attention, fp8_recipe=plan.fp8_recipe.code,
         quantized=plan.precision.quantized_gemms,
         a2a_overlap=plan.moe_a2a_overlap, modules_named=plan.recompute_modules is not None,
         up_proj_named="mla_up_proj" in (plan.recompute_modules or ()),
