@@ -35,7 +35,7 @@ STEP_TERMS: tuple[tuple[str, str, str], ...] = (
     ("compute_s", "compute", "#4e79a7"),
     ("recompute_s", "recompute", "#a0cbe8"),
     ("tp_exposed_s", "TP comm (exposed)", "#f28e2b"),
-    ("cp_exposed_s", "CP ring (exposed)", "#ffbe7d"),
+    ("cp_exposed_s", "CP K/V exchange (exposed)", "#ffbe7d"),
     ("ep_exposed_s", "EP all-to-all (exposed)", "#edc948"),
     ("fsdp_exposed_s", "FSDP gather (exposed)", "#b07aa1"),
     ("pp_p2p_s", "PP send/recv", "#9c755f"),

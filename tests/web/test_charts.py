@@ -147,3 +147,14 @@ def test_pareto_and_compare_options() -> None:
     assert cmp["xAxis"]["data"] == ["a", "b"] and cmp["series"][-1]["data"] == [40.0, 50.0]
     cost = charts.compare_cost_option(["a", "b"], [0, 1], [[0, 10], None])
     assert [s["name"] for s in cost["series"]] == ["a"]
+
+
+def test_the_cp_bar_names_the_exchange_not_the_ring(catalog) -> None:
+    """An all-gather CP plan (Transformer Engine's AttnFuncWithCPAndKVAllGather) has no ring: the step chart calls
+    the CP term the K/V exchange, which is true of both exchanges."""
+    req = EstimateRequest(model="llama3.1-8b", gpu="h100-sxm", gpus=8, framework="megatron", tp=2, cp=4,
+                          cp_comm_type="all_gather", micro_batch=1, global_batch=1, seq_len=32768)  # fmt: skip
+    est = run_estimate(catalog, req)
+    names = {s["name"]: s["data"][0] for s in charts.step_breakdown_option(est.step)["series"]}
+    assert names["CP K/V exchange (exposed)"] > 0
+    assert not [n for n in names if "ring" in n]

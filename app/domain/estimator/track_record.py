@@ -10,6 +10,11 @@ different mechanisms and constants:
 * the regimes where the estimator is known to behave differently, when the plan is in one: context parallelism
   (cp > 1) and sequences of 32K tokens or more — the runs that share the plan's side of both (cp > 1 at 128K
   tokens is compared with CP runs at 32K+, not with CP runs at 8K) — and mixture-of-experts models;
+* strong scaling, when the plan gives each GPU fewer than :data:`FEW_TOKENS_PER_GPU` tokens a step (global batch ×
+  sequence length / GPUs): the runs that do the same. There the per-step costs that do not shrink with the work
+  (the DP reduction of the model-parallel shard, the pipeline's fill and drain, latency-bound collectives) weigh
+  most, and capplan has predicted those runs too fast (MLPerf's Llama 3.1 8B on 512 GB200 at 1,024 tokens a GPU,
+  GPT-3 175B on 10,752 H100 at 512: README, Accuracy);
 * the GEMM precision, when it is below 16 bits: the FP8 runs for an FP8 plan, the NVFP4 runs for an NVFP4 one (each
   with a fitted GEMM ratio of its own, and NVFP4's rests on few runs);
 * the stack's runs published in the :data:`RECENT_MONTHS` months before the fit — the software a plan made today
@@ -43,6 +48,9 @@ MIN_RUNS = 3  # fewer scored runs than this in a group: too few to state a typic
 RECENT_MONTHS = 12  # "today's software": runs published within this many months before the fit
 WIDE_ERROR = 0.15  # a typical error above this (or none known) is marked on the planner
 LONG_SEQUENCE_TOKENS = 32768  # "long sequence" regime: the attention term dominates a layer's time
+FEW_TOKENS_PER_GPU = (
+    2048  # "strong scaling" regime: under one 2K-token sequence's worth of tokens per GPU per step
+)
 
 LOW_PRECISION_LABEL = {"fp8": "FP8", "nvfp4": "NVFP4"}  # GEMM precisions with a group of their own
 STACK_OF_PLAN_FRAMEWORK = {"megatron": "megatron", "fsdp2": "fsdp", "deepspeed": "deepspeed"}
@@ -105,6 +113,13 @@ def _describe(g: ComparableRuns) -> str:
     )
 
 
+def run_tokens_per_gpu_step(run: PublishedRun) -> float:
+    """Tokens each GPU of a published run works on a step: global batch × sequence length / GPUs (infinite where
+    the global batch is not published, so such a run is in no strong-scaling group). MLPerf's Llama 3.1 8B on 512
+    GB200: 64 · 8,192 / 512 = 1,024."""
+    return run.global_batch * run.seq_len / run.n_gpus if run.global_batch else float("inf")
+
+
 def recent_cutoff(fit_date: str, months: int = RECENT_MONTHS) -> str:
     """The "YYYY-MM" ``months`` before the fit's month: "2026-12-07" → "2025-12". A run dated by its year alone
     counts from January (as_of "2026" ≥ "2025-12"), its month unknown."""
@@ -123,10 +138,11 @@ def track_record(
     cv_errors: Mapping[str, float],
     fit_date: str | None = None,
     precision: str = "bf16",
+    tokens_per_gpu_step: float | None = None,
 ) -> TrackRecord:
     """The out-of-sample record of the published runs comparable to a plan of ``framework`` on ``accelerator``
     with context parallelism ``cp``, sequences of ``seq_len`` tokens, a MoE (``moe``) or dense model and GEMMs in
-    ``precision``.
+    ``precision``, giving each GPU ``tokens_per_gpu_step`` tokens a step (global batch × sequence length / GPUs).
     ``cv_errors``: run slug → cross-validated error (data/fitted.toml); runs without one are not scored."""
     scored = [(r, cv_errors[r.slug]) for r in runs if r.slug in cv_errors]
 
@@ -149,6 +165,9 @@ def track_record(
         )))  # fmt: skip
     if moe:
         groups.append(_group("regime", "mixture-of-experts models", errors(lambda r: r.n_experts > 0)))
+    if tokens_per_gpu_step is not None and tokens_per_gpu_step < FEW_TOKENS_PER_GPU:
+        groups.append(_group("regime", f"strong scaling (under {FEW_TOKENS_PER_GPU:,} tokens per GPU a step)",
+                             errors(lambda r: run_tokens_per_gpu_step(r) < FEW_TOKENS_PER_GPU)))  # fmt: skip
     if precision in LOW_PRECISION_LABEL:
         groups.append(_group("precision", f"{LOW_PRECISION_LABEL[precision]} runs",
                              errors(lambda r: r.precision == precision)))  # fmt: skip
