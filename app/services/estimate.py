@@ -161,7 +161,7 @@ def plan_track_record(catalog: Catalog, plan: Plan, accelerator: str, moe: bool)
     return track_record(
         plan.framework.value, accelerator, plan.cp, plan.seq_len, moe, catalog.published_runs,
         fit.cv_errors if fit else {}, fit.date if fit else None, plan.precision.value,
-        plan.global_batch * plan.seq_len / plan.gpus,
+        plan.tokens_per_step / plan.gpus,
     )  # fmt: skip
 
 

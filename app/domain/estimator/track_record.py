@@ -48,9 +48,8 @@ MIN_RUNS = 3  # fewer scored runs than this in a group: too few to state a typic
 RECENT_MONTHS = 12  # "today's software": runs published within this many months before the fit
 WIDE_ERROR = 0.15  # a typical error above this (or none known) is marked on the planner
 LONG_SEQUENCE_TOKENS = 32768  # "long sequence" regime: the attention term dominates a layer's time
-FEW_TOKENS_PER_GPU = (
-    2048  # "strong scaling" regime: under one 2K-token sequence's worth of tokens per GPU per step
-)
+# "strong scaling" regime: under one 2K-token sequence's worth of tokens per GPU per step
+FEW_TOKENS_PER_GPU = 2048
 
 LOW_PRECISION_LABEL = {"fp8": "FP8", "nvfp4": "NVFP4"}  # GEMM precisions with a group of their own
 STACK_OF_PLAN_FRAMEWORK = {"megatron": "megatron", "fsdp2": "fsdp", "deepspeed": "deepspeed"}
